@@ -1,0 +1,1 @@
+"""Prompt memory outside the slots: checkpoints and the RAM prompt cache."""

@@ -1,0 +1,23 @@
+"""The engine: one thread that owns the llama context and runs N slots with continuous batching."""
+
+from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
+from .engine import Engine, EngineConfig, NotReady, QueueFull
+from .llama_api import MemoryKind, SamplingParams
+from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Usage
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineError",
+    "ErrorKind",
+    "Event",
+    "FinishReason",
+    "GenerateRequest",
+    "MemoryKind",
+    "NotReady",
+    "QueueFull",
+    "QueueSink",
+    "Result",
+    "SamplingParams",
+    "Usage",
+]

@@ -1,0 +1,616 @@
+"""The engine: one thread that owns the llama context and runs N slots.
+
+Each step reads like this:
+
+    inbox  -> admit waiting requests to slots (reusing what the slots hold)
+    plan   -> one batch: a token for every decoding slot + bounded prefill chunks
+    decode -> one llama_decode
+    post   -> sample, stream text out, finish requests, take checkpoints
+
+Nothing outside this thread touches the context. The HTTP side talks to the engine through
+`submit`, `abort` and `call`, which only put messages into the inbox.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cache.checkpoints import Checkpoint, CheckpointList
+
+from .llama_api import Batch, Context, ContextParams, GrammarError, MemoryKind, Model, Sampler
+from .requests import (
+    EngineError,
+    ErrorKind,
+    Event,
+    FinishReason,
+    GenerateRequest,
+    Reuse,
+    Usage,
+)
+from .reuse import ReusePlan, plan_reuse
+from .scheduler import BatchEntry, plan_batch
+from .slot import Active, Slot
+from .stats import EngineStats
+from .text import TextStream
+
+log = logging.getLogger("warmslot.engine")
+
+
+class QueueFull(Exception):
+    """The waiting queue is at --max-queue."""
+
+
+class NotReady(Exception):
+    """The model is still loading (or failed to load)."""
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model_path: str
+    n_parallel: int = 4
+    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_MAX_CTX
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 0
+    n_threads_batch: int = 0
+    n_gpu_layers: int = -1
+    flash_attn: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    swa_full: bool = False
+    max_queue: int = 64
+    prefill_chunk: int = 0  # prefill tokens per step while other slots decode; 0: n_ubatch
+    ctx_checkpoints: int = 32  # per slot
+    checkpoint_bytes: int = 4 << 30  # per slot
+    checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
+
+
+DEFAULT_MAX_CTX = 32768
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.stats = EngineStats()
+        self.model: Model | None = None
+        self.ctx: Context | None = None
+        self.slots: list[Slot] = []
+        self.ready = threading.Event()
+        self.load_error: BaseException | None = None
+        self.load_progress = 0.0
+        self._cv = threading.Condition()
+        self._inbox: collections.deque[tuple[str, Any]] = collections.deque()
+        self._waiting: collections.deque[GenerateRequest] = collections.deque()
+        self._n_queued = 0  # submitted and not yet given a slot (inbox + waiting)
+        self._aborts: set[str] = set()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._batch: Batch | None = None
+        self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
+        self._deferred: list[tuple[Slot, int, Any]] = []  # checkpoints to take after flushing
+        self._pending_events: list[tuple[Any, list[Event]]] = []  # finished requests' events
+
+    # -- public API (any thread) -------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="warmslot-engine", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        if not self.ready.wait(timeout):
+            raise TimeoutError("the model did not load in time")
+        if self.load_error is not None:
+            raise NotReady(f"the model failed to load: {self.load_error}") from self.load_error
+
+    def submit(self, req: GenerateRequest) -> None:
+        if not self.ready.is_set() or self.load_error is not None:
+            raise NotReady("the model is loading")
+        with self._cv:
+            if self._n_queued >= self.config.max_queue:
+                self.stats.queue_rejected += 1
+                raise QueueFull(f"{self._n_queued} requests are waiting for a slot")
+            self._n_queued += 1
+            self._inbox.append(("submit", req))
+            self._cv.notify()
+
+    def abort(self, request_id: str) -> None:
+        with self._cv:
+            self._inbox.append(("abort", request_id))
+            self._cv.notify()
+
+    def call(self, fn: Callable[["Engine"], Any]) -> concurrent.futures.Future:
+        """Run fn(engine) on the engine thread between steps; returns a Future of its result."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cv:
+            self._inbox.append(("call", (fn, fut)))
+            self._cv.notify()
+        return fut
+
+    @property
+    def queue_depth(self) -> int:
+        return self._n_queued
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the engine thread -------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._load()
+        except BaseException as exc:  # noqa: BLE001 - reported through load_error
+            log.exception("loading the model failed")
+            self.load_error = exc
+            self.ready.set()
+            return
+        self.ready.set()
+        try:
+            while not self._stop:
+                self._step()
+        finally:
+            self._shutdown()
+
+    def _load(self) -> None:
+        cfg = self.config
+        last = [-1]
+
+        def progress(p: float) -> None:
+            self.load_progress = p
+            pct = int(p * 100)
+            if pct >= last[0] + 10 or pct == 100:
+                last[0] = pct
+                log.info("loading model: %d%%", pct)
+
+        log.info("loading %s", cfg.model_path)
+        self.model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
+        info = self.model.info
+        n_ctx = cfg.n_ctx or min(info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
+        params = ContextParams(
+            n_ctx=n_ctx,
+            n_batch=cfg.n_batch,
+            n_ubatch=cfg.n_ubatch,
+            n_seq_max=cfg.n_parallel,
+            n_threads=cfg.n_threads,
+            n_threads_batch=cfg.n_threads_batch,
+            flash_attn=cfg.flash_attn,
+            type_k=cfg.type_k,
+            type_v=cfg.type_v,
+            swa_full=cfg.swa_full,
+            kv_unified=True,
+        )
+        self.ctx = Context(self.model, params)
+        self._batch = Batch(self.ctx.n_batch, self.ctx.n_seq_max)
+        self.slots = [
+            Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(cfg.n_parallel)
+        ]
+        log.info(
+            "model %s (%s, %s memory%s): %d slots, context %d tokens shared (up to %d per slot), batch %d/%d, %d threads",
+            info.name,
+            info.arch,
+            self.ctx.memory_kind.value,
+            f", window {info.n_swa}" if self.ctx.memory_kind is MemoryKind.SWA else "",
+            cfg.n_parallel,
+            self.ctx.n_ctx,
+            self.ctx.n_ctx_seq,
+            self.ctx.n_batch,
+            self.ctx.n_ubatch,
+            self.ctx.n_threads,
+        )
+
+    def _shutdown(self) -> None:
+        for slot in self.slots:
+            if slot.active is not None:
+                self._finish(slot, FinishReason.ABORT)
+        self._flush()
+        if self.ctx is not None:
+            self.ctx.close()
+        if self.model is not None:
+            self.model.close()
+
+    def _step(self) -> None:
+        self._drain_inbox()
+        if self._stop:
+            return
+        self._reap_aborts()
+        self._admit()
+        entries = plan_batch(self.slots, self._batch, self._prefill_budget())
+        if entries:
+            self._run(entries)
+        self._flush()
+        self._take_deferred_checkpoints()
+
+    def _has_work(self) -> bool:
+        return bool(self._waiting) or any(s.active is not None for s in self.slots)
+
+    def _drain_inbox(self) -> None:
+        with self._cv:
+            while not self._inbox and not self._stop and not self._has_work():
+                self._cv.wait()
+            messages = list(self._inbox)
+            self._inbox.clear()
+        for kind, payload in messages:
+            if kind == "submit":
+                self._waiting.append(payload)
+            elif kind == "abort":
+                self._aborts.add(payload)
+            elif kind == "call":
+                fn, fut = payload
+                try:
+                    fut.set_result(fn(self))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    fut.set_exception(exc)
+
+    def _reap_aborts(self) -> None:
+        if not self._aborts:
+            return
+        for slot in self.slots:
+            if slot.active is not None and slot.active.req.id in self._aborts:
+                self._finish(slot, FinishReason.ABORT)
+        kept = collections.deque()
+        for req in self._waiting:
+            if req.id in self._aborts:
+                self._dequeued()
+                req.sink.push([Event(finish=FinishReason.ABORT, usage=Usage(len(req.tokens), 0))])
+            else:
+                kept.append(req)
+        self._waiting = kept
+        self._aborts.clear()
+
+    def _dequeued(self) -> None:
+        with self._cv:
+            self._n_queued -= 1
+
+    # -- admission ---------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self._waiting:
+            req = self._waiting[0]
+            slot = self._choose_slot(req)
+            if slot is None:
+                return
+            self._waiting.popleft()
+            self._dequeued()
+            self.stats.queue_wait.observe(time.monotonic() - req.submitted)
+            try:
+                self._start(slot, req)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the engine
+                log.exception("slot %d: request %s failed to start", slot.id, req.id)
+                self._reject(req, EngineError(ErrorKind.INTERNAL, str(exc)))
+
+    def _choose_slot(self, req: GenerateRequest) -> Slot | None:
+        """The idle slot that can keep the most of the prompt; else an empty or the least
+        recently used idle slot. A busy slot is never taken."""
+        idle = [s for s in self.slots if s.active is None]
+        if not idle:
+            return None
+        best, best_keep = None, 0
+        for slot in idle:
+            if slot.tenant != req.tenant or not slot.tokens:
+                continue
+            keep = self._plan_for(slot, req.tokens).keep
+            if keep > best_keep:
+                best, best_keep = slot, keep
+        if best is not None:
+            return best
+        return min(idle, key=lambda s: (len(s.tokens) > 0, s.last_used))
+
+    def _plan_for(self, slot: Slot, prompt: list[int]) -> ReusePlan:
+        if slot.tenant and not slot.tokens:
+            return ReusePlan(0, 0)
+        return plan_reuse(slot.tokens, slot.checkpoints, prompt, self._cutter(slot))
+
+    def _cutter(self, slot: Slot) -> Callable[[int], bool]:
+        """Whether the slot's memory can be cut back to n tokens without a checkpoint."""
+        kind = self.ctx.memory_kind
+        if kind is MemoryKind.ATTENTION:
+            return lambda n: True
+        if kind is MemoryKind.SWA:
+            n_swa = self.model.info.n_swa
+            pos_min = self.ctx.seq_pos_min(slot.id)
+            # the first new token, at position n, still sees its whole window
+            return lambda n: pos_min >= 0 and pos_min <= max(0, n - n_swa)
+        return lambda n: False
+
+    def _start(self, slot: Slot, req: GenerateRequest) -> None:
+        n_prompt = len(req.tokens)
+        if n_prompt >= self.ctx.n_ctx_seq:
+            self._reject(req, EngineError(
+                ErrorKind.CONTEXT,
+                f"the prompt has {n_prompt} tokens; a slot holds {self.ctx.n_ctx_seq}",
+            ))
+            return
+        try:
+            sampler = Sampler(self.model, req.sampling)
+        except GrammarError as exc:
+            self._reject(req, EngineError(ErrorKind.INVALID, str(exc)))
+            return
+        if slot.tenant != req.tenant:
+            self._clear(slot)
+            slot.tenant = req.tenant
+        plan = self._plan_for(slot, req.tokens)
+        keep = self._apply_plan(slot, plan)
+        reuse = Reuse(
+            source="slot" if keep else "none",
+            slot=slot.id,
+            matched=plan.matched,
+            cached=keep,
+            restored_checkpoint=plan.restore.n_tokens if plan.restore is not None and keep else None,
+            used_logits=plan.logits is not None and keep == n_prompt,
+            reason=plan.reason,
+        )
+        if plan.matched > 0 and keep == 0:
+            self.stats.full_prefills += 1
+        sources = {"slot": keep} if keep else {}
+        active = Active(
+            req=req,
+            sampler=sampler,
+            text=TextStream(req.stop),
+            reuse=reuse,
+            cached=keep,
+            sources=sources,
+            cuts=self._cuts(req, keep),
+        )
+        slot.active = active
+        slot.prompt_end = n_prompt
+        slot.last_used = time.monotonic()
+        active.event().started = True
+        active.event().reuse = reuse
+        log.debug("slot %d: request %s, %d prompt tokens, kept %d (%s)", slot.id, req.id, n_prompt, keep, plan.reason)
+        if keep == n_prompt:
+            self._prompt_done_from_logits(slot, plan.logits)
+
+    def _apply_plan(self, slot: Slot, plan: ReusePlan) -> int:
+        """Bring the slot's memory to the plan's `keep` tokens. Returns what was kept."""
+        keep = plan.keep
+        # [0, keep) stays in memory | [keep, n_past) is removed
+        if plan.restore is not None:
+            if self.ctx.state_set(slot.id, plan.restore.data, partial=True):
+                self.stats.checkpoints_restored += 1
+            else:
+                log.warning("slot %d: restoring the checkpoint at %d failed; full prefill", slot.id, keep)
+                keep = 0
+        if keep == 0:
+            self._clear(slot)
+            return 0
+        if keep < slot.n_past and not self.ctx.seq_rm(slot.id, keep, -1):
+            log.warning("slot %d: the memory refused a cut at %d; full prefill", slot.id, keep)
+            self._clear(slot)
+            return 0
+        del slot.tokens[keep:]
+        slot.checkpoints.drop_after(keep)
+        return keep
+
+    def _clear(self, slot: Slot) -> None:
+        self.ctx.seq_clear(slot.id)
+        slot.tokens.clear()
+        slot.checkpoints.clear()
+
+    def _cuts(self, req: GenerateRequest, keep: int) -> list[int]:
+        """Prompt positions (after keep, before the end) where a checkpoint is taken."""
+        if self.ctx.memory_kind.truncatable:
+            return []
+        n = len(req.tokens)
+        every = self.config.checkpoint_every
+        cuts = {b for b in req.boundaries if keep < b < n}
+        if every > 0:
+            first = (keep // every + 1) * every
+            cuts.update(range(first, n, every))
+        return sorted(cuts)
+
+    def _reject(self, req: GenerateRequest, error: EngineError) -> None:
+        self.stats.requests[error.kind.value] += 1
+        req.sink.push([Event(error=error)])
+
+    # -- one decode --------------------------------------------------------------------
+
+    def _prefill_budget(self) -> int:
+        """Prefill tokens allowed in this step: bounded while other streams are decoding."""
+        cap = self._batch.capacity
+        if any(s.active is not None and s.active.prefill_done for s in self.slots):
+            cap = min(cap, self.config.prefill_chunk or self.ctx.n_ubatch)
+        if self._chunk_cap:
+            cap = min(cap, self._chunk_cap)
+        return cap
+
+    def _run(self, entries: list[BatchEntry]) -> None:
+        t0 = time.monotonic()
+        rc = self.ctx.decode(self._batch)
+        dt = time.monotonic() - t0
+        if rc == 1:
+            self._on_kv_full(entries)
+            return
+        if rc != 0:
+            self._on_decode_error(entries, rc)
+            return
+        self._chunk_cap = 0
+        self.stats.steps += 1
+        self._account_step(entries, dt)
+        for entry in entries:
+            slot = entry.slot
+            if slot.active is None:
+                continue
+            if entry.is_decode:
+                self._after_decode(slot, entry)
+            else:
+                self._after_prefill(slot, entry)
+
+    def _account_step(self, entries: list[BatchEntry], dt: float) -> None:
+        n_decode = sum(1 for e in entries if e.is_decode)
+        n_prefill = sum(e.n for e in entries if not e.is_decode)
+        total = n_decode + n_prefill
+        self.stats.decode_tokens += n_decode
+        self.stats.prefill_tokens += n_prefill
+        self.stats.decode_seconds += dt * n_decode / total
+        self.stats.prefill_seconds += dt * n_prefill / total
+
+    def _after_decode(self, slot: Slot, entry: BatchEntry) -> None:
+        active = slot.active
+        slot.tokens.append(active.pending)
+        active.pending = None
+        self._on_token(slot, active.sampler.sample(self.ctx, entry.out_index))
+
+    def _after_prefill(self, slot: Slot, entry: BatchEntry) -> None:
+        active = slot.active
+        slot.tokens.extend(active.prompt[entry.start : entry.start + entry.n])
+        n = slot.n_past
+        if n < len(active.prompt):
+            if active.cuts and active.cuts[0] == n:
+                active.cuts.pop(0)
+                self._deferred.append((slot, n, None))
+            return
+        # the prompt is in memory: its last token's logits are at out_index
+        logits = self.ctx.logits(entry.out_index)
+        if active.req.return_prompt_logits:
+            active.event().prompt_logits = logits
+        self._deferred.append((slot, n, logits))
+        active.prefill_done = True
+        if active.req.max_tokens == 0:
+            self._finish(slot, FinishReason.LENGTH)
+            return
+        self._on_token(slot, active.sampler.sample(self.ctx, entry.out_index))
+
+    def _prompt_done_from_logits(self, slot: Slot, logits) -> None:
+        """The whole prompt was reused with its saved last-token logits: sample from those."""
+        active = slot.active
+        self.stats.logits_reused += 1
+        if active.req.return_prompt_logits:
+            active.event().prompt_logits = logits.copy()
+        active.prefill_done = True
+        if active.req.max_tokens == 0:
+            self._finish(slot, FinishReason.LENGTH)
+            return
+        self._on_token(slot, active.sampler.sample_logits(logits))
+
+    def _on_token(self, slot: Slot, token: int) -> None:
+        active = slot.active
+        now = time.monotonic()
+        if not active.generated:
+            active.first_token_at = now
+            self.stats.ttft.observe(now - active.req.submitted)
+        else:
+            self.stats.itl.observe(now - active.last_token_at)
+        active.last_token_at = now
+        active.generated.append(token)
+        event = active.event()
+        if self.model.is_eog(token) and not active.req.ignore_eos:
+            self._finish(slot, FinishReason.STOP)
+            return
+        event.tokens.append(token)
+        event.text += active.text.feed(self.model.token_piece(token, special=False))
+        if active.text.stopped_by is not None:
+            self._finish(slot, FinishReason.STOP)
+        elif len(active.generated) >= active.req.max_tokens or slot.n_past + 1 >= self.ctx.n_ctx_seq:
+            self._finish(slot, FinishReason.LENGTH)
+        else:
+            active.pending = token
+
+    def _finish(self, slot: Slot, reason: FinishReason, error: EngineError | None = None) -> None:
+        active = slot.active
+        event = active.event()
+        if error is None and reason is not FinishReason.ABORT:
+            event.text += active.text.finish()
+        now = time.monotonic()
+        n_prompt = len(active.prompt)
+        sources = dict(active.sources)
+        sources["computed"] = n_prompt - active.cached
+        usage = Usage(
+            prompt_tokens=n_prompt,
+            cached_tokens=active.cached,
+            completion_tokens=len(active.generated),
+            sources=sources,
+            queue_s=active.admitted - active.req.submitted,
+            prefill_s=(active.first_token_at or now) - active.admitted,
+            decode_s=now - active.first_token_at if active.first_token_at else 0.0,
+            ttft_s=(active.first_token_at - active.req.submitted) if active.first_token_at else 0.0,
+        )
+        event.usage = usage
+        if error is not None:
+            event.error = error
+            self.stats.requests[error.kind.value] += 1
+        else:
+            event.finish = reason
+            self.stats.requests[reason.value] += 1
+        self.stats.add_prompt(sources)
+        self.stats.generated_tokens += len(active.generated)
+        active.sampler.close()
+        slot.last_used = now
+        self._pending_events.append((active.req.sink, active.events))
+        slot.active = None
+
+    def _flush(self) -> None:
+        """Hand this step's events to their sinks: one push per request per step."""
+        for slot in self.slots:
+            active = slot.active
+            if active is not None and active.events:
+                self._pending_events.append((active.req.sink, active.events))
+                active.events = []
+        for sink, events in self._pending_events:
+            try:
+                sink.push(events)
+            except Exception:  # noqa: BLE001 - a broken sink must not stop the engine
+                log.exception("a request's sink failed")
+        self._pending_events.clear()
+
+    def _take_deferred_checkpoints(self) -> None:
+        for slot, n, logits in self._deferred:
+            # no decode ran since the deferral, so the memory still ends at n (unless the
+            # request failed and its slot was cleared)
+            if slot.n_past == n:
+                self._checkpoint(slot, n, logits)
+        self._deferred.clear()
+
+    def _checkpoint(self, slot: Slot, n: int, logits) -> None:
+        data = None if self.ctx.memory_kind.truncatable else self.ctx.state_get(slot.id, partial=True)
+        if data is None and logits is None:
+            return
+        if data is not None:
+            data.flags.writeable = False
+        if logits is not None:
+            logits.flags.writeable = False
+        self.stats.checkpoints_evicted += slot.checkpoints.add(Checkpoint(n, data, logits))
+        self.stats.checkpoints_created += 1
+
+    # -- failures ----------------------------------------------------------------------
+
+    def _on_kv_full(self, entries: list[BatchEntry]) -> None:
+        """No room in the KV pool for this batch (memory is unchanged). Free idle slots' cells,
+        least recently used first; then try smaller prefill chunks; then fail the newest request."""
+        busy = {e.slot.id for e in entries}
+        idle = [s for s in self.slots if s.active is None and s.tokens and s.id not in busy]
+        if idle:
+            victim = min(idle, key=lambda s: s.last_used)
+            log.info("slot %d: KV pool full; clearing this idle slot's %d tokens", victim.id, victim.n_past)
+            self._clear(victim)
+            self.stats.kv_evictions += 1
+            return
+        prefill = [e for e in entries if not e.is_decode]
+        largest = max((e.n for e in prefill), default=0)
+        if largest > 1:
+            self._chunk_cap = max(1, largest // 2)
+            return
+        newest = max((e.slot for e in entries), key=lambda s: s.active.admitted)
+        log.warning("slot %d: the KV pool is full; failing request %s", newest.id, newest.active.req.id)
+        self._finish(newest, FinishReason.STOP, EngineError(
+            ErrorKind.BUSY, "the KV cache is full with other requests; retry later or raise --ctx-size"
+        ))
+        self._clear(newest)
+
+    def _on_decode_error(self, entries: list[BatchEntry], rc: int) -> None:
+        log.error("llama_decode failed with %d; failing %d requests", rc, len(entries))
+        for entry in entries:
+            slot = entry.slot
+            if slot.active is not None:
+                self._finish(slot, FinishReason.STOP, EngineError(ErrorKind.INTERNAL, f"llama_decode failed ({rc})"))
+            # processed ubatches may remain in memory: start this sequence over
+            self._clear(slot)

@@ -1,0 +1,555 @@
+"""The one seam between warmslot and llama.cpp.
+
+Every ctypes call into llama-cpp-python's low-level API lives in this module. The rest of
+the engine talks to the small typed classes below: `Model`, `Context`, `Batch`, `Sampler`.
+
+Threading: a `Context` (and its `Batch` and `Sampler`s) belongs to the engine thread.
+`Model.tokenize` and `Model.token_piece` only read the vocabulary and may be called from
+worker threads, as llama.cpp's own server does.
+
+NOTE: llama_cpp must be imported before numpy. With some numpy builds, loading a model
+segfaults when numpy was imported first, so this module imports llama_cpp on its first line
+and `slots/__init__.py` imports this module first.
+"""
+
+from __future__ import annotations
+
+import llama_cpp  # noqa: I001  (must precede numpy, see the module docstring)
+
+import ctypes
+import enum
+import hashlib
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+log = logging.getLogger("warmslot.llama")
+_native_log = logging.getLogger("llama.cpp")
+
+# ggml log levels: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
+_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+
+
+class _NativeLog:
+    """Joins llama.cpp's log fragments into lines and forwards them to Python logging."""
+
+    def __init__(self) -> None:
+        self.level = logging.INFO
+        self.parts: list[str] = []
+        self.lock = threading.Lock()
+
+    def write(self, level: int, text: str) -> None:
+        with self.lock:
+            if level != 5:
+                self.level = _LEVELS.get(level, logging.INFO)
+            self.parts.append(text)
+            if not text.endswith("\n"):
+                return
+            line = "".join(self.parts).rstrip("\n")
+            self.parts.clear()
+        if line and _native_log.isEnabledFor(self.level):
+            _native_log.log(self.level, "%s", line)
+
+
+_native = _NativeLog()
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    _native.write(level, text.decode("utf-8", errors="replace"))
+
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def init_backend() -> None:
+    """Initialize llama.cpp once per process and route its log into Python logging."""
+    global _backend_ready
+    with _backend_lock:
+        if _backend_ready:
+            return
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def supports_gpu_offload() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+class MemoryKind(enum.Enum):
+    """What the model's sequence memory is made of, which decides how a prefix is reused."""
+
+    ATTENTION = "attention"  # any suffix can be removed
+    SWA = "swa"  # sliding-window cache: positions before the window are gone
+    RECURRENT = "recurrent"  # one state per sequence (Mamba, RWKV)
+    HYBRID = "hybrid"  # attention layers plus recurrent layers
+
+    @property
+    def truncatable(self) -> bool:
+        """True when `seq_rm(seq, n, -1)` is valid for any n the sequence holds."""
+        return self is MemoryKind.ATTENTION
+
+
+KV_TYPES = {
+    "f32": llama_cpp.GGML_TYPE_F32,
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "bf16": 30,  # GGML_TYPE_BF16
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+    "q4_1": llama_cpp.GGML_TYPE_Q4_1,
+    "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
+    "q5_0": llama_cpp.GGML_TYPE_Q5_0,
+    "q5_1": llama_cpp.GGML_TYPE_Q5_1,
+}
+
+FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+PARTIAL_ONLY = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+
+class LlamaError(RuntimeError):
+    """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    path: str
+    arch: str
+    name: str
+    description: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_swa: int
+    is_recurrent: bool
+    is_hybrid: bool
+    size_bytes: int
+    n_params: int
+    chat_template: str | None
+    fingerprint: str
+
+
+class Model:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        n_gpu_layers: int = -1,
+        progress: Callable[[float], None] | None = None,
+        vocab_only: bool = False,
+    ) -> None:
+        init_backend()
+        if not os.path.isfile(path):
+            raise LlamaError(f"model file not found: {path}")
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
+        self._progress_cb = None
+        if progress is not None:
+
+            def on_progress(value: float, user_data: ctypes.c_void_p) -> bool:
+                progress(float(value))
+                return True
+
+            self._progress_cb = llama_cpp.llama_progress_callback(on_progress)
+            params.progress_callback = self._progress_cb
+        model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
+        if not model:
+            raise LlamaError(f"llama.cpp could not load the model {path} (see the log above)")
+        self.ptr = model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._eog = np.fromiter(
+            (bool(llama_cpp.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)),
+            dtype=bool,
+            count=self.n_vocab,
+        )
+        self.info = self._read_info(path)
+
+    # -- metadata -------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1024)
+        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def _read_info(self, path: str) -> ModelInfo:
+        m = self.ptr
+        desc = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(m, desc, len(desc))
+        template = llama_cpp.llama_model_chat_template(m, None)
+        arch = self.meta("general.architecture") or "unknown"
+        stat = os.stat(path)
+        info = dict(
+            path=os.path.realpath(path),
+            arch=arch,
+            name=self.meta("general.name") or os.path.basename(path),
+            description=desc.value.decode("utf-8", errors="replace"),
+            n_vocab=self.n_vocab,
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(m)),
+            n_embd=int(llama_cpp.llama_model_n_embd(m)),
+            n_layer=int(llama_cpp.llama_model_n_layer(m)),
+            n_swa=int(llama_cpp.llama_model_n_swa(m)),
+            is_recurrent=bool(llama_cpp.llama_model_is_recurrent(m)),
+            is_hybrid=bool(llama_cpp.llama_model_is_hybrid(m)),
+            size_bytes=int(llama_cpp.llama_model_size(m)),
+            n_params=int(llama_cpp.llama_model_n_params(m)),
+            chat_template=template.decode("utf-8") if template else None,
+        )
+        digest = hashlib.sha256(
+            repr((info["path"], stat.st_size, int(stat.st_mtime), arch, info["n_params"])).encode()
+        ).hexdigest()[:16]
+        return ModelInfo(**info, fingerprint=digest)
+
+    # -- vocabulary (thread-safe: read-only) ------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+            if n < 0:
+                raise LlamaError("tokenization failed")
+        return list(buf[:n])
+
+    def token_piece(self, token: int, *, special: bool = True) -> bytes:
+        """The bytes of one token. With special=False, control tokens render as b""."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = True) -> str:
+        return b"".join(self.token_piece(t, special=special) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's own text for a token (e.g. '<end_of_turn>')."""
+        return (llama_cpp.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+@dataclass(slots=True)
+class ContextParams:
+    n_ctx: int
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_seq_max: int = 1
+    n_threads: int = 0  # 0: choose from the CPU count
+    n_threads_batch: int = 0
+    flash_attn: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    swa_full: bool = False
+    kv_unified: bool = True
+
+
+def default_threads() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    # llama.cpp runs best on physical cores; hyper-threaded machines report twice as many
+    return max(1, n // 2) if n >= 8 else max(1, n)
+
+
+class Context:
+    """A llama_context with one sequence per slot. Owned by the engine thread."""
+
+    def __init__(self, model: Model, params: ContextParams) -> None:
+        self.model = model
+        cp = llama_cpp.llama_context_default_params()
+        cp.n_ctx = params.n_ctx
+        cp.n_batch = params.n_batch
+        cp.n_ubatch = min(params.n_ubatch, params.n_batch)
+        cp.n_seq_max = params.n_seq_max
+        threads = params.n_threads or default_threads()
+        cp.n_threads = threads
+        cp.n_threads_batch = params.n_threads_batch or threads
+        cp.flash_attn_type = FLASH_ATTN[params.flash_attn]
+        cp.type_k = KV_TYPES[params.type_k]
+        cp.type_v = KV_TYPES[params.type_v]
+        cp.swa_full = params.swa_full
+        cp.kv_unified = params.kv_unified
+        cp.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model.ptr, cp)
+        if not ctx:
+            raise LlamaError("llama.cpp could not create the context (out of memory? see the log above)")
+        self.ptr = ctx
+        self.mem = llama_cpp.llama_get_memory(ctx)
+        self.params = params
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self.n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(ctx))
+        self.n_batch = int(llama_cpp.llama_n_batch(ctx))
+        self.n_ubatch = int(llama_cpp.llama_n_ubatch(ctx))
+        self.n_seq_max = int(llama_cpp.llama_n_seq_max(ctx))
+        self.n_threads = threads
+        self.n_vocab = model.n_vocab
+        self.memory_kind = classify_memory(model.info, params.swa_full)
+
+    def decode(self, batch: "Batch") -> int:
+        """0 ok; 1 no KV space (memory is unchanged); other values are errors."""
+        return int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n)))
+
+    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
+        return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def seq_clear(self, seq: int) -> None:
+        ok = llama_cpp.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        assert ok, "removing a whole sequence never fails"
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_pos_min(self, seq: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_min(self.mem, seq))
+
+    def seq_pos_max(self, seq: int) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq))
+
+    def state_get(self, seq: int, *, partial: bool) -> np.ndarray:
+        """A copy of a sequence's state: everything, or only its non-truncatable part."""
+        flags = PARTIAL_ONLY if partial else 0
+        size = int(llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq, flags))
+        buf = np.empty(size, dtype=np.uint8)
+        ptr = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        n = int(llama_cpp.llama_state_seq_get_data_ext(self.ptr, ptr, size, seq, flags))
+        if n == 0 and size > 0:
+            raise LlamaError(f"could not read the state of sequence {seq}")
+        return buf[:n]
+
+    def state_set(self, seq: int, data: np.ndarray, *, partial: bool) -> bool:
+        flags = PARTIAL_ONLY if partial else 0
+        ptr = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        n = int(llama_cpp.llama_state_seq_set_data_ext(self.ptr, ptr, data.nbytes, seq, flags))
+        return n > 0
+
+    def logits(self, index: int) -> np.ndarray:
+        """A copy of the logits of the batch output at `index`."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ptr, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_free(self.ptr)
+            self.ptr = None
+
+
+def classify_memory(info: ModelInfo, swa_full: bool) -> MemoryKind:
+    if info.is_hybrid:
+        return MemoryKind.HYBRID
+    if info.is_recurrent:
+        return MemoryKind.RECURRENT
+    if info.n_swa > 0 and not swa_full:
+        return MemoryKind.SWA
+    return MemoryKind.ATTENTION
+
+
+class Batch:
+    """A llama_batch whose arrays are numpy buffers, so chunks are written without Python loops."""
+
+    def __init__(self, capacity: int, n_seq_max: int) -> None:
+        self.capacity = capacity
+        self.n = 0
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        # each token points at one entry of `seq_values`, the constant array 0..n_seq_max-1
+        self.seq_values = np.arange(n_seq_max, dtype=np.int32)
+        self.seq_ptrs = np.zeros(capacity, dtype=np.uintp)
+        self._seq_base = self.seq_values.ctypes.data
+        self._struct = llama_cpp.llama_batch()
+        s = self._struct
+        s.token = self.token.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token))
+        s.embd = ctypes.POINTER(ctypes.c_float)()
+        s.pos = self.pos.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_pos))
+        s.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        s.seq_id = ctypes.cast(self.seq_ptrs.ctypes.data, ctypes.POINTER(ctypes.POINTER(llama_cpp.llama_seq_id)))
+        s.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.n
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, tokens: Sequence[int], pos0: int, seq: int, *, logits_last: bool) -> int:
+        """Append tokens at positions pos0.. for `seq`. Returns the batch index of the last one."""
+        k = len(tokens)
+        assert 0 < k <= self.free, (k, self.free)
+        i, j = self.n, self.n + k
+        self.token[i:j] = tokens
+        self.pos[i:j] = np.arange(pos0, pos0 + k, dtype=np.int32)
+        self.seq_ptrs[i:j] = self._seq_base + 4 * seq
+        self.logits[i:j] = 0
+        if logits_last:
+            self.logits[j - 1] = 1
+        self.n = j
+        return j - 1
+
+    def struct(self, n: int) -> llama_cpp.llama_batch:
+        self._struct.n_tokens = n
+        return self._struct
+
+
+@dataclass(slots=True)
+class GrammarSpec:
+    """A GBNF grammar for constrained sampling; lazy grammars wait for a trigger."""
+
+    grammar: str
+    root: str = "root"
+    lazy: bool = False
+    trigger_patterns: list[str] = field(default_factory=list)
+    trigger_tokens: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: GrammarSpec | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+class GrammarError(ValueError):
+    """llama.cpp rejected a grammar."""
+
+
+class Sampler:
+    """A native llama.cpp sampler chain for one request."""
+
+    _token_ids: np.ndarray | None = None
+
+    def __init__(self, model: Model, params: SamplingParams) -> None:
+        chain_params = llama_cpp.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        self.ptr = llama_cpp.llama_sampler_chain_init(chain_params)
+        self.n_vocab = model.n_vocab
+        try:
+            for smpl in self._build(model, params):
+                llama_cpp.llama_sampler_chain_add(self.ptr, smpl)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, model: Model, p: SamplingParams):
+        if p.grammar is not None:
+            yield self._grammar(model, p.grammar)
+        if p.logit_bias:
+            n = len(p.logit_bias)
+            arr = (llama_cpp.llama_logit_bias * n)()
+            for i, (tok, bias) in enumerate(p.logit_bias.items()):
+                arr[i].token = tok
+                arr[i].bias = bias
+            yield llama_cpp.llama_sampler_init_logit_bias(self.n_vocab, n, arr)
+        if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            yield llama_cpp.llama_sampler_init_penalties(
+                self.n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+            )
+        if p.greedy:
+            yield llama_cpp.llama_sampler_init_greedy()
+            return
+        if p.top_k > 0:
+            yield llama_cpp.llama_sampler_init_top_k(p.top_k)
+        if p.top_p < 1.0:
+            yield llama_cpp.llama_sampler_init_top_p(p.top_p, 1)
+        if p.min_p > 0.0:
+            yield llama_cpp.llama_sampler_init_min_p(p.min_p, 1)
+        yield llama_cpp.llama_sampler_init_temp(p.temperature)
+        seed = llama_cpp.LLAMA_DEFAULT_SEED if p.seed is None else p.seed & 0xFFFFFFFF
+        yield llama_cpp.llama_sampler_init_dist(seed)
+
+    @staticmethod
+    def _grammar(model: Model, g: GrammarSpec):
+        if g.lazy:
+            pats = (ctypes.c_char_p * max(1, len(g.trigger_patterns)))(*[s.encode() for s in g.trigger_patterns])
+            toks = (llama_cpp.llama_token * max(1, len(g.trigger_tokens)))(*g.trigger_tokens)
+            smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                model.vocab, g.grammar.encode(), g.root.encode(),
+                pats, len(g.trigger_patterns), toks, len(g.trigger_tokens),
+            )
+        else:
+            smpl = llama_cpp.llama_sampler_init_grammar(model.vocab, g.grammar.encode(), g.root.encode())
+        if not smpl:
+            raise GrammarError("llama.cpp could not parse the grammar")
+        return smpl
+
+    def sample(self, ctx: Context, index: int) -> int:
+        """Sample from the logits of batch output `index`; the chain accepts the token."""
+        return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, index))
+
+    def sample_logits(self, logits: np.ndarray) -> int:
+        """Sample from saved logits (same chain, same acceptance as `sample`)."""
+        n = logits.shape[0]
+        if Sampler._token_ids is None or Sampler._token_ids.shape[0] != n:
+            Sampler._token_ids = np.arange(n, dtype=np.int32)
+        data = np.zeros(n, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+        data["id"] = Sampler._token_ids
+        data["logit"] = logits
+        arr = llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+            size=n,
+            selected=-1,
+            sorted=False,
+        )
+        llama_cpp.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+        assert 0 <= arr.selected < arr.size, "the chain ends in a selecting sampler"
+        chosen = ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected]
+        token = int(chosen.id)
+        llama_cpp.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_sampler_free(self.ptr)
+            self.ptr = None

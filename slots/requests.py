@@ -1,0 +1,155 @@
+"""Messages between the HTTP side and the engine thread.
+
+The HTTP side submits a `GenerateRequest` (token ids plus sampling parameters). The engine
+answers through the request's `sink` with lists of `Event`s, one list per engine step at
+most, so a busy stream costs one thread hop per step rather than one per token.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from .llama_api import SamplingParams
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # end-of-generation token or a stop string
+    LENGTH = "length"  # max_tokens or the slot's context is full
+    ABORT = "abort"  # the client went away
+
+
+class ErrorKind(str, enum.Enum):
+    INVALID = "invalid"  # the request itself is bad (a grammar llama.cpp rejects)
+    CONTEXT = "context"  # the prompt cannot fit a slot
+    BUSY = "busy"  # no KV memory left for it while other requests hold it
+    INTERNAL = "internal"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineError:
+    kind: ErrorKind
+    message: str
+
+
+class Sink(Protocol):
+    """Receives a request's events. Called on the engine thread; must not block."""
+
+    def push(self, events: list["Event"]) -> None: ...
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    id: str
+    tokens: list[int]
+    sink: Sink
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    tenant: str = ""
+    # token offsets where a message starts: the chat layer's hints for checkpoint positions
+    boundaries: tuple[int, ...] = ()
+    return_prompt_logits: bool = False
+    submitted: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        assert len(self.tokens) > 0, "a prompt has at least one token"
+        assert self.max_tokens >= 0
+
+
+@dataclass(slots=True)
+class Reuse:
+    """Where a request's prompt came from, and why not more of it (for the miss explanation)."""
+
+    source: str = "none"  # "slot", "fork", "ram" or "none"
+    slot: int = -1
+    matched: int = 0  # common token prefix with the best candidate
+    cached: int = 0  # tokens not evaluated
+    restored_checkpoint: int | None = None  # checkpoint position restored, if any
+    used_logits: bool = False  # the last prompt token's logits came from a checkpoint
+    candidate_tokens: list[int] | None = None  # the best candidate's tokens, for diffing
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int = 0
+    # prompt tokens by where they came from: slot, fork, ram, computed
+    sources: dict[str, int] = field(default_factory=dict)
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    ttft_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.cached_tokens <= self.prompt_tokens
+
+
+@dataclass(slots=True)
+class Event:
+    """One step's output for a request: new text and tokens, and at the end the finish."""
+
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    started: bool = False  # the request got a slot and its prompt is being processed
+    finish: FinishReason | None = None
+    usage: Usage | None = None
+    reuse: Reuse | None = None
+    error: EngineError | None = None
+    prompt_logits: np.ndarray | None = None
+
+
+class QueueSink:
+    """A blocking sink for code that is not asyncio (tests, scripts)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[list[Event]] = queue.SimpleQueue()
+
+    def push(self, events: list[Event]) -> None:
+        self.queue.put(events)
+
+    def collect(self, timeout: float = 120.0) -> "Result":
+        result = Result()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the request did not finish in time")
+            for ev in self.queue.get(timeout=remaining):
+                result.add(ev)
+                if ev.finish is not None or ev.error is not None:
+                    return result
+
+
+@dataclass(slots=True)
+class Result:
+    """All of a request's events folded together."""
+
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    finish: FinishReason | None = None
+    usage: Usage | None = None
+    reuse: Reuse | None = None
+    error: EngineError | None = None
+    prompt_logits: np.ndarray | None = None
+
+    def add(self, ev: Event) -> None:
+        self.text += ev.text
+        self.tokens.extend(ev.tokens)
+        if ev.prompt_logits is not None:
+            self.prompt_logits = ev.prompt_logits
+        if ev.reuse is not None:
+            self.reuse = ev.reuse
+        if ev.finish is not None:
+            self.finish = ev.finish
+            self.usage = ev.usage
+        if ev.error is not None:
+            self.error = ev.error

@@ -1,0 +1,70 @@
+"""A slot is one sequence of the shared llama context, and the request it is serving."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from cache.checkpoints import CheckpointList
+
+from .llama_api import Sampler
+from .requests import Event, GenerateRequest, Reuse
+from .text import TextStream
+
+
+class SlotState(str, enum.Enum):
+    IDLE = "idle"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(slots=True)
+class Active:
+    """A request while it holds a slot."""
+
+    req: GenerateRequest
+    sampler: Sampler
+    text: TextStream
+    reuse: Reuse
+    cached: int  # prompt tokens not evaluated
+    sources: dict[str, int]  # cached prompt tokens by source
+    cuts: list[int]  # prompt positions where the prefill stops for a checkpoint, ascending
+    admitted: float = field(default_factory=time.monotonic)
+    generated: list[int] = field(default_factory=list)
+    pending: int | None = None  # sampled, not yet decoded
+    first_token_at: float = 0.0
+    last_token_at: float = 0.0
+    events: list[Event] = field(default_factory=list)
+    prefill_done: bool = False
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.req.tokens
+
+    def event(self) -> Event:
+        """This step's event for the request (created on first use)."""
+        if not self.events:
+            self.events.append(Event())
+        return self.events[-1]
+
+
+@dataclass(slots=True)
+class Slot:
+    id: int
+    checkpoints: CheckpointList
+    tokens: list[int] = field(default_factory=list)  # what the sequence memory holds, in order
+    tenant: str = ""
+    last_used: float = 0.0
+    active: Active | None = None
+    prompt_end: int = 0  # length of the last prompt served (a divergence before it loses a prompt)
+
+    @property
+    def state(self) -> SlotState:
+        if self.active is None:
+            return SlotState.IDLE
+        return SlotState.DECODE if self.active.prefill_done else SlotState.PREFILL
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)

@@ -1,0 +1,76 @@
+"""Engine counters, written by the engine thread and read by the metrics collector.
+
+Plain ints and floats: single writes are atomic under the GIL, and a scrape that reads a
+counter one step late is fine. `server.metrics` turns these into Prometheus families.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+# Time buckets that cover a GPU's milliseconds and a CPU's seconds.
+LATENCY_BUCKETS = (
+    0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5,
+    1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0,
+)
+
+PROMPT_SOURCES = ("slot", "fork", "ram", "disk", "computed")
+
+
+class Histogram:
+    """A cumulative-bucket histogram; observe() on one thread, snapshot() from any."""
+
+    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.buckets = buckets
+        self._counts = [0] * (len(buckets) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.buckets, value)
+        with self._lock:
+            self._counts[i] += 1
+            self._sum += value
+
+    def snapshot(self) -> tuple[list[tuple[str, int]], float, int]:
+        """Cumulative (le, count) pairs including +Inf, the sum, and the count."""
+        with self._lock:
+            counts = list(self._counts)
+            total = self._sum
+        out, running = [], 0
+        for le, c in zip(self.buckets, counts):
+            running += c
+            out.append((repr(float(le)), running))
+        running += counts[-1]
+        out.append(("+Inf", running))
+        return out, total, running
+
+
+@dataclass
+class EngineStats:
+    prompt_tokens: Counter = field(default_factory=Counter)  # by source
+    generated_tokens: int = 0
+    requests: Counter = field(default_factory=Counter)  # by finish reason or error kind
+    queue_rejected: int = 0
+    prefill_tokens: int = 0  # tokens evaluated for prompts
+    prefill_seconds: float = 0.0
+    decode_tokens: int = 0  # generated tokens evaluated
+    decode_seconds: float = 0.0
+    steps: int = 0
+    checkpoints_created: int = 0
+    checkpoints_restored: int = 0
+    checkpoints_evicted: int = 0
+    logits_reused: int = 0
+    full_prefills: int = 0  # prompts that reused nothing although a candidate matched
+    kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
+    ttft: Histogram = field(default_factory=Histogram)
+    itl: Histogram = field(default_factory=Histogram)
+    queue_wait: Histogram = field(default_factory=Histogram)
+
+    def add_prompt(self, sources: dict[str, int]) -> None:
+        for source, n in sources.items():
+            assert source in PROMPT_SOURCES, source
+            self.prompt_tokens[source] += n
