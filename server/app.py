@@ -1,0 +1,473 @@
+"""The Starlette application: routes, authentication, errors and streaming.
+
+Handlers parse and validate, build the prompt off the event loop, submit token ids to the
+engine and turn its events into OpenAI bodies or SSE chunks. Errors are typed (`ApiError`)
+and become OpenAI error bodies in one exception handler. Once an SSE stream has sent its
+first byte the status cannot change, so a later error goes inside the stream, which still
+ends with [DONE].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from typing import Any
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from slots import Engine, FinishReason, GenerateRequest
+
+from . import grammars, metrics, responses, tool_calls
+from .bridge import AsyncSink, ClientGone, Submission
+from .chat import ChatTemplate, PromptBuilder, choose_template
+from .config import ServerConfig
+from .errors import ApiError, ContextOverflow, InvalidRequest, MethodNotAllowed, NotFound, ServerError, Unauthorized, Unavailable
+from .protocol import ChatParams, GenerationParams, parse_body, parse_chat, parse_completion
+
+log = logging.getLogger("warmslot.server")
+
+
+class Warmslot:
+    """Server-wide state: the engine, the prompt builder and the settings."""
+
+    def __init__(self, config: ServerConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.builder: PromptBuilder | None = None
+        self.model_name = config.alias or os.path.basename(config.engine.model_path) or "model"
+        self.created = int(time.time())
+        self.tool_format = "hermes"
+        self.reasoning = (False, False)
+        self.init_error: BaseException | None = None
+        self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
+
+    # -- readiness --------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.builder is not None
+
+    def finish_loading(self) -> None:
+        """After the engine loaded the model: choose the chat template and output parsers."""
+        engine = self.engine
+        engine.wait_ready()
+        model = engine.model
+        info = model.info
+        name, source = choose_template(
+            self.config.chat_template, info.chat_template, info.arch, lambda t: _vocab_has(model, t)
+        )
+        template = ChatTemplate(name, source, _special_text(model, model.bos), _special_text(model, model.eos))
+        fmt = self.config.tool_format
+        self.tool_format = tool_calls.detect_format(source, info.arch) if fmt == "auto" else fmt
+        self.reasoning = tool_calls.detect_reasoning(source, info.arch) if self.config.reasoning_format == "auto" else (False, False)
+        self.builder = PromptBuilder(template, model)
+        log.info(
+            "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
+            name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",
+        )
+
+    def require_ready(self) -> None:
+        if self.init_error is not None:
+            raise ServerError(f"the model failed to load: {self.init_error}")
+        if not self.ready:
+            raise Unavailable("the model is loading", retry_after=5, code="loading")
+
+    # -- auth and tenants ---------------------------------------------------------------
+
+    def authorize(self, request: Request) -> str:
+        """The API key the request used ("" when the server has none). Raises 401."""
+        keys = self.config.api_keys
+        if not keys:
+            return ""
+        header = request.headers.get("authorization", "")
+        given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+        for key in keys:
+            if given and hmac.compare_digest(given.encode(), key.encode()):
+                return key
+        raise Unauthorized()
+
+    @staticmethod
+    def tenant(key: str, hint: str) -> str:
+        """Prefixes are shared only within a tenant: the API key plus cache_salt (or user)."""
+        if not key and not hint:
+            return ""
+        return hashlib.sha256(f"{key}\0{hint}".encode()).hexdigest()[:16]
+
+    # -- generation --------------------------------------------------------------------
+
+    def limits(self, n_prompt: int, gen: GenerationParams) -> int:
+        n_ctx = self.engine.ctx.n_ctx_seq
+        if n_prompt >= n_ctx:
+            raise ContextOverflow(n_prompt, n_ctx)
+        room = n_ctx - n_prompt
+        default = self.config.n_predict if self.config.n_predict >= 0 else room
+        wanted = gen.max_tokens if gen.max_tokens is not None else default
+        return min(wanted, room)
+
+    def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:
+        sampling = gen.sampling
+        if grammar is not None:
+            sampling.grammar = grammar
+        req = GenerateRequest(
+            id=secrets.token_hex(12),
+            tokens=tokens,
+            sink=AsyncSink(asyncio.get_running_loop()),
+            sampling=sampling,
+            max_tokens=self.limits(len(tokens), gen),
+            stop=gen.stop,
+            ignore_eos=gen.ignore_eos,
+            tenant=self.tenant(key, gen.tenant_hint),
+            boundaries=tuple(boundaries),
+        )
+        return Submission.submit(self.engine, req, req.sink, self.engine.ctx.n_ctx_seq)
+
+    def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
+        return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.model.info.fingerprint[:10]}")
+
+
+def _vocab_has(model, text: str) -> bool:
+    tokens = model.tokenize(text, add_special=False, parse_special=True)
+    return len(tokens) == 1 and model.token_text(tokens[0]) == text
+
+
+def _special_text(model, token: int) -> str:
+    return model.token_text(token) if token >= 0 else ""
+
+
+def _server(request: Request) -> Warmslot:
+    return request.app.state.warmslot
+
+
+def _finish_reason(reason: FinishReason | None, has_tool_calls: bool) -> str:
+    if has_tool_calls:
+        return "tool_calls"
+    return "length" if reason is FinishReason.LENGTH else "stop"
+
+
+def _cache_header(sub: Submission, started) -> dict[str, str]:
+    reuse = started.reuse
+    if reuse is None:
+        return {}
+    return {"X-Warmslot-Cache": f"source={reuse.source}; cached={reuse.cached}; prompt={len(sub.req.tokens)}; slot={reuse.slot}"}
+
+
+# -- handlers -----------------------------------------------------------------------------
+
+
+async def health(request: Request) -> Response:
+    server = _server(request)
+    if server.init_error is not None:
+        return JSONResponse({"status": "error", "error": {"message": str(server.init_error), "type": "server_error"}}, 500)
+    if not server.ready:
+        return JSONResponse(
+            {"status": "loading", "progress": round(server.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
+            503,
+            headers={"Retry-After": "5"},
+        )
+    return JSONResponse({"status": "ok"})
+
+
+async def models(request: Request) -> Response:
+    server = _server(request)
+    data = [{"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot"}]
+    if server.ready:
+        info = server.engine.model.info
+        data[0]["meta"] = {
+            "arch": info.arch,
+            "n_params": info.n_params,
+            "size": info.size_bytes,
+            "n_ctx_train": info.n_ctx_train,
+            "n_ctx": server.engine.ctx.n_ctx,
+            "n_vocab": info.n_vocab,
+            "memory": server.engine.ctx.memory_kind.value,
+        }
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def chat_completions(request: Request) -> Response:
+    server = _server(request)
+    key = server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    params = parse_chat(body, server.engine.model.n_vocab, None)
+    tools, choice, grammar = _tooling(server, params)
+    prompt = await asyncio.get_running_loop().run_in_executor(
+        server.tokenize_pool, lambda: server.builder.build(params.messages, tools if choice.mode != "none" else None, extra=params.template_kwargs)
+    )
+    boundaries = _checkpoint_boundaries(prompt)
+    sub = server.submit(prompt.tokens, params.gen, key, grammar, boundaries)
+    started = await _started(sub, request)
+    parser = tool_calls.OutputParser(
+        format=server.tool_format,
+        reasoning=server.reasoning[0],
+        starts_in_reasoning=server.reasoning[1],
+        tools_enabled=bool(tools) and choice.mode != "none",
+    )
+    env = server.envelope("chatcmpl", sub)
+    headers = _cache_header(sub, started)
+    if params.gen.stream:
+        sub.stop_watching()
+        return EventSourceResponse(_chat_stream(sub, env, parser, params.gen), headers=headers, ping=15)
+    result_text, usage, finish = await _collect(sub, request)
+    parsed = parser.parse_complete(result_text)
+    message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
+    body = responses.chat_response(env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage)
+    if params.gen.explain_cache:
+        body["warmslot"] = {"cache": _reuse_body(started)}
+    return JSONResponse(body, headers=headers)
+
+
+async def completions(request: Request) -> Response:
+    server = _server(request)
+    key = server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    params = parse_completion(body, server.engine.model.n_vocab, None)
+    if isinstance(params.prompt, str):
+        tokens = await asyncio.get_running_loop().run_in_executor(
+            server.tokenize_pool, server.builder.tokenizer.prompt, params.prompt
+        )
+    else:
+        tokens = list(params.prompt)
+    if not tokens:
+        raise InvalidRequest("the prompt has no tokens", param="prompt")
+    sub = server.submit(tokens, params.gen, key)
+    started = await _started(sub, request)
+    env = server.envelope("cmpl", sub)
+    headers = _cache_header(sub, started)
+    if params.gen.stream:
+        sub.stop_watching()
+        return EventSourceResponse(_completion_stream(sub, env, params.gen), headers=headers, ping=15)
+    text, usage, finish = await _collect(sub, request)
+    body = responses.completion_response(env, text, _finish_reason(finish, False), usage)
+    if params.gen.explain_cache:
+        body["warmslot"] = {"cache": _reuse_body(started)}
+    return JSONResponse(body, headers=headers)
+
+
+def _tooling(server: Warmslot, params: ChatParams):
+    """Validated tools, tool_choice, and the grammar that constrains the output (if any)."""
+    tools = grammars.validate_tools(params.tools) if params.tools is not None else []
+    choice = grammars.validate_tool_choice(params.tool_choice, tools)
+    grammar = None
+    if tools and choice.mode != "none":
+        grammar = grammars.tool_call_grammar(
+            tools, choice, server.tool_format, parallel_tool_calls=params.parallel_tool_calls,
+            reasoning=server.reasoning[0], starts_in_reasoning=server.reasoning[1],
+        )
+    if params.response_format is not None:
+        fmt_grammar = grammars.response_format_grammar(
+            params.response_format, reasoning=server.reasoning[0], starts_in_reasoning=server.reasoning[1]
+        )
+        if fmt_grammar is not None:
+            if grammar is not None and not grammar.lazy:
+                raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
+            grammar = grammars.GrammarSpec(fmt_grammar) if grammar is None else grammar
+    return tools, choice, _sampling_grammar(server, grammar)
+
+
+def _sampling_grammar(server: Warmslot, spec):
+    if spec is None:
+        return None
+    from slots.llama_api import GrammarSpec as NativeGrammar
+
+    trigger_tokens = []
+    for text in spec.trigger_tokens:
+        ids = server.engine.model.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1:
+            trigger_tokens.append(ids[0])
+    return NativeGrammar(spec.grammar, "root", spec.lazy, list(spec.trigger_patterns), trigger_tokens)
+
+
+def _checkpoint_boundaries(prompt) -> list[int]:
+    """Where agent histories diverge: the end of the system+tools prefix (the content start
+    of the first non-system message) and the start of every user or tool message."""
+    out = []
+    seen_non_system = False
+    for role, _glue, content in prompt.messages:
+        if role != "system" and not seen_non_system:
+            seen_non_system = True
+            out.append(content)
+        elif role in ("user", "tool"):
+            out.append(content)
+    return sorted({b for b in out if 0 < b < len(prompt.tokens)})
+
+
+def _reuse_body(started) -> dict[str, Any]:
+    r = started.reuse
+    if r is None:
+        return {}
+    return {
+        "source": r.source,
+        "slot": r.slot,
+        "matched_tokens": r.matched,
+        "cached_tokens": r.cached,
+        "restored_checkpoint": r.restored_checkpoint,
+        "reused_logits": r.used_logits,
+        "reason": r.reason,
+    }
+
+
+async def _started(sub: Submission, request: Request):
+    try:
+        return await sub.started(request.receive)
+    except ClientGone:
+        raise _Gone() from None
+
+
+class _Gone(Exception):
+    """The client left before the response started; nothing to send."""
+
+
+async def _collect(sub: Submission, request: Request):
+    text, usage, finish = [], None, None
+    try:
+        async for ev in sub.events(request.receive):
+            text.append(ev.text)
+            if ev.finish is not None:
+                usage, finish = ev.usage, ev.finish
+    except ClientGone:
+        raise _Gone() from None
+    return "".join(text), usage, finish
+
+
+async def _chat_stream(sub: Submission, env, parser, gen: GenerationParams):
+    try:
+        yield responses.chat_chunk(env, {"role": "assistant", "content": ""})
+        has_calls = False
+        async for ev in sub.events():
+            outputs = parser.feed(ev.text) if ev.text else []
+            if ev.finish is not None:
+                outputs += parser.finish()
+            for out in outputs:
+                has_calls |= isinstance(out, tool_calls.ToolCallDelta)
+                yield responses.chat_chunk(env, responses.delta_body(out))
+            if ev.finish is not None:
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls))
+                if gen.include_usage:
+                    yield responses.usage_chunk(env, ev.usage)
+        yield "[DONE]"
+    except ApiError as exc:
+        yield json.dumps(exc.body())
+        yield "[DONE]"
+
+
+async def _completion_stream(sub: Submission, env, gen: GenerationParams):
+    try:
+        async for ev in sub.events():
+            if ev.text:
+                yield responses.completion_chunk(env, ev.text)
+            if ev.finish is not None:
+                yield responses.completion_chunk(env, "", _finish_reason(ev.finish, False))
+                if gen.include_usage:
+                    yield responses.usage_chunk(env, ev.usage, "text_completion")
+        yield "[DONE]"
+    except ApiError as exc:
+        yield json.dumps(exc.body())
+        yield "[DONE]"
+
+
+async def slots_view(request: Request) -> Response:
+    server = _server(request)
+    server.authorize(request)
+    if not server.config.slots_endpoint:
+        raise NotFound("the /slots endpoint is disabled (--no-slots)")
+    server.require_ready()
+    snapshot = await asyncio.get_running_loop().run_in_executor(None, server.engine.snapshot)
+    return JSONResponse(snapshot)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+async def _api_error(request: Request, exc: ApiError) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    if exc.status_code == 404:
+        err: ApiError = NotFound(f"no route {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+    else:
+        err = ApiError(str(exc.detail))
+        err.status = exc.status_code
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _gone(request: Request, exc: _Gone) -> Response:
+    return Response(status_code=499)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(ServerError(f"internal error: {type(exc).__name__}").body(), status_code=500)
+
+
+def create_app(config: ServerConfig, engine: Engine | None = None, extra_routes: list | None = None) -> Starlette:
+    """The app. The engine starts loading when the app starts; /health says when it is ready."""
+    engine = engine or Engine(config.engine)
+    server = Warmslot(config, engine)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        if engine._thread is None:
+            engine.start()
+        loader = asyncio.get_running_loop().run_in_executor(None, _finish_loading, server)
+        try:
+            yield
+        finally:
+            loader.cancel()
+            await asyncio.get_running_loop().run_in_executor(None, engine.stop)
+            server.tokenize_pool.shutdown(wait=False)
+
+    routes = [
+        Route("/health", health),
+        Route("/v1/health", health),
+        Route("/v1/models", models),
+        Route("/models", models),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/completions", completions, methods=["POST"]),
+        Route("/slots", slots_view),
+        Route("/metrics", metrics.metrics_endpoint),
+    ] + list(extra_routes or [])
+    request_counts: collections.Counter = collections.Counter()
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(metrics.RequestCounter, counts=request_counts)],
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            _Gone: _gone,
+            Exception: _unexpected,
+        },
+    )
+    app.state.warmslot = server
+    app.state.metrics_registry = metrics.make_registry(server, request_counts)
+    return app
+
+
+def _finish_loading(server: Warmslot) -> None:
+    try:
+        server.finish_loading()
+    except BaseException as exc:  # noqa: BLE001 - reported by /health and every request
+        log.error("the server cannot serve: %s", exc)
+        server.init_error = exc

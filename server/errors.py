@@ -1,0 +1,95 @@
+"""Typed API errors and their OpenAI-shaped bodies.
+
+Every error the HTTP layer can answer with is an `ApiError` subclass. The app maps
+them to responses in one place (`server.app`), so no handler formats error JSON itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and an OpenAI error body."""
+
+    status: int = 500
+    type: str = "server_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": self.type,
+            "param": self.param,
+            "code": self.code,
+        }
+        error.update(self.extra)
+        return {"error": error}
+
+
+class InvalidRequest(ApiError):
+    """400: malformed JSON, wrong types, unsupported values. `param` names the field."""
+
+    status = 400
+    type = "invalid_request_error"
+
+
+class ContextOverflow(InvalidRequest):
+    """400: the prompt cannot fit in a slot's context."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"the request needs {n_prompt_tokens} prompt tokens, but the context of a slot "
+            f"holds {n_ctx} tokens; shorten the prompt or start the server with a larger --ctx-size",
+            param="messages",
+            code="exceed_context_size_error",
+            extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx},
+        )
+
+
+class Unauthorized(ApiError):
+    status = 401
+    type = "authentication_error"
+
+    def __init__(self, message: str = "invalid or missing API key") -> None:
+        super().__init__(message, code="invalid_api_key")
+
+
+class NotFound(ApiError):
+    status = 404
+    type = "not_found_error"
+
+
+class MethodNotAllowed(ApiError):
+    status = 405
+    type = "invalid_request_error"
+
+
+class Unavailable(ApiError):
+    """503: the model is still loading, or the waiting queue is full."""
+
+    status = 503
+    type = "unavailable_error"
+
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
+        super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
+
+
+class ServerError(ApiError):
+    status = 500
+    type = "server_error"

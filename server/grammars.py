@@ -1,0 +1,560 @@
+"""GBNF grammars that constrain sampling for tool calls and structured output.
+
+JSON schemas are turned into GBNF by llama-cpp-python's pure-Python converter
+(`json_schema_to_gbnf`). Each schema is converted on its own and every rule name it produced
+is prefixed (``t0-root``, ``t0-space``, ...), so the schemas of several tools can live in one
+grammar without their rule names (which derive from property and ``$defs`` names) colliding.
+
+Lazy grammars and their triggers, as implemented by the llama.cpp vendored in
+llama-cpp-python 0.3.36 (``llama_grammar_accept_impl`` / ``llama_grammar_trigger_pattern::find``
+in src/llama-grammar.cpp, reached through ``llama_sampler_init_grammar_lazy_patterns``):
+
+- While awaiting its trigger the sampler constrains nothing. Every accepted token's text is
+  appended to a buffer holding *all* text generated since the sampler was created (it only
+  sees tokens passed to ``llama_sampler_accept``: the generated ones, reasoning included).
+- After each token each pattern (a std::regex, ECMAScript syntax) is tried on the whole
+  buffer: with ``regex_match`` when the pattern both starts with ``^`` and ends with ``$``,
+  otherwise with ``regex_search``, so an unanchored pattern matches anywhere and ``^`` pins it
+  to the start of the generated text.
+- On a match the grammar starts at the first capture group that matched something, or at
+  the start of the whole match when there is none. The buffered tokens overlapping that
+  position are replayed into the grammar (a token straddling it contributes only its tail),
+  so the grammar must describe the output from exactly there, starting with the marker.
+- A trigger token (by id) fires when sampled; the token itself is then the grammar's first
+  input, so a grammar used with trigger tokens must begin with that token's text.
+- Once the grammar is complete the stacks are empty and only end-of-generation tokens pass,
+  so a lazy tool grammar ends the reply after its last call.
+
+The patterns used here are plain markers (``<tool_call>``, ``\\[TOOL_CALLS\\]``) or short
+anchored ones (``^\\s*(\\{)``): cheap for std::regex on long buffers. Non-lazy grammars start at
+the first generated token; when a model reasons first they can let a think block through
+(`reasoning`, `starts_in_reasoning`), otherwise the constraint would forbid the reasoning.
+"""
+
+import llama_cpp  # noqa: F401,I001  -- llama_cpp must be imported before numpy
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+from .errors import InvalidRequest
+from .tool_calls import (
+    FORMATS,
+    HERMES_CLOSE,
+    HERMES_OPEN,
+    MISTRAL_ARGS,
+    MISTRAL_CALL_ID,
+    MISTRAL_CALLS,
+    THINK_CLOSE,
+    THINK_OPEN,
+)
+
+TOOL_NAME_RE = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+TOOL_CHOICE_MODES = ("none", "auto", "required")
+ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+
+
+@dataclass(slots=True, frozen=True)
+class ToolChoice:
+    """A validated `tool_choice`: mode "none", "auto", "required" or "function" (with `name`)."""
+
+    mode: str
+    name: str | None = None
+
+
+@dataclass(slots=True)
+class GrammarSpec:
+    """A grammar for the sampler; a lazy one waits for a trigger pattern or token.
+
+    `trigger_tokens` are token texts; use those that are a single token in the vocabulary.
+    """
+
+    grammar: str
+    lazy: bool = False
+    trigger_patterns: list[str] = field(default_factory=list)
+    trigger_tokens: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- GBNF text
+
+
+def gbnf_literal(text: str) -> str:
+    """A GBNF string literal matching `text` exactly."""
+    out = []
+    for ch in text:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ch == "\x7f":
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _class_char(ch: str) -> str:
+    if ch.isascii() and ch.isalnum():
+        return ch
+    code = ord(ch)
+    if code < 0x80:
+        return f"\\x{code:02X}"
+    if code < 0x10000:
+        return f"\\u{code:04X}"
+    return f"\\U{code:08X}"
+
+
+def _char_class(chars: list[str], negated: bool = False) -> str:
+    return "[" + ("^" if negated else "") + "".join(_class_char(c) for c in chars) + "]"
+
+
+def grammar_is_valid(grammar: str, root: str = "root") -> bool:
+    """Whether llama.cpp's own GBNF parser accepts `grammar` (no model needed)."""
+    sampler = llama_cpp.llama_sampler_init_grammar(None, grammar.encode(), root.encode())
+    if not sampler:
+        return False
+    llama_cpp.llama_sampler_free(sampler)
+    return True
+
+
+_RULE_START_RE = re.compile(r"^([A-Za-z0-9-]+) ::= ", re.M)
+_GBNF_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\{[^}]*\}|[A-Za-z0-9-]+|.', re.S)
+_RULE_NAME_RE = re.compile(r"[A-Za-z0-9-]+")
+
+
+def _split_rules(text: str) -> dict[str, str]:
+    """``name ::= body`` lines of a grammar as a dict."""
+    starts = list(_RULE_START_RE.finditer(text))
+    rules = {}
+    for i, match in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        rules[match.group(1)] = text[match.end() : end].strip("\n")
+    return rules
+
+
+def _rename(body: str, mapping: dict[str, str]) -> str:
+    """`body` with rule references renamed; literals, classes and counts are left alone."""
+    parts = []
+    for token in _GBNF_TOKEN_RE.findall(body):
+        if _RULE_NAME_RE.fullmatch(token) and token in mapping:
+            parts.append(mapping[token])
+        else:
+            parts.append(token)
+    return "".join(parts)
+
+
+class _Grammar:
+    """Rules collected for one grammar, written with ``root`` first."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, str] = {}
+
+    def add(self, name: str, body: str) -> str:
+        self.rules[name] = body
+        return name
+
+    def schema(self, schema: dict[str, Any], prefix: str, param: str) -> str:
+        """Add the rules for JSON values matching `schema`; answers their start rule."""
+        rules = _convert_schema(schema, param)
+        mapping = {name: f"{prefix}-{name}" for name in rules}
+        for name, body in rules.items():
+            self.rules[mapping[name]] = _rename(body, mapping)
+        return mapping["root"]
+
+    def until(self, prefix: str, delimiter: str) -> str:
+        """Add rules for any text up to and including the first `delimiter`.
+
+        A right-linear grammar of the delimiter's matching automaton (KMP): rule ``prefix-k``
+        means "the last k characters are the delimiter's first k", so the delimiter can only
+        occur at the very end.
+        """
+        if f"{prefix}-0" in self.rules:
+            return f"{prefix}-0"
+        size = len(delimiter)
+        chars = sorted(set(delimiter))
+        for state in range(size):
+            targets: dict[int, list[str]] = {}
+            for ch in chars:
+                targets.setdefault(_kmp_step(delimiter, state, ch), []).append(ch)
+            moving = [ch for target, group in targets.items() if target for ch in group]
+            alternatives = [f"{_char_class(moving, negated=True)} {prefix}-0"]
+            for target, group in sorted(targets.items()):
+                if not target:
+                    continue
+                match = gbnf_literal(group[0]) if len(group) == 1 else _char_class(group)
+                alternatives.append(match if target == size else f"{match} {prefix}-{target}")
+            self.add(f"{prefix}-{state}", " | ".join(alternatives))
+        return f"{prefix}-0"
+
+    def text(self) -> str:
+        names = ["root"] + [name for name in self.rules if name != "root"]
+        return "".join(f"{name} ::= {self.rules[name]}\n" for name in names)
+
+
+def _kmp_step(delimiter: str, state: int, ch: str) -> int:
+    """Length of the longest start of `delimiter` that ends the text seen plus `ch`."""
+    seen = delimiter[:state] + ch
+    for size in range(min(len(seen), len(delimiter)), 0, -1):
+        if delimiter.startswith(seen[-size:]):
+            return size
+    return 0
+
+
+def _convert_schema(schema: dict[str, Any], param: str) -> dict[str, str]:
+    """The converter's rules for `schema`; a schema it cannot handle is the client's error."""
+    try:
+        text = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises assorted errors for schemas it rejects
+        raise InvalidRequest(f"unsupported JSON schema: {exc}", param=param) from None
+    if not grammar_is_valid(text):
+        raise InvalidRequest("the JSON schema converts to a grammar llama.cpp rejects", param=param)
+    return _split_rules(text)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_tools(tools: object) -> list[dict[str, Any]]:
+    """Check an OpenAI `tools` list; answers it normalised (parameters always present)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    seen: set[str] = set()
+    return [_validate_tool(tool, f"tools[{i}]", seen) for i, tool in enumerate(tools)]
+
+
+def _validate_tool(tool: object, at: str, seen: set[str]) -> dict[str, Any]:
+    if not isinstance(tool, dict):
+        raise InvalidRequest("a tool must be an object", param=at)
+    if tool.get("type", "function") != "function":
+        raise InvalidRequest("only tools of type 'function' are supported", param=f"{at}.type")
+    function = tool.get("function")
+    if not isinstance(function, dict):
+        raise InvalidRequest("'function' must be an object", param=f"{at}.function")
+    name = function.get("name")
+    if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
+        raise InvalidRequest(
+            "a function name must be 1-64 characters of a-z, A-Z, 0-9, '_' and '-'", param=f"{at}.function.name"
+        )
+    if name in seen:
+        raise InvalidRequest(f"the function name '{name}' is used twice", param=f"{at}.function.name")
+    seen.add(name)
+    clean: dict[str, Any] = {"name": name}
+    description = function.get("description")
+    if description is not None:
+        if not isinstance(description, str):
+            raise InvalidRequest("'description' must be a string", param=f"{at}.function.description")
+        clean["description"] = description
+    clean["parameters"] = _validate_parameters(function.get("parameters"), f"{at}.function.parameters")
+    strict = function.get("strict")
+    if strict is not None:
+        if not isinstance(strict, bool):
+            raise InvalidRequest("'strict' must be a boolean", param=f"{at}.function.strict")
+        clean["strict"] = strict
+    return {"type": "function", "function": clean}
+
+
+def _validate_parameters(parameters: object, param: str) -> dict[str, Any]:
+    if parameters is None:
+        return {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict):
+        raise InvalidRequest("'parameters' must be a JSON schema object", param=param)
+    if parameters.get("type", "object") != "object":
+        raise InvalidRequest("'parameters' must describe an object (type 'object')", param=param)
+    _convert_schema(parameters, param)
+    return parameters
+
+
+def validate_tool_choice(tool_choice: object, tools: list[dict[str, Any]]) -> ToolChoice:
+    """Check `tool_choice` against validated `tools`; absent means "auto" with tools, else "none"."""
+    if tool_choice is None:
+        return ToolChoice("auto" if tools else "none")
+    if isinstance(tool_choice, str):
+        if tool_choice not in TOOL_CHOICE_MODES:
+            raise InvalidRequest(
+                f"'tool_choice' must be one of {', '.join(TOOL_CHOICE_MODES)} or a function", param="tool_choice"
+            )
+        if tool_choice == "required" and not tools:
+            raise InvalidRequest("'tool_choice' is 'required' but no tools are given", param="tool_choice")
+        return ToolChoice(tool_choice)
+    if not isinstance(tool_choice, dict) or tool_choice.get("type") != "function":
+        raise InvalidRequest(
+            "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+            param="tool_choice",
+        )
+    function = tool_choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else tool_choice.get("name")
+    if not isinstance(name, str):
+        raise InvalidRequest("'tool_choice' names no function", param="tool_choice")
+    if name not in {tool["function"]["name"] for tool in tools}:
+        raise InvalidRequest(f"'tool_choice' names the unknown function '{name}'", param="tool_choice")
+    return ToolChoice("function", name)
+
+
+# --------------------------------------------------------------------------- tool-call grammars
+
+
+def tool_call_grammar(
+    tools: list[dict[str, Any]],
+    choice: ToolChoice,
+    format: str,
+    *,
+    parallel_tool_calls: bool = True,
+    reasoning: bool = False,
+    starts_in_reasoning: bool = False,
+) -> GrammarSpec | None:
+    """The grammar that enforces `choice` over validated `tools` in tool-call `format`.
+
+    "auto": lazy, triggered where a call starts, covering the call(s) from there to the end.
+    "required" / a named function: not lazy; the whole reply is one or more calls (exactly one
+    without `parallel_tool_calls`), after an optional think block when the model reasons.
+    "none", no tools, or the "none" format: None.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown tool call format {format!r}")
+    if choice.mode == "none" or not tools or format == "none":
+        return None
+    selected = [
+        (i, tool["function"])
+        for i, tool in enumerate(tools)
+        if choice.mode != "function" or tool["function"]["name"] == choice.name
+    ]
+    grammar = _Grammar()
+    body = _FORMAT_BUILDERS[format](grammar, selected, parallel_tool_calls)
+    lazy = choice.mode == "auto"
+    if lazy:
+        grammar.add("root", body)
+        patterns, tokens = _TRIGGERS[format]
+    else:
+        grammar.add("root", _with_reasoning(grammar, body, reasoning, starts_in_reasoning))
+        patterns, tokens = [], []
+    text = grammar.text()
+    if not grammar_is_valid(text):
+        raise InvalidRequest("the tools' schemas give a grammar llama.cpp rejects", param="tools")
+    return GrammarSpec(text, lazy, list(patterns), list(tokens))
+
+
+_TRIGGERS: dict[str, tuple[list[str], list[str]]] = {
+    "hermes": ([re.escape(HERMES_OPEN)], [HERMES_OPEN]),
+    "hermes_xml": ([re.escape(HERMES_OPEN)], [HERMES_OPEN]),
+    "llama3": ([r"^\s*(?:<\|python_tag\|>)?\s*(\{)"], []),
+    "mistral": ([re.escape(MISTRAL_CALLS)], [MISTRAL_CALLS]),
+    "json": ([r"^\s*([\[{])"], []),
+}
+
+
+def _with_reasoning(grammar: _Grammar, body: str, reasoning: bool, starts_in_reasoning: bool) -> str:
+    """Let a think block precede `body`: required when the prompt opened one, else optional."""
+    if not (reasoning or starts_in_reasoning):
+        return body
+    gap = grammar.add("think-gap", r"[ \n]{0,4}")
+    think = f"{grammar.until('think', THINK_CLOSE)} {gap}"
+    if starts_in_reasoning:
+        return f"{think} {body}"
+    return f"({gbnf_literal(THINK_OPEN)} {think})? {body}"
+
+
+def _header(name: str, key: str) -> str:
+    """``{"name": "NAME", "KEY": `` allowing a little whitespace between the tokens."""
+    return " ".join(
+        [
+            '"{" sp',
+            gbnf_literal('"name"'),
+            'sp ":" sp',
+            gbnf_literal(json.dumps(name)),
+            'sp "," sp',
+            gbnf_literal(json.dumps(key)),
+            'sp ":" sp',
+        ]
+    )
+
+
+def _spacing(grammar: _Grammar) -> None:
+    """Whitespace rules shared by the call formats (bounded, so sampling cannot run away)."""
+    grammar.add("sp", r"[ \t\n]{0,2}")
+    grammar.add("gap", r"[ \t\r\n]{0,4}")
+
+
+def _json_calls(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], key: str, extra: str = "") -> str:
+    """A rule for one JSON call object of any of `functions`, arguments under `key`."""
+    _spacing(grammar)
+    alternatives = []
+    for i, function in functions:
+        args = grammar.schema(function["parameters"], f"t{i}", f"tools[{i}].function.parameters")
+        alternatives.append(grammar.add(f"call-{i}", f'{_header(function["name"], key)} {args} {extra}"}}"'))
+    return grammar.add("call", " | ".join(alternatives))
+
+
+def _repeat(grammar: _Grammar, item: str, separator: str, parallel: bool) -> str:
+    return grammar.add("calls", f"{item} ({separator} {item})*" if parallel else item)
+
+
+def _hermes(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:
+    call = _json_calls(grammar, functions, "arguments")
+    block = grammar.add("tool-call", f"{gbnf_literal(HERMES_OPEN)} gap {call} gap {gbnf_literal(HERMES_CLOSE)}")
+    return _repeat(grammar, block, "gap", parallel)
+
+
+def _llama3(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:
+    call = _json_calls(grammar, functions, "parameters")
+    return _repeat(grammar, call, r"[;\n] sp", parallel)
+
+
+def _json(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:
+    call = _json_calls(grammar, functions, "arguments")
+    if not parallel:
+        return call
+    return grammar.add("calls", f'{call} | "[" sp {call} ("," sp {call})* sp "]"')
+
+
+def _mistral(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:
+    mistral_id = '"\\"" [a-zA-Z0-9]{9} "\\""'
+    extra_id = f'("," sp {gbnf_literal(json.dumps("id"))} sp ":" sp {mistral_id} sp)? '
+    call = _json_calls(grammar, functions, "arguments", extra_id)
+    items = f'{call} (sp "," sp {call})*' if parallel else call
+    array = grammar.add("call-array", f'"[" sp {items} sp "]"')
+    named = []
+    for i, function in functions:
+        named.append(
+            grammar.add(
+                f"named-{i}",
+                f"{gbnf_literal(function['name'])} ({gbnf_literal(MISTRAL_CALL_ID)} [a-zA-Z0-9]{{9}})? "
+                f"{gbnf_literal(MISTRAL_ARGS)} t{i}-root",
+            )
+        )
+    named_call = grammar.add("named-call", " | ".join(named))
+    marker = gbnf_literal(MISTRAL_CALLS)
+    named_calls = f"{named_call} ({marker} {named_call})*" if parallel else named_call
+    return grammar.add("calls", f"{marker} ({array} | {named_calls})")
+
+
+def _hermes_xml(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:
+    _spacing(grammar)
+    alternatives = [_xml_function(grammar, i, function) for i, function in functions]
+    call = grammar.add("call", " | ".join(alternatives))
+    block = grammar.add("tool-call", f"{gbnf_literal(HERMES_OPEN)} gap {call} gap {gbnf_literal(HERMES_CLOSE)}")
+    return _repeat(grammar, block, "gap", parallel)
+
+
+def _xml_function(grammar: _Grammar, i: int, function: dict[str, Any]) -> str:
+    """``<function=NAME>`` with its required parameters in order, then optional ones in any order."""
+    schema = function["parameters"]
+    properties = schema.get("properties") or {}
+    required = [key for key in schema.get("required", []) if key in properties]
+    optional = [key for key in properties if key not in required]
+    params = {key: _xml_parameter(grammar, i, n, key, schema) for n, key in enumerate(properties)}
+    parts = [params[key] for key in required]
+    if optional:
+        parts.append("(" + " | ".join(params[key] for key in optional) + ")*")
+    elif not properties:
+        text = grammar.until("xml-text", "</parameter>")
+        parts.append(f'("<parameter=" [a-zA-Z0-9_.-]+ ">\\n" {text} "\\n")*')
+    parts.insert(0, gbnf_literal(f"<function={function['name']}>\n"))
+    parts.append(gbnf_literal("</function>\n"))
+    return grammar.add(f"fn-{i}", " ".join(parts))
+
+
+def _xml_parameter(grammar: _Grammar, i: int, n: int, key: str, schema: dict[str, Any]) -> str:
+    """One ``<parameter=KEY>`` block: raw text for strings, JSON for other types."""
+    prop = schema["properties"][key]
+    prop = prop if isinstance(prop, dict) else {}
+    open_tag = gbnf_literal(f"<parameter={key}>\n")
+    enum = prop.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+        values = " | ".join(gbnf_literal(v) for v in enum)
+        body = f'{open_tag} ({values}) "\\n</parameter>\\n"'
+    elif _is_text(prop):
+        body = f'{open_tag} {grammar.until("xml-text", "</parameter>")} "\\n"'
+    else:
+        document = dict(prop)
+        for defs in ("$defs", "definitions"):
+            if defs in schema and defs not in document:
+                document[defs] = schema[defs]
+        value = grammar.schema(document, f"t{i}-p{n}", f"tools[{i}].function.parameters")
+        body = f'{open_tag} {value} "\\n</parameter>\\n"'
+    return grammar.add(f"fn-{i}-p{n}", body)
+
+
+def _is_text(schema: dict[str, Any]) -> bool:
+    """Whether an XML parameter value is written as raw text (strings, or untyped)."""
+    kind = schema.get("type")
+    if kind is None:
+        return "$ref" not in schema and not any(k in schema for k in ("properties", "items", "anyOf", "oneOf"))
+    return kind == "string" or (isinstance(kind, list) and "string" in kind)
+
+
+_FORMAT_BUILDERS = {
+    "hermes": _hermes,
+    "hermes_xml": _hermes_xml,
+    "llama3": _llama3,
+    "mistral": _mistral,
+    "json": _json,
+}
+
+
+# --------------------------------------------------------------------------- response_format
+
+
+def response_format_grammar(
+    response_format: object, *, reasoning: bool = False, starts_in_reasoning: bool = False
+) -> str | None:
+    """The grammar for an OpenAI `response_format`, or None for plain text.
+
+    ``{"type": "text"}`` -> None; ``{"type": "json_object"}`` -> any JSON object (a ``schema``
+    next to it is honoured); ``{"type": "json_schema", "json_schema": {"name", "schema",
+    "strict"}}`` -> values of the schema. A think block may precede the JSON when the model
+    reasons (see `tool_call_grammar`).
+    """
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise InvalidRequest("'response_format' must be an object", param="response_format")
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise InvalidRequest("'schema' must be a JSON schema object", param="response_format.schema")
+        return _json_grammar(schema or ANY_OBJECT_SCHEMA, "response_format.schema", reasoning, starts_in_reasoning)
+    if kind == "json_schema":
+        schema = _json_schema_field(response_format.get("json_schema"))
+        return _json_grammar(schema, "response_format.json_schema.schema", reasoning, starts_in_reasoning)
+    raise InvalidRequest(
+        "'response_format.type' must be one of text, json_object, json_schema", param="response_format.type"
+    )
+
+
+def _json_schema_field(spec: object) -> dict[str, Any]:
+    at = "response_format.json_schema"
+    if not isinstance(spec, dict):
+        raise InvalidRequest("'json_schema' must be an object", param=at)
+    name = spec.get("name")
+    if name is not None and (not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name)):
+        raise InvalidRequest("'name' must be 1-64 characters of a-z, A-Z, 0-9, '_' and '-'", param=f"{at}.name")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise InvalidRequest("'strict' must be a boolean", param=f"{at}.strict")
+    schema = spec.get("schema")
+    if schema is None:
+        return ANY_OBJECT_SCHEMA
+    if not isinstance(schema, dict):
+        raise InvalidRequest("'schema' must be a JSON schema object", param=f"{at}.schema")
+    return schema
+
+
+def _json_grammar(schema: dict[str, Any], param: str, reasoning: bool, starts_in_reasoning: bool) -> str:
+    grammar = _Grammar()
+    value = grammar.schema(schema, "rf", param)
+    grammar.add("root", _with_reasoning(grammar, value, reasoning, starts_in_reasoning))
+    return grammar.text()

@@ -1,0 +1,167 @@
+"""Prometheus metrics at /metrics.
+
+The engine keeps plain counters (`slots.stats.EngineStats`); this module reads them at
+scrape time through a custom collector, so the engine thread never waits on a metrics lock
+per token. HTTP requests are counted by a small ASGI middleware.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import Response
+
+from slots.stats import PROMPT_SOURCES
+
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/completions": "completions",
+    "/v1/models": "models",
+    "/models": "models",
+    "/health": "health",
+    "/v1/health": "health",
+    "/metrics": "metrics",
+    "/slots": "slots",
+}
+
+
+class RequestCounter:
+    """ASGI middleware: counts responses by endpoint and status into `counts`."""
+
+    def __init__(self, app, counts: Counter) -> None:
+        self.app = app
+        self.counts = counts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        endpoint = ENDPOINTS.get(scope["path"], "other")
+        status = [0]
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.counts[(endpoint, str(status[0] or 499))] += 1
+
+
+class EngineCollector:
+    def __init__(self, server, request_counts: Counter) -> None:
+        self.server = server
+        self.request_counts = request_counts
+
+    def collect(self):
+        yield from self._requests()
+        engine = self.server.engine
+        stats = engine.stats
+        prompt = CounterMetricFamily("warmslot_prompt_tokens", "Prompt tokens by where they came from", labels=["source"])
+        for source in PROMPT_SOURCES:
+            prompt.add_metric([source], stats.prompt_tokens.get(source, 0))
+        yield prompt
+        yield CounterMetricFamily("warmslot_generated_tokens", "Tokens generated", value=stats.generated_tokens)
+        finished = CounterMetricFamily("warmslot_engine_requests", "Requests finished by the engine, by outcome", labels=["outcome"])
+        for outcome, n in sorted(stats.requests.items()):
+            finished.add_metric([outcome], n)
+        yield finished
+        yield _histogram("warmslot_time_to_first_token_seconds", "Time from submission to the first generated token", stats.ttft)
+        yield _histogram("warmslot_inter_token_latency_seconds", "Time between consecutive generated tokens of a request", stats.itl)
+        yield _histogram("warmslot_queue_wait_seconds", "Time a request waited for a slot", stats.queue_wait)
+        yield CounterMetricFamily("warmslot_prefill_tokens", "Prompt tokens evaluated", value=stats.prefill_tokens)
+        yield CounterMetricFamily("warmslot_prefill_seconds", "Decode time attributed to prompt tokens", value=stats.prefill_seconds)
+        yield CounterMetricFamily("warmslot_decode_tokens", "Generated tokens evaluated", value=stats.decode_tokens)
+        yield CounterMetricFamily("warmslot_decode_seconds", "Decode time attributed to generated tokens", value=stats.decode_seconds)
+        prefill_rate, decode_rate = stats.recent_rates()
+        yield GaugeMetricFamily("warmslot_prefill_tokens_per_second", "Prompt evaluation speed over the last 10 s of work", value=prefill_rate)
+        yield GaugeMetricFamily("warmslot_decode_tokens_per_second", "Generation speed over the last 10 s of work", value=decode_rate)
+        yield GaugeMetricFamily("warmslot_queue_depth", "Requests waiting for a slot", value=engine.queue_depth)
+        yield CounterMetricFamily("warmslot_queue_rejected", "Requests rejected because the queue was full", value=stats.queue_rejected)
+        yield from self._slots(engine)
+        yield from self._checkpoints(engine, stats)
+        yield from self._cache(engine)
+        yield from self._model(engine)
+
+    def _requests(self):
+        family = CounterMetricFamily("warmslot_requests", "HTTP requests by endpoint and status", labels=["endpoint", "status"])
+        for (endpoint, status), n in sorted(self.request_counts.items()):
+            family.add_metric([endpoint, status], n)
+        yield family
+
+    def _slots(self, engine):
+        states = Counter(s.state.value for s in engine.slots)
+        family = GaugeMetricFamily("warmslot_slots", "Slots by state", labels=["state"])
+        for state in ("idle", "prefill", "decode"):
+            family.add_metric([state], states.get(state, 0))
+        yield family
+        used = sum(len(s.tokens) for s in engine.slots)
+        yield GaugeMetricFamily("warmslot_kv_cells_used", "KV cells held by the slots' contents (a prefix shared between slots counts once per slot)", value=used)
+        yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=engine.ctx.n_ctx if engine.ctx else 0)
+
+    def _checkpoints(self, engine, stats):
+        yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)
+        yield CounterMetricFamily("warmslot_checkpoints_restored", "Checkpoints restored to reuse a prefix", value=stats.checkpoints_restored)
+        yield CounterMetricFamily("warmslot_checkpoints_evicted", "Checkpoints dropped to stay within the per-slot bounds", value=stats.checkpoints_evicted)
+        held = sum(s.checkpoints.nbytes for s in engine.slots)
+        yield GaugeMetricFamily("warmslot_checkpoint_bytes", "Bytes of checkpoints held by the slots", value=held)
+        yield CounterMetricFamily("warmslot_logits_reused", "Prompts whose last-token logits came from a checkpoint (nothing evaluated)", value=stats.logits_reused)
+        yield CounterMetricFamily("warmslot_full_prefills", "Prompts that matched a candidate but could reuse none of it", value=stats.full_prefills)
+        yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)
+
+    def _cache(self, engine):
+        cache = getattr(engine, "cache", None)
+        if cache is None:
+            return
+        s = cache.stats
+        yield GaugeMetricFamily("warmslot_prompt_cache_entries", "Entries in the RAM prompt cache", value=cache.n_entries)
+        yield GaugeMetricFamily("warmslot_prompt_cache_bytes", "Bytes held by the RAM prompt cache", value=cache.nbytes)
+        yield GaugeMetricFamily("warmslot_prompt_cache_budget_bytes", "The RAM prompt cache's budget (--cache-ram)", value=cache.budget)
+        yield CounterMetricFamily("warmslot_prompt_cache_hits", "Requests that loaded a prompt-cache entry", value=s.hits)
+        yield CounterMetricFamily("warmslot_prompt_cache_misses", "Requests for which the prompt cache had nothing usable", value=s.misses)
+        yield CounterMetricFamily("warmslot_prompt_cache_evictions", "Entries evicted (least recently used first)", value=s.evictions)
+        yield CounterMetricFamily("warmslot_prompt_cache_saved_bytes", "Bytes saved into the prompt cache", value=s.saved_bytes)
+        yield CounterMetricFamily("warmslot_prompt_cache_loaded_bytes", "Bytes loaded from the prompt cache into slots", value=s.loaded_bytes)
+        yield CounterMetricFamily("warmslot_prompt_cache_save_seconds", "Time spent saving slots into the prompt cache", value=s.save_seconds)
+        yield CounterMetricFamily("warmslot_prompt_cache_load_seconds", "Time spent loading prompt-cache entries into slots", value=s.load_seconds)
+
+    def _model(self, engine):
+        if engine.model is None or engine.ctx is None:
+            return
+        info = engine.model.info
+        family = InfoMetricFamily("warmslot_model", "The loaded model")
+        family.add_metric([], {
+            "name": info.name,
+            "arch": info.arch,
+            "path": info.path,
+            "memory": engine.ctx.memory_kind.value,
+            "n_params": str(info.n_params),
+            "n_ctx": str(engine.ctx.n_ctx),
+            "slots": str(len(engine.slots)),
+            "fingerprint": info.fingerprint,
+        })
+        yield family
+
+
+def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:
+    buckets, total, _count = hist.snapshot()
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
+
+
+def make_registry(server, request_counts: Counter) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(server, request_counts))
+    return registry
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    registry = request.app.state.metrics_registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+

@@ -1,0 +1,104 @@
+"""OpenAI response bodies: chat completions, text completions, chunks and usage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from slots import Usage
+
+from .tool_calls import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
+
+
+@dataclass(slots=True)
+class Envelope:
+    """What every body of one response repeats."""
+
+    id: str
+    created: int
+    model: str
+    fingerprint: str
+
+    def base(self, obj: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+        }
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def tool_call_body(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def chat_message(content: str | None, reasoning: str | None, tool_calls: list[ToolCall]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content if content or not tool_calls else None}
+    if content is None and not tool_calls:
+        message["content"] = ""
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if tool_calls:
+        message["tool_calls"] = [tool_call_body(c) for c in tool_calls]
+    return message
+
+
+def chat_response(env: Envelope, message: dict, finish_reason: str, usage: Usage) -> dict[str, Any]:
+    body = env.base("chat.completion")
+    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}]
+    body["usage"] = usage_body(usage)
+    return body
+
+
+def chat_chunk(env: Envelope, delta: dict, finish_reason: str | None = None) -> str:
+    body = env.base("chat.completion.chunk")
+    body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    return json.dumps(body, ensure_ascii=False)
+
+
+def usage_chunk(env: Envelope, usage: Usage, obj: str = "chat.completion.chunk") -> str:
+    body = env.base(obj)
+    body["choices"] = []
+    body["usage"] = usage_body(usage)
+    return json.dumps(body, ensure_ascii=False)
+
+
+def delta_body(event) -> dict[str, Any]:
+    """A parser event as an OpenAI chat delta."""
+    if isinstance(event, ContentDelta):
+        return {"content": event.text}
+    if isinstance(event, ReasoningDelta):
+        return {"reasoning_content": event.text}
+    assert isinstance(event, ToolCallDelta)
+    call: dict[str, Any] = {"index": event.index, "function": {"arguments": event.arguments}}
+    if event.id is not None:
+        call["id"] = event.id
+        call["type"] = "function"
+    if event.name is not None:
+        call["function"]["name"] = event.name
+    return {"tool_calls": [call]}
+
+
+def completion_response(env: Envelope, text: str, finish_reason: str, usage: Usage) -> dict[str, Any]:
+    body = env.base("text_completion")
+    body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    body["usage"] = usage_body(usage)
+    return body
+
+
+def completion_chunk(env: Envelope, text: str, finish_reason: str | None = None) -> str:
+    body = env.base("text_completion")
+    body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    return json.dumps(body, ensure_ascii=False)
