@@ -13,8 +13,10 @@ Nothing outside this thread touches the context. The HTTP side talks to the engi
 
 from __future__ import annotations
 
+import array
 import collections
 import concurrent.futures
+import hashlib
 import logging
 import math
 import threading
@@ -75,6 +77,15 @@ class EngineConfig:
 DEFAULT_MAX_CTX = 32768
 
 
+def content_hash(tokens: list[int]) -> str:
+    """A short hash of a token list (equal contents, equal hash)."""
+    return hashlib.blake2b(array.array("i", tokens).tobytes(), digest_size=6).hexdigest() if tokens else ""
+
+
+def tenant_hash(tenant: str) -> str:
+    return hashlib.blake2b(tenant.encode(), digest_size=4).hexdigest() if tenant else ""
+
+
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -133,6 +144,10 @@ class Engine:
             self._cv.notify()
         return fut
 
+    def snapshot(self, timeout: float = 10.0) -> dict[str, Any]:
+        """A consistent view of the slots, taken on the engine thread between steps."""
+        return self.call(lambda engine: engine._describe()).result(timeout)
+
     @property
     def queue_depth(self) -> int:
         return self._n_queued
@@ -145,6 +160,31 @@ class Engine:
             self._thread.join(timeout)
 
     # -- the engine thread -------------------------------------------------------------
+
+    def _describe(self) -> dict[str, Any]:
+        slots = []
+        for slot in self.slots:
+            active = slot.active
+            slots.append({
+                "id": slot.id,
+                "state": slot.state.value,
+                "n_tokens": slot.n_past,
+                "content_hash": content_hash(slot.tokens),
+                "tenant": tenant_hash(slot.tenant),
+                "checkpoints": [
+                    {"n_tokens": c.n_tokens, "bytes": c.nbytes, "logits": c.logits is not None}
+                    for c in slot.checkpoints
+                ],
+                "checkpoint_bytes": slot.checkpoints.nbytes,
+                "idle_s": round(time.monotonic() - slot.last_used, 3) if slot.last_used and active is None else 0.0,
+                "request": None if active is None else {
+                    "id": active.req.id,
+                    "n_prompt": len(active.prompt),
+                    "n_cached": active.cached,
+                    "n_generated": len(active.generated),
+                },
+            })
+        return {"memory": self.ctx.memory_kind.value, "n_ctx": self.ctx.n_ctx, "slots": slots, "queue_depth": self._n_queued}
 
     def _main(self) -> None:
         try:
@@ -434,7 +474,6 @@ class Engine:
             self._on_decode_error(entries, rc)
             return
         self._chunk_cap = 0
-        self.stats.steps += 1
         self._account_step(entries, dt)
         for entry in entries:
             slot = entry.slot
@@ -447,12 +486,7 @@ class Engine:
 
     def _account_step(self, entries: list[BatchEntry], dt: float) -> None:
         n_decode = sum(1 for e in entries if e.is_decode)
-        n_prefill = sum(e.n for e in entries if not e.is_decode)
-        total = n_decode + n_prefill
-        self.stats.decode_tokens += n_decode
-        self.stats.prefill_tokens += n_prefill
-        self.stats.decode_seconds += dt * n_decode / total
-        self.stats.prefill_seconds += dt * n_prefill / total
+        self.stats.record_step(self._batch.n - n_decode, n_decode, dt)
 
     def _after_decode(self, slot: Slot, entry: BatchEntry) -> None:
         active = slot.active

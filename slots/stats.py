@@ -7,7 +7,9 @@ counter one step late is fine. `server.metrics` turns these into Prometheus fami
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -69,6 +71,29 @@ class EngineStats:
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)
+
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
+
+    def record_step(self, n_prefill: int, n_decode: int, seconds: float) -> None:
+        """Account one decode step, splitting its time by token counts."""
+        total = n_prefill + n_decode
+        prefill_s = seconds * n_prefill / total
+        decode_s = seconds - prefill_s
+        self.steps += 1
+        self.prefill_tokens += n_prefill
+        self.decode_tokens += n_decode
+        self.prefill_seconds += prefill_s
+        self.decode_seconds += decode_s
+        self.recent.append((time.monotonic(), n_prefill, prefill_s, n_decode, decode_s))
+
+    def recent_rates(self, window: float = 10.0) -> tuple[float, float]:
+        """Prefill and decode tokens per second of decode time, over the last `window` seconds."""
+        since = time.monotonic() - window
+        pn = ps = dn = ds = 0.0
+        for t, a, b, c, d in list(self.recent):
+            if t >= since:
+                pn, ps, dn, ds = pn + a, ps + b, dn + c, ds + d
+        return (pn / ps if ps else 0.0, dn / ds if ds else 0.0)
 
     def add_prompt(self, sources: dict[str, int]) -> None:
         for source, n in sources.items():
