@@ -14,6 +14,7 @@ Nothing outside this thread touches the context. The HTTP side talks to the engi
 from __future__ import annotations
 
 import array
+import bisect
 import collections
 import concurrent.futures
 import hashlib
@@ -24,7 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cache.checkpoints import Checkpoint, CheckpointList
+from cache.checkpoints import CheckpointList
+from cache.prompt_cache import PromptCache
 
 from .llama_api import Batch, Context, ContextParams, GrammarError, MemoryKind, Model, Sampler
 from .requests import (
@@ -36,7 +38,9 @@ from .requests import (
     Reuse,
     Usage,
 )
-from .reuse import ReusePlan, plan_reuse
+from .memory import SlotMemory
+from .reuse import ReusePlan
+from .router import Route, Router
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
 from .stats import EngineStats
@@ -72,9 +76,11 @@ class EngineConfig:
     ctx_checkpoints: int = 32  # per slot
     checkpoint_bytes: int = 4 << 30  # per slot
     checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
+    cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
 
 
 DEFAULT_MAX_CTX = 32768
+MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
 
 
 def content_hash(tokens: list[int]) -> str:
@@ -92,6 +98,7 @@ class Engine:
         self.stats = EngineStats()
         self.model: Model | None = None
         self.ctx: Context | None = None
+        self.cache: PromptCache | None = None
         self.slots: list[Slot] = []
         self.ready = threading.Event()
         self.load_error: BaseException | None = None
@@ -234,6 +241,11 @@ class Engine:
         self.slots = [
             Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(cfg.n_parallel)
         ]
+        kind = self.ctx.memory_kind
+        fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}"
+        self.cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+        self.memory = SlotMemory(self.ctx, self.model, self.cache, self.stats)
+        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable)
         log.info(
             "model %s (%s, %s memory%s): %d slots, context %d tokens shared (up to %d per slot), batch %d/%d, %d threads",
             info.name,
@@ -314,55 +326,38 @@ class Engine:
     # -- admission ---------------------------------------------------------------------
 
     def _admit(self) -> None:
-        while self._waiting:
-            req = self._waiting[0]
-            slot = self._choose_slot(req)
-            if slot is None:
-                return
-            self._waiting.popleft()
+        """Give waiting requests slots, in arrival order. A request that waits for another
+        slot's prefill to pass their shared prefix lets later requests go first."""
+        i = 0
+        while i < len(self._waiting):
+            req = self._waiting[i]
+            route = self.router.route(req)
+            if route.wait_for is not None:
+                self._want_checkpoint(route.wait_for, route.usable)
+                i += 1
+                continue
+            if route.target is None:
+                return  # no idle slot
+            del self._waiting[i]
             self._dequeued()
             self.stats.queue_wait.observe(time.monotonic() - req.submitted)
             try:
-                self._start(slot, req)
+                self._start(route, req)
             except Exception as exc:  # noqa: BLE001 - one bad request must not stop the engine
-                log.exception("slot %d: request %s failed to start", slot.id, req.id)
+                log.exception("slot %d: request %s failed to start", route.target.id, req.id)
+                route.target.active = None
+                self.memory.clear(route.target)
                 self._reject(req, EngineError(ErrorKind.INTERNAL, str(exc)))
 
-    def _choose_slot(self, req: GenerateRequest) -> Slot | None:
-        """The idle slot that can keep the most of the prompt; else an empty or the least
-        recently used idle slot. A busy slot is never taken."""
-        idle = [s for s in self.slots if s.active is None]
-        if not idle:
-            return None
-        best, best_keep = None, 0
-        for slot in idle:
-            if slot.tenant != req.tenant or not slot.tokens:
-                continue
-            keep = self._plan_for(slot, req.tokens).keep
-            if keep > best_keep:
-                best, best_keep = slot, keep
-        if best is not None:
-            return best
-        return min(idle, key=lambda s: (len(s.tokens) > 0, s.last_used))
+    def _want_checkpoint(self, slot: Slot, n: int) -> None:
+        """Ask a prefilling slot to stop at n (and checkpoint there) for a request waiting to
+        share its first n tokens. Attention memory can be forked at any position."""
+        active = slot.active
+        if not self.ctx.memory_kind.truncatable and n > slot.n_past and n not in active.cuts:
+            bisect.insort(active.cuts, n)
 
-    def _plan_for(self, slot: Slot, prompt: list[int]) -> ReusePlan:
-        if slot.tenant and not slot.tokens:
-            return ReusePlan(0, 0)
-        return plan_reuse(slot.tokens, slot.checkpoints, prompt, self._cutter(slot))
-
-    def _cutter(self, slot: Slot) -> Callable[[int], bool]:
-        """Whether the slot's memory can be cut back to n tokens without a checkpoint."""
-        kind = self.ctx.memory_kind
-        if kind is MemoryKind.ATTENTION:
-            return lambda n: True
-        if kind is MemoryKind.SWA:
-            n_swa = self.model.info.n_swa
-            pos_min = self.ctx.seq_pos_min(slot.id)
-            # the first new token, at position n, still sees its whole window
-            return lambda n: pos_min >= 0 and pos_min <= max(0, n - n_swa)
-        return lambda n: False
-
-    def _start(self, slot: Slot, req: GenerateRequest) -> None:
+    def _start(self, route: Route, req: GenerateRequest) -> None:
+        slot = route.target
         n_prompt = len(req.tokens)
         if n_prompt >= self.ctx.n_ctx_seq:
             self._reject(req, EngineError(
@@ -370,71 +365,79 @@ class Engine:
                 f"the prompt has {n_prompt} tokens; a slot holds {self.ctx.n_ctx_seq}",
             ))
             return
+        if min(req.tokens) < 0 or max(req.tokens) >= self.model.n_vocab:
+            self._reject(req, EngineError(ErrorKind.INVALID, f"the prompt has token ids outside the vocabulary (0..{self.model.n_vocab - 1})"))
+            return
         try:
             sampler = Sampler(self.model, req.sampling)
         except GrammarError as exc:
             self._reject(req, EngineError(ErrorKind.INVALID, str(exc)))
             return
-        if slot.tenant != req.tenant:
-            self._clear(slot)
-            slot.tenant = req.tenant
-        plan = self._plan_for(slot, req.tokens)
-        keep = self._apply_plan(slot, plan)
+        keep, plan = self._take_prefix(route, req)
+        source = route.source if keep else "none"
+        best = route.best_candidate
         reuse = Reuse(
-            source="slot" if keep else "none",
+            source=source,
             slot=slot.id,
-            matched=plan.matched,
+            matched=best.matched if best else 0,
             cached=keep,
-            restored_checkpoint=plan.restore.n_tokens if plan.restore is not None and keep else None,
-            used_logits=plan.logits is not None and keep == n_prompt,
-            reason=plan.reason,
+            restored_checkpoint=plan.restore.n_tokens if plan is not None and plan.restore is not None and keep else None,
+            used_logits=plan is not None and plan.logits is not None and keep == n_prompt,
+            candidate_tokens=best.tokens if best else None,
+            candidate_source=best.source if best else "none",
+            reason=(plan.reason if plan is not None and keep else (best.reason if best else "")),
         )
-        if plan.matched > 0 and keep == 0:
+        if reuse.matched > 0 and keep == 0:
             self.stats.full_prefills += 1
-        sources = {"slot": keep} if keep else {}
         active = Active(
             req=req,
             sampler=sampler,
             text=TextStream(req.stop),
             reuse=reuse,
             cached=keep,
-            sources=sources,
+            sources={source: keep} if keep else {},
             cuts=self._cuts(req, keep),
         )
         slot.active = active
+        slot.tenant = req.tenant
         slot.prompt_end = n_prompt
         slot.last_used = time.monotonic()
         active.event().started = True
         active.event().reuse = reuse
-        log.debug("slot %d: request %s, %d prompt tokens, kept %d (%s)", slot.id, req.id, n_prompt, keep, plan.reason)
+        log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, n_prompt, keep, source, reuse.reason)
         if keep == n_prompt:
             self._prompt_done_from_logits(slot, plan.logits)
 
-    def _apply_plan(self, slot: Slot, plan: ReusePlan) -> int:
-        """Bring the slot's memory to the plan's `keep` tokens. Returns what was kept."""
-        keep = plan.keep
-        # [0, keep) stays in memory | [keep, n_past) is removed
-        if plan.restore is not None:
-            if self.ctx.state_set(slot.id, plan.restore.data, partial=True):
-                self.stats.checkpoints_restored += 1
-            else:
-                log.warning("slot %d: restoring the checkpoint at %d failed; full prefill", slot.id, keep)
-                keep = 0
-        if keep == 0:
-            self._clear(slot)
-            return 0
-        if keep < slot.n_past and not self.ctx.seq_rm(slot.id, keep, -1):
-            log.warning("slot %d: the memory refused a cut at %d; full prefill", slot.id, keep)
-            self._clear(slot)
-            return 0
-        del slot.tokens[keep:]
-        slot.checkpoints.drop_after(keep)
-        return keep
+    def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
+        """Fill the target slot with the route's source, cut back to what the prompt shares.
 
-    def _clear(self, slot: Slot) -> None:
-        self.ctx.seq_clear(slot.id)
-        slot.tokens.clear()
-        slot.checkpoints.clear()
+        The slot's previous contents go into the prompt cache first when the request will
+        not extend them (it would lose a previous prompt)."""
+        slot, memory = route.target, self.memory
+        if route.source == "slot":
+            plan = memory.plan(slot, req.tokens)
+            if plan.keep < slot.prompt_end:
+                memory.save(slot)
+            return memory.apply(slot, plan), plan
+        if slot.tokens:
+            memory.save(slot)
+        if route.source == "fork":
+            memory.fork(route.donor, slot, route.usable)
+        elif route.source == "ram":
+            # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
+            while sum(s.n_past for s in self.slots) + len(route.entry) > self.ctx.n_ctx and self._evict_idle(exclude=slot):
+                pass
+            while not memory.load(route.entry, slot):
+                if not self._evict_idle(exclude=slot):
+                    return 0, None
+            self.cache.stats.hits += 1
+        else:
+            memory.clear(slot)
+            if self.cache is not None:
+                self.cache.stats.misses += 1
+            return 0, None
+        plan = memory.plan(slot, req.tokens)
+        return memory.apply(slot, plan), plan
 
     def _cuts(self, req: GenerateRequest, keep: int) -> list[int]:
         """Prompt positions (after keep, before the end) where a checkpoint is taken."""
@@ -601,44 +604,40 @@ class Engine:
             # no decode ran since the deferral, so the memory still ends at n (unless the
             # request failed and its slot was cleared)
             if slot.n_past == n:
-                self._checkpoint(slot, n, logits)
+                self.memory.checkpoint(slot, n, logits)
         self._deferred.clear()
 
-    def _checkpoint(self, slot: Slot, n: int, logits) -> None:
-        data = None if self.ctx.memory_kind.truncatable else self.ctx.state_get(slot.id, partial=True)
-        if data is None and logits is None:
-            return
-        if data is not None:
-            data.flags.writeable = False
-        if logits is not None:
-            logits.flags.writeable = False
-        self.stats.checkpoints_evicted += slot.checkpoints.add(Checkpoint(n, data, logits))
-        self.stats.checkpoints_created += 1
-
     # -- failures ----------------------------------------------------------------------
+
+    def _evict_idle(self, exclude: Slot | None = None) -> bool:
+        """Make room in the KV pool: move the least recently used idle slot's contents to
+        the prompt cache and clear it. False when no idle slot holds anything."""
+        idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda s: s.last_used)
+        log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
+        self.memory.save(victim)
+        self.memory.clear(victim)
+        self.stats.kv_evictions += 1
+        return True
 
     def _on_kv_full(self, entries: list[BatchEntry]) -> None:
         """No room in the KV pool for this batch (memory is unchanged). Free idle slots' cells,
         least recently used first; then try smaller prefill chunks; then fail the newest request."""
-        busy = {e.slot.id for e in entries}
-        idle = [s for s in self.slots if s.active is None and s.tokens and s.id not in busy]
-        if idle:
-            victim = min(idle, key=lambda s: s.last_used)
-            log.info("slot %d: KV pool full; clearing this idle slot's %d tokens", victim.id, victim.n_past)
-            self._clear(victim)
-            self.stats.kv_evictions += 1
+        if self._evict_idle():
             return
         prefill = [e for e in entries if not e.is_decode]
         largest = max((e.n for e in prefill), default=0)
-        if largest > 1:
-            self._chunk_cap = max(1, largest // 2)
+        if largest > MIN_CHUNK_ON_PRESSURE:
+            self._chunk_cap = largest // 2  # fragmented cells may still fit a smaller chunk
             return
         newest = max((e.slot for e in entries), key=lambda s: s.active.admitted)
         log.warning("slot %d: the KV pool is full; failing request %s", newest.id, newest.active.req.id)
         self._finish(newest, FinishReason.STOP, EngineError(
             ErrorKind.BUSY, "the KV cache is full with other requests; retry later or raise --ctx-size"
         ))
-        self._clear(newest)
+        self.memory.clear(newest)
 
     def _on_decode_error(self, entries: list[BatchEntry], rc: int) -> None:
         log.error("llama_decode failed with %d; failing %d requests", rc, len(entries))
@@ -647,4 +646,4 @@ class Engine:
             if slot.active is not None:
                 self._finish(slot, FinishReason.STOP, EngineError(ErrorKind.INTERNAL, f"llama_decode failed ({rc})"))
             # processed ubatches may remain in memory: start this sequence over
-            self._clear(slot)
+            self.memory.clear(slot)

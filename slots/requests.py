@@ -69,11 +69,12 @@ class Reuse:
 
     source: str = "none"  # "slot", "fork", "ram" or "none"
     slot: int = -1
-    matched: int = 0  # common token prefix with the best candidate
+    matched: int = 0  # common token prefix with the best candidate (of any source)
     cached: int = 0  # tokens not evaluated
     restored_checkpoint: int | None = None  # checkpoint position restored, if any
     used_logits: bool = False  # the last prompt token's logits came from a checkpoint
     candidate_tokens: list[int] | None = None  # the best candidate's tokens, for diffing
+    candidate_source: str = "none"  # where the best candidate was (slot, fork or ram)
     reason: str = ""
 
 

@@ -29,8 +29,8 @@ P = tokens(1, 300)
 Q = tokens(2, 40)
 
 
-def cold(path, prompt, **kw):
-    engine = tiny_engine(path, **ENGINE)
+def cold(path, prompt, engine_args=ENGINE, **kw):
+    engine = tiny_engine(path, **engine_args)
     try:
         return generate(engine, prompt, return_prompt_logits=True, **kw)
     finally:

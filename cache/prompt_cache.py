@@ -1,0 +1,199 @@
+"""The RAM prompt cache: sequence states of conversations that no slot holds any more.
+
+An entry is (tokens, full sequence state, checkpoints, tenant, model fingerprint). Loading
+an entry into a slot copies it and leaves it in place: the cache is never consumed, so
+conversations that alternate on one slot, or share a long system prompt, all come back warm.
+
+- Budget: `budget` bytes (--cache-ram; 0 disables the cache). An entry's size is its state
+  plus its checkpoints; a checkpoint shared by two entries counts in both, so the total is
+  an upper bound of the RAM really used. The total never exceeds the budget.
+- Eviction: least recently used first (use = insert or load).
+- Lookup: a token radix tree per tenant (`PrefixTrie`), never a scan of all entries.
+- Redundancy: an entry whose tokens are a strict prefix of another entry of the same tenant
+  is dropped when the longer entry can serve everything it could (see `covers`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .checkpoints import CheckpointList
+from .prefix_trie import PrefixTrie
+
+
+@dataclass(eq=False)
+class CacheEntry:
+    tokens: tuple[int, ...]
+    state: np.ndarray  # the full sequence state (read-only)
+    checkpoints: CheckpointList
+    tenant: str
+    fingerprint: str
+    last_used: float = 0.0
+    id: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.state.nbytes) + self.checkpoints.nbytes
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    dropped_redundant: int = 0
+    saved_bytes: int = 0
+    loaded_bytes: int = 0
+    save_seconds: float = 0.0
+    load_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Candidate:
+    entry: CacheEntry
+    matched: int  # tokens shared with the query
+    usable: int  # tokens a slot keeps after loading the entry
+
+
+class PromptCache:
+    def __init__(self, budget: int, fingerprint: str, truncatable: bool) -> None:
+        assert budget > 0
+        self.budget = budget
+        self.fingerprint = fingerprint
+        self.truncatable = truncatable
+        self.stats = CacheStats()
+        self.nbytes = 0
+        self._tries: dict[str, PrefixTrie[CacheEntry]] = {}
+        self._lru: OrderedDict[int, CacheEntry] = OrderedDict()  # least recently used first
+        self._ids = itertools.count(1)
+
+    @property
+    def n_entries(self) -> int:
+        return len(self._lru)
+
+    def entries(self) -> Iterator[CacheEntry]:
+        """All entries, least recently used first."""
+        return iter(list(self._lru.values()))
+
+    # -- lookup (read-only) --------------------------------------------------------------
+
+    def best(self, query: list[int], tenant: str, usable: Callable[[CacheEntry, int], int]) -> Candidate | None:
+        """The entry of `tenant` that lets a slot keep the most of `query`.
+
+        `usable(entry, matched)` says how many tokens a slot would keep after loading the
+        entry, given `matched` shared tokens (checkpoints decide this on non-truncatable
+        memory). Ties go to the most recently used entry. Does not mutate the cache."""
+        trie = self._tries.get(tenant)
+        if trie is None:
+            return None
+        match = trie.match(query)
+        best: Candidate | None = None
+        candidates = [(m, e) for m, e in match.prefixes] + [(match.depth, e) for e in match.extensions()]
+        for matched, entry in candidates:
+            if entry.fingerprint != self.fingerprint or matched == 0:
+                continue
+            keep = usable(entry, matched)
+            if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
+                best = Candidate(entry, matched, keep)
+        return best
+
+    def covers(self, longer: CacheEntry | tuple, shorter_len: int) -> bool:
+        """Whether an entry (or a (tokens, checkpoints) pair) can serve every prompt that an
+        entry of its first `shorter_len` tokens could."""
+        checkpoints = longer.checkpoints if isinstance(longer, CacheEntry) else longer[1]
+        if self.truncatable:
+            return True
+        ck = checkpoints.at(shorter_len)
+        return ck is not None and ck.data is not None
+
+    def find_covering(self, tokens: list[int], tenant: str) -> CacheEntry | None:
+        """An existing entry that already serves everything `tokens` could. Read-only."""
+        trie = self._tries.get(tenant)
+        if trie is None:
+            return None
+        match = trie.match(tokens)
+        if match.depth < len(tokens):
+            return None
+        for n, entry in match.prefixes:
+            if n == len(tokens):
+                return entry
+        for entry in match.extensions():
+            if self.covers(entry, len(tokens)):
+                return entry
+        return None
+
+    # -- mutation ----------------------------------------------------------------------
+
+    def insert(self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str) -> CacheEntry | None:
+        """Store a copy of a slot's contents (state and checkpoints are shared, read-only
+        buffers). Evicts least recently used entries to fit; drops entries this one makes
+        redundant. Returns None when the entry alone exceeds the budget. Mutates."""
+        state.flags.writeable = False
+        entry = CacheEntry(tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids))
+        if entry.nbytes > self.budget:
+            return None
+        self._drop_redundant(entry)
+        while self.nbytes + entry.nbytes > self.budget:
+            self._evict_lru()
+        self._tries.setdefault(tenant, PrefixTrie()).insert(entry.tokens, entry)
+        self._lru[entry.id] = entry
+        self.nbytes += entry.nbytes
+        self.stats.saved_bytes += entry.nbytes
+        assert self.nbytes <= self.budget
+        return entry
+
+    def touch(self, entry: CacheEntry) -> None:
+        """Mark an entry used (after loading it). Mutates LRU order only."""
+        entry.last_used = time.monotonic()
+        self._lru.move_to_end(entry.id)
+
+    def remove(self, entry: CacheEntry) -> None:
+        trie = self._tries[entry.tenant]
+        removed = trie.remove(entry.tokens, entry)
+        assert removed
+        del self._lru[entry.id]
+        self.nbytes -= entry.nbytes
+        if not len(trie):
+            del self._tries[entry.tenant]
+
+    def clear(self) -> None:
+        self._tries.clear()
+        self._lru.clear()
+        self.nbytes = 0
+
+    def sanity_check(self) -> None:
+        total = 0
+        for trie in self._tries.values():
+            trie.sanity_check()
+            total += sum(e.nbytes for e in trie.values())
+        assert total == self.nbytes, (total, self.nbytes)
+        assert sum(e.nbytes for e in self._lru.values()) == total
+        assert self.nbytes <= self.budget
+        times = [e.last_used for e in self._lru.values()]
+        assert times == sorted(times), "LRU order follows last use"
+
+    def _evict_lru(self) -> None:
+        victim = next(iter(self._lru.values()))
+        self.remove(victim)
+        self.stats.evictions += 1
+
+    def _drop_redundant(self, entry: CacheEntry) -> None:
+        """Entries that are strict prefixes of `entry` (or the same tokens) and that `entry`
+        covers are redundant."""
+        trie = self._tries.get(entry.tenant)
+        if trie is None:
+            return
+        match = trie.match(entry.tokens)
+        for n, old in match.prefixes:
+            if n == len(entry) or self.covers(entry, n):
+                self.remove(old)
+                self.stats.dropped_redundant += 1

@@ -1,0 +1,146 @@
+"""Moving sequence state: cut, restore, fork, save to and load from the prompt cache.
+
+`SlotMemory` performs every operation that changes what a slot's sequence holds, and keeps
+the slot's token record and checkpoints in step with the llama memory. Runs on the engine
+thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from cache.checkpoints import Checkpoint
+from cache.prompt_cache import CacheEntry, PromptCache
+
+from .llama_api import Context, MemoryKind, Model
+from .reuse import ReusePlan, plan_reuse
+from .slot import Slot
+from .stats import EngineStats
+
+log = logging.getLogger("warmslot.memory")
+
+
+class SlotMemory:
+    def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats) -> None:
+        self.ctx = ctx
+        self.model = model
+        self.cache = cache
+        self.stats = stats
+        self.kind = ctx.memory_kind
+
+    # -- what can be kept -----------------------------------------------------------------
+
+    def cutter(self, slot: Slot) -> Callable[[int], bool]:
+        """Whether the slot's memory can be cut back to n tokens without a checkpoint."""
+        if self.kind is MemoryKind.ATTENTION:
+            return lambda n: True
+        if self.kind is MemoryKind.SWA:
+            n_swa = self.model.info.n_swa
+            pos_min = self.ctx.seq_pos_min(slot.id)
+            # the first new token, at position n, still sees its whole window
+            return lambda n: 0 <= pos_min <= max(0, n - n_swa)
+        return lambda n: False
+
+    def plan(self, slot: Slot, prompt: list[int]) -> ReusePlan:
+        return plan_reuse(slot.tokens, slot.checkpoints, prompt, self.cutter(slot))
+
+    # -- operations -------------------------------------------------------------------------
+
+    def apply(self, slot: Slot, plan: ReusePlan) -> int:
+        """Bring the slot's memory to the plan's `keep` tokens. Returns what was kept."""
+        keep = plan.keep
+        # [0, keep) stays in memory | [keep, n_past) is removed
+        if plan.restore is not None:
+            if self.ctx.state_set(slot.id, plan.restore.data, partial=True):
+                self.stats.checkpoints_restored += 1
+            else:
+                log.warning("slot %d: restoring the checkpoint at %d failed; full prefill", slot.id, keep)
+                keep = 0
+        if keep == 0:
+            self.clear(slot)
+            return 0
+        if keep < slot.n_past and not self.ctx.seq_rm(slot.id, keep, -1):
+            log.warning("slot %d: the memory refused a cut at %d; full prefill", slot.id, keep)
+            self.clear(slot)
+            return 0
+        del slot.tokens[keep:]
+        slot.checkpoints.drop_after(keep)
+        return keep
+
+    def clear(self, slot: Slot) -> None:
+        self.ctx.seq_clear(slot.id)
+        slot.tokens.clear()
+        slot.checkpoints.clear()
+
+    def fork(self, donor: Slot, target: Slot, upto: int) -> None:
+        """Copy the donor's sequence into the target with seq_cp (no host round trip).
+
+        Attention memory copies [0, upto) only. Other memory copies everything (its state
+        is one piece) and the caller's plan then restores a checkpoint and cuts."""
+        assert donor is not target
+        self.ctx.seq_clear(target.id)
+        if self.kind.truncatable:
+            self.ctx.seq_cp(donor.id, target.id, 0, upto)
+            target.tokens = donor.tokens[:upto]
+        else:
+            self.ctx.seq_cp(donor.id, target.id, -1, -1)
+            if self.kind is MemoryKind.SWA:
+                # NOTE: llama.cpp reuses a sliding-window cell only while a single sequence
+                # holds it, so cells shared by seq_cp would stay pinned. Restoring the donor's
+                # window as the target's own partial state gives the target private cells.
+                window = self.ctx.state_get(donor.id, partial=True)
+                self.ctx.state_set(target.id, window, partial=True)
+            target.tokens = list(donor.tokens)
+        target.checkpoints = donor.checkpoints.copy()
+        target.checkpoints.drop_after(len(target.tokens))
+        target.tenant = donor.tenant
+        target.prompt_end = 0
+
+    def save(self, slot: Slot) -> CacheEntry | None:
+        """Copy the slot's contents and checkpoints into the prompt cache (unless an entry
+        already serves everything they could). The slot is unchanged."""
+        if self.cache is None or not slot.tokens:
+            return None
+        existing = self.cache.find_covering(slot.tokens, slot.tenant)
+        if existing is not None:
+            self.cache.touch(existing)
+            return existing
+        t0 = time.monotonic()
+        state = self.ctx.state_get(slot.id, partial=False)
+        entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant)
+        self.cache.stats.save_seconds += time.monotonic() - t0
+        if entry is not None:
+            log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
+        return entry
+
+    def load(self, entry: CacheEntry, target: Slot) -> bool:
+        """Copy a cache entry into the slot. The entry stays in the cache, unchanged."""
+        t0 = time.monotonic()
+        self.ctx.seq_clear(target.id)
+        if not self.ctx.state_set(target.id, entry.state, partial=False):
+            log.warning("slot %d: loading a cache entry of %d tokens failed", target.id, len(entry))
+            self.clear(target)
+            return False
+        target.tokens = list(entry.tokens)
+        target.checkpoints = entry.checkpoints.copy()
+        target.tenant = entry.tenant
+        target.prompt_end = 0
+        self.cache.touch(entry)
+        self.cache.stats.loaded_bytes += int(entry.state.nbytes)
+        self.cache.stats.load_seconds += time.monotonic() - t0
+        return True
+
+    def checkpoint(self, slot: Slot, n: int, logits) -> None:
+        """Save the slot's partial state (and the prompt's last logits, if given) at n tokens."""
+        assert slot.n_past == n
+        data = None if self.kind.truncatable else self.ctx.state_get(slot.id, partial=True)
+        if data is None and logits is None:
+            return
+        if data is not None:
+            data.flags.writeable = False
+        if logits is not None:
+            logits.flags.writeable = False
+        self.stats.checkpoints_evicted += slot.checkpoints.add(Checkpoint(n, data, logits))
+        self.stats.checkpoints_created += 1

@@ -1,0 +1,172 @@
+"""Prompt cache, routing and cross-slot sharing through the real engine, on every memory kind.
+
+Every warm answer is compared with a cold run (logits of the last prompt token within 1e-3,
+16 greedy tokens identical), and each test asserts which path served it.
+"""
+
+import llama_cpp  # noqa: F401,I001
+
+import pytest
+
+from slots import GenerateRequest, QueueSink, SamplingParams
+from tests.conftest import generate, tiny_engine
+from tests.test_prefix_reuse import ENGINE, assert_same, cold, tokens
+from tests.tiny_models import KINDS
+
+pytestmark = pytest.mark.model
+
+SHARED = tokens(10, 200)  # a long shared system prompt
+A = SHARED + tokens(11, 60)
+B = SHARED + tokens(12, 60)
+C = SHARED + tokens(13, 60)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_alternating_conversations_share_prefix(tiny_models, kind):
+    """One slot; conversations A, B, C share a prefix and run A, B, C, A. The cache is never
+    consumed, so A comes back whole, and so does B after it."""
+    path = tiny_models[kind]
+    engine = tiny_engine(path, **ENGINE)
+    try:
+        first = {}
+        for name, prompt in (("A", A), ("B", B), ("C", C)):
+            first[name] = generate(engine, prompt, boundaries=(len(SHARED),))
+        hits = engine.cache.stats.hits
+        entries, nbytes = engine.cache.n_entries, engine.cache.nbytes
+        again = generate(engine, A, return_prompt_logits=True)
+        assert again.usage.cached_tokens == len(A)  # the whole prompt, with its saved logits
+        assert again.reuse.source == "ram"
+        assert engine.cache.stats.hits == hits + 1
+        # loading A took nothing out of the cache (C was saved into it, A is still there)
+        assert engine.cache.n_entries >= entries and engine.cache.nbytes >= nbytes
+        assert any(e.tokens[: len(A)] == tuple(A) for e in engine.cache.entries())
+        assert again.tokens == first["A"].tokens
+        # continuing A: its previous prompt and reply are reused
+        cont = A + first["A"].tokens + tokens(14, 20)
+        r = generate(engine, cont, return_prompt_logits=True)
+        assert r.usage.cached_tokens >= len(A)
+        b_again = generate(engine, B + tokens(15, 10), return_prompt_logits=True)
+        assert b_again.usage.cached_tokens >= len(B)
+        engine.cache.sanity_check()
+    finally:
+        engine.stop()
+    assert_same(again, cold(path, A))
+    assert_same(r, cold(path, cont, boundaries=(len(A),)))
+    assert_same(b_again, cold(path, B + tokens(15, 10), boundaries=(len(B),)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_busy_slot_shares_its_prefix_through_seq_cp(tiny_models, kind):
+    """Slot 0 is generating a long reply for A; a request sharing A's prompt goes to slot 1
+    and copies the prefix from slot 0 on the device instead of recomputing it."""
+    path = tiny_models[kind]
+    prompt = A + tokens(16, 30)
+    ref = cold(path, prompt, boundaries=(len(A),))
+    engine = tiny_engine(path, n_parallel=2, **ENGINE)
+    try:
+        long_sink = QueueSink()
+        engine.submit(GenerateRequest("long", A, long_sink, SamplingParams(temperature=0), max_tokens=400))
+        first = long_sink.queue.get(timeout=30)  # started: A's prompt is being evaluated
+        while not any(ev.tokens for ev in first):
+            first = long_sink.queue.get(timeout=30)
+        warm = generate(engine, prompt, return_prompt_logits=True)
+        assert warm.reuse.source == "fork"
+        assert warm.reuse.slot == 1
+        assert warm.usage.cached_tokens == len(A)
+        assert warm.usage.sources == {"fork": len(A), "computed": 30}
+        long_sink.collect()
+    finally:
+        engine.stop()
+    assert_same(warm, ref)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_concurrent_requests_with_a_shared_prefix_compute_it_once(tiny_models, kind):
+    """Two requests sharing a 1K-token prefix arrive together on two slots. The second waits
+    for the first to pass the shared prefix, then forks it; both answers equal cold runs."""
+    path = tiny_models[kind]
+    shared = tokens(20, 1000)
+    p1, p2 = shared + tokens(21, 20), shared + tokens(22, 20)
+    big = dict(n_ctx=4096, n_batch=128, n_ubatch=128)
+    refs = [cold(path, p, engine_args=big, boundaries=(len(shared),)) for p in (p1, p2)]
+    engine = tiny_engine(path, n_parallel=2, **big)
+    try:
+        sinks = [QueueSink(), QueueSink()]
+        for i, (p, sink) in enumerate(zip((p1, p2), sinks)):
+            engine.submit(GenerateRequest(f"r{i}", p, sink, SamplingParams(temperature=0), max_tokens=16, return_prompt_logits=True))
+        results = [s.collect() for s in sinks]
+    finally:
+        engine.stop()
+    computed = sorted(r.usage.sources.get("computed") for r in results)
+    assert computed == [20, len(p1)]  # the shared 1000 tokens were evaluated once
+    second = min(results, key=lambda r: r.usage.sources["computed"])
+    assert second.reuse.source == "fork" and second.usage.cached_tokens == len(shared)
+    for r, ref in zip(results, refs):
+        assert_same(r, ref)
+
+
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+def test_another_tenant_gets_nothing_cached(tiny_models, kind):
+    engine = tiny_engine(tiny_models[kind], n_parallel=2, **ENGINE)
+    try:
+        generate(engine, A, tenant="alice")
+        assert generate(engine, A, tenant="alice").usage.cached_tokens == len(A)
+        other = generate(engine, A, tenant="bob")
+        assert other.usage.cached_tokens == 0
+        assert other.reuse.matched == 0  # bob cannot even see that alice's prefix exists
+        anonymous = generate(engine, A + tokens(30, 5))
+        assert anonymous.usage.cached_tokens == 0
+    finally:
+        engine.stop()
+
+
+@pytest.mark.parametrize("kind", ["attention", "swa", "recurrent", "hybrid"])
+def test_kv_pressure_moves_idle_slots_to_ram_instead_of_failing(tiny_models, kind):
+    """A pool of 512 cells; slot 0 idles with 420 tokens; slot 1 needs 420 more. Slot 0's
+    contents move to the prompt cache, and its conversation later comes back from RAM."""
+    path = tiny_models[kind]
+    engine = tiny_engine(path, n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64)
+    p0, p1 = tokens(40, 400), tokens(41, 400)
+    try:
+        r0 = generate(engine, p0, max_tokens=20)
+        r1 = generate(engine, p1, max_tokens=20)  # would not fit next to slot 0's cells
+        assert r1.error is None and len(r1.tokens) == 20
+        back = generate(engine, p0, max_tokens=20, return_prompt_logits=True)
+        assert back.error is None
+        if kind in ("attention", "hybrid"):  # these keep every position in the KV pool
+            assert engine.stats.kv_evictions >= 1
+            assert back.reuse.source == "ram" and back.usage.cached_tokens == len(p0)
+        assert back.tokens == r0.tokens
+    finally:
+        engine.stop()
+
+
+def test_nothing_idle_left_fails_only_the_newest_request(tiny_models):
+    """Two requests that together need more cells than the pool: the newer one fails with
+    a clear error, the older one finishes, and the engine keeps serving."""
+    engine = tiny_engine(tiny_models["attention"], n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64)
+    try:
+        sinks = [QueueSink(), QueueSink()]
+        for i, sink in enumerate(sinks):
+            engine.submit(GenerateRequest(f"p{i}", tokens(50 + i, 300), sink, SamplingParams(temperature=0), max_tokens=100))
+        results = [s.collect() for s in sinks]
+        errors = [r.error for r in results if r.error is not None]
+        assert len(errors) == 1 and "KV cache is full" in errors[0].message
+        assert any(r.error is None and len(r.tokens) == 100 for r in results)
+        assert generate(engine, tokens(52, 50)).error is None
+    finally:
+        engine.stop()
+
+
+def test_prompt_cache_memory_stays_within_budget_over_many_alternations(tiny_models):
+    budget = 200_000
+    engine = tiny_engine(tiny_models["hybrid"], cache_ram=budget, **ENGINE)
+    try:
+        for i in range(60):
+            generate(engine, SHARED + tokens(100 + i % 12, 40), max_tokens=4)
+            assert engine.cache.nbytes <= budget
+        engine.call(lambda e: e.cache.sanity_check()).result()
+        assert engine.cache.stats.evictions > 0
+    finally:
+        engine.stop()
+
