@@ -205,18 +205,23 @@ async def chat_completions(request: Request) -> Response:
     server.require_ready()
     body = parse_body(await request.body())
     params = parse_chat(body, server.engine.model.n_vocab, None)
-    tools, choice, grammar = _tooling(server, params)
+    tools = grammars.validate_tools(params.tools) if params.tools is not None else []
+    choice = grammars.validate_tool_choice(params.tool_choice, tools)
+    offered = tools if tools and choice.mode != "none" else None
     prompt = await asyncio.get_running_loop().run_in_executor(
-        server.tokenize_pool, lambda: server.builder.build(params.messages, tools if choice.mode != "none" else None, extra=params.template_kwargs)
+        server.tokenize_pool, lambda: server.builder.build(params.messages, offered, extra=params.template_kwargs)
     )
-    boundaries = _checkpoint_boundaries(prompt)
-    sub = server.submit(prompt.tokens, params.gen, key, grammar, boundaries)
+    reasoning = server.reasoning[0]
+    opens = reasoning and tool_calls.prompt_opens_reasoning(prompt.text)
+    grammar = _grammar(server, params, offered, choice, reasoning, opens)
+    sub = server.submit(prompt.tokens, params.gen, key, grammar, _checkpoint_boundaries(prompt))
     started = await _started(sub, request)
     parser = tool_calls.OutputParser(
         format=server.tool_format,
-        reasoning=server.reasoning[0],
-        starts_in_reasoning=server.reasoning[1],
-        tools_enabled=bool(tools) and choice.mode != "none",
+        reasoning=reasoning,
+        starts_in_reasoning=opens,
+        tools_enabled=offered is not None,
+        tools=offered,
     )
     env = server.envelope("chatcmpl", sub)
     headers = _cache_header(sub, started)
@@ -260,25 +265,21 @@ async def completions(request: Request) -> Response:
     return JSONResponse(body, headers=headers)
 
 
-def _tooling(server: Warmslot, params: ChatParams):
-    """Validated tools, tool_choice, and the grammar that constrains the output (if any)."""
-    tools = grammars.validate_tools(params.tools) if params.tools is not None else []
-    choice = grammars.validate_tool_choice(params.tool_choice, tools)
-    grammar = None
-    if tools and choice.mode != "none":
-        grammar = grammars.tool_call_grammar(
+def _grammar(server: Warmslot, params: ChatParams, tools, choice, reasoning: bool, opens: bool):
+    """The grammar that constrains the output (tool_choice, response_format), if any."""
+    spec = None
+    if tools:
+        spec = grammars.tool_call_grammar(
             tools, choice, server.tool_format, parallel_tool_calls=params.parallel_tool_calls,
-            reasoning=server.reasoning[0], starts_in_reasoning=server.reasoning[1],
+            reasoning=reasoning, starts_in_reasoning=opens,
         )
     if params.response_format is not None:
-        fmt_grammar = grammars.response_format_grammar(
-            params.response_format, reasoning=server.reasoning[0], starts_in_reasoning=server.reasoning[1]
-        )
-        if fmt_grammar is not None:
-            if grammar is not None and not grammar.lazy:
+        fmt = grammars.response_format_grammar(params.response_format, reasoning=reasoning, starts_in_reasoning=opens)
+        if fmt is not None:
+            if spec is not None and not spec.lazy:
                 raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
-            grammar = grammars.GrammarSpec(fmt_grammar) if grammar is None else grammar
-    return tools, choice, _sampling_grammar(server, grammar)
+            spec = grammars.GrammarSpec(fmt) if spec is None else spec
+    return _sampling_grammar(server, spec)
 
 
 def _sampling_grammar(server: Warmslot, spec):

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from slots.engine import EngineConfig
 
+from .tool_calls import FORMATS
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
@@ -67,7 +69,7 @@ _FLAGS = [
     (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
-    (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto, hermes, llama3, mistral, json"),
+    (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: split <think> into reasoning_content; none: leave it in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
 ]
@@ -76,7 +78,7 @@ _CHOICES = {
     "flash_attn": ("on", "off", "auto"),
     "cache_type_k": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "cache_type_v": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
-    "tool_format": ("auto", "hermes", "llama3", "mistral", "json"),
+    "tool_format": ("auto",) + tuple(f for f in FORMATS if f != "none"),
     "reasoning_format": ("auto", "none"),
     "log_level": ("debug", "info", "warning", "error"),
 }
@@ -136,6 +138,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         ctx_checkpoints=max(1, a.ctx_checkpoints),
         checkpoint_bytes=a.checkpoint_ram,
         checkpoint_every=a.checkpoint_every,
+        cache_ram=a.cache_ram,
     )
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
     config = ServerConfig(

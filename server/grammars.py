@@ -1,9 +1,10 @@
 """GBNF grammars that constrain sampling for tool calls and structured output.
 
 JSON schemas are turned into GBNF by llama-cpp-python's pure-Python converter
-(`json_schema_to_gbnf`). Each schema is converted on its own and every rule name it produced
-is prefixed (``t0-root``, ``t0-space``, ...), so the schemas of several tools can live in one
-grammar without their rule names (which derive from property and ``$defs`` names) colliding.
+(`SchemaConverter`, which ``json_schema_to_gbnf`` drives). Each schema is converted on its own
+and every rule name it produced is prefixed (``t0-root``, ``t0-space``, ...), so the schemas
+of several tools can live in one grammar without their rule names (which derive from property
+and ``$defs`` names) colliding.
 
 Lazy grammars and their triggers, as implemented by the llama.cpp vendored in
 llama-cpp-python 0.3.36 (``llama_grammar_accept_impl`` / ``llama_grammar_trigger_pattern::find``
@@ -24,6 +25,11 @@ in src/llama-grammar.cpp, reached through ``llama_sampler_init_grammar_lazy_patt
   input, so a grammar used with trigger tokens must begin with that token's text.
 - Once the grammar is complete the stacks are empty and only end-of-generation tokens pass,
   so a lazy tool grammar ends the reply after its last call.
+- Replaying (like accepting) a token whose text the grammar cannot take throws a C++
+  exception out of ``llama_sampler_accept``, which aborts a Python process. Sampled tokens are
+  safe (the grammar filtered them), but the token that completes a trigger pattern is replayed
+  unfiltered: its text after the marker must fit. The grammars here therefore allow a little
+  whitespace wherever a model may put it right after a marker.
 
 The patterns used here are plain markers (``<tool_call>``, ``\\[TOOL_CALLS\\]``) or short
 anchored ones (``^\\s*(\\{)``): cheap for std::regex on long buffers. Non-lazy grammars start at
@@ -33,12 +39,13 @@ the first generated token; when a model reasons first they can let a think block
 
 import llama_cpp  # noqa: F401,I001  -- llama_cpp must be imported before numpy
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
+from llama_cpp.llama_grammar import SchemaConverter
 
 from .errors import InvalidRequest
 from .tool_calls import (
@@ -210,14 +217,104 @@ def _kmp_step(delimiter: str, state: int, ch: str) -> int:
 
 
 def _convert_schema(schema: dict[str, Any], param: str) -> dict[str, str]:
-    """The converter's rules for `schema`; a schema it cannot handle is the client's error."""
+    """The converter's rules for `schema`; a schema it cannot handle is the client's error.
+
+    The converter copies regex escapes of ``pattern`` into GBNF verbatim, so ``\\d``, ``\\w``
+    and ``\\s`` are spelled out as character classes first; a pattern that still cannot be
+    converted is dropped (that string is then unconstrained) rather than failing the request.
+    """
     try:
-        text = json_schema_to_gbnf(json.dumps(schema))
+        text = _schema_to_gbnf(_with_patterns(schema, _usable_pattern))
     except Exception as exc:  # the converter raises assorted errors for schemas it rejects
         raise InvalidRequest(f"unsupported JSON schema: {exc}", param=param) from None
     if not grammar_is_valid(text):
         raise InvalidRequest("the JSON schema converts to a grammar llama.cpp rejects", param=param)
     return _split_rules(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _usable_pattern(pattern: str) -> str | None:
+    """`pattern` in a form the converter turns into valid GBNF, or None if there is none."""
+    portable = _portable_pattern(pattern)
+    try:
+        text = _schema_to_gbnf({"type": "string", "pattern": portable})
+    except Exception:  # unsupported regex syntax
+        return None
+    return portable if grammar_is_valid(text) else None
+
+
+class _SchemaConverter(SchemaConverter):
+    """llama-cpp-python's converter, escaping every string literal fully.
+
+    The library version escapes only quotes and line breaks, so a ``const``, ``enum`` value
+    or property name holding a backslash (or a quote after JSON encoding) breaks the grammar.
+    """
+
+    def _format_literal(self, literal: str) -> str:
+        return gbnf_literal(literal)
+
+
+def _schema_to_gbnf(schema: dict[str, Any]) -> str:
+    """GBNF for `schema` (what ``json_schema_to_gbnf`` does, with full literal escaping)."""
+    document = json.loads(json.dumps(schema))
+    if "$ref" in document:
+        # The converter leaves references inside $defs unresolved when the root itself is a
+        # reference; as the only alternative of a union the root is resolved like any node.
+        definitions = {k: document.pop(k) for k in ("$defs", "definitions") if k in document}
+        document = {"anyOf": [document], **definitions}
+    converter = _SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    document = converter.resolve_refs(document, "input")
+    converter.visit(document, "")
+    return converter.format_grammar()
+
+
+_PATTERN_CLASSES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t\\n\\r"}
+
+
+def _portable_pattern(pattern: str) -> str:
+    """`pattern` with the ``\\d \\w \\s`` shorthands written as explicit character classes."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            shorthand = _PATTERN_CLASSES.get(pattern[i + 1])
+            if shorthand is None:
+                out.append(pattern[i : i + 2])
+            else:
+                out.append(shorthand if in_class else f"[{shorthand}]")
+            i += 2
+            continue
+        if ch == "[" and not in_class:
+            in_class = True
+        elif ch == "]" and in_class:
+            in_class = False
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+_SCHEMA_DATA_KEYWORDS = frozenset(("const", "enum", "default", "examples"))
+
+
+def _with_patterns(schema: Any, rewrite: Callable[[str], str | None]) -> Any:
+    """A copy of `schema` with every string ``pattern`` rewritten (dropped where that gives None)."""
+    if isinstance(schema, list):
+        return [_with_patterns(item, rewrite) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    copy = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_DATA_KEYWORDS:
+            copy[key] = value
+        elif key == "pattern" and isinstance(value, str):
+            usable = rewrite(value)
+            if usable is not None:
+                copy[key] = usable
+        else:
+            copy[key] = _with_patterns(value, rewrite)
+    return copy
 
 
 # --------------------------------------------------------------------------- validation

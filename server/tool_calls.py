@@ -755,7 +755,14 @@ class _PlainLayer:
 
 
 class _HermesLayer:
-    """``<tool_call>...</tool_call>`` blocks holding JSON or XML calls, anywhere in the text."""
+    """``<tool_call>...</tool_call>`` blocks holding JSON or XML calls, anywhere in the text.
+
+    A block is read as JSON when its first character is ``{`` and as the XML form when it
+    starts with ``<function=``; anything else, or JSON that fails before the call is
+    recognised, goes back to content as soon as that is certain.
+    """
+
+    _XML_START = "<function="
 
     def __init__(self, out: _Out, param_schemas: dict[str, dict[str, Any]]) -> None:
         self._out = out
@@ -765,34 +772,47 @@ class _HermesLayer:
         self._reset_call()
 
     def _reset_call(self) -> None:
-        self._kind: str | None = None  # None, "json", "xml", "bad" or "trailing"
+        self._kind: str | None = None  # None (undecided), "json", "xml" or "trailing"
         self._body: list[str] = []
         self._lead = ""
         self._reader: _JsonCallReader | None = None
         self._trailing: list[str] = []
+        self._pushback = ""
 
     def feed(self, text: str) -> None:
         self._buf += text
         while True:
             marker = HERMES_CLOSE if self._in_call else HERMES_OPEN
             pos = self._buf.find(marker)
-            if pos < 0:
-                keep = _partial_suffix_len(self._buf, (marker,))
-                ready, self._buf = self._buf[: len(self._buf) - keep], self._buf[len(self._buf) - keep :]
-                self._route(ready)
-                return
-            ready, self._buf = self._buf[:pos], self._buf[pos + len(marker) :]
+            cut = pos if pos >= 0 else len(self._buf) - _partial_suffix_len(self._buf, (marker,))
+            ready, self._buf = self._buf[:cut], self._buf[cut:]
+            was_in_call = self._in_call
             self._route(ready)
+            if was_in_call and not self._in_call:  # the block turned out not to be a call
+                self._buf = self._pushback + self._buf
+                self._pushback = ""
+                continue
+            if pos < 0:
+                return
+            self._buf = self._buf[len(marker) :]
             if self._in_call:
                 self._end_call(closed=True)
             else:
                 self._in_call = True
 
     def finish(self) -> None:
-        ready, self._buf = self._buf, ""
-        self._route(ready)
-        if self._in_call:
-            self._end_call(closed=False)
+        self.feed("")
+        while self._buf or self._in_call:
+            ready, self._buf = self._buf, ""
+            was_in_call = self._in_call
+            self._route(ready)
+            if was_in_call and not self._in_call:
+                self._buf, self._pushback = self._pushback, ""
+                self.feed("")
+                continue
+            if self._in_call:
+                self._end_call(closed=False)
+            break
 
     def _route(self, text: str) -> None:
         if self._in_call:
@@ -807,14 +827,17 @@ class _HermesLayer:
         if self._kind is None:
             self._lead += text
             start = self._lead.lstrip(_WS)
-            if not start:
-                return
-            if start[0] == "{":
+            if start.startswith("{"):
                 self._kind = "json"
                 self._reader = _JsonCallReader(self._out)
                 self._feed_reader(start)
-            else:
-                self._kind = "xml" if start[0] == "<" else "bad"
+            elif start.startswith(self._XML_START):
+                self._kind = "xml"
+            elif not self._XML_START.startswith(start):
+                # Give up at the first character that rules both forms out.
+                same = next(i for i, (a, b) in enumerate(zip(start, self._XML_START)) if a != b)
+                decided = len(self._lead) - len(start) + same + 1
+                self._give_up(self._lead[:decided], self._lead[decided:])
         elif self._kind == "json":
             self._feed_reader(text)
         elif self._kind == "trailing":
@@ -831,23 +854,41 @@ class _HermesLayer:
             self._kind = "trailing"
             self._trailing.append(self._reader.rest)
         elif self._reader.status == "failed":
-            self._kind = "bad"
+            lead = self._lead[: len(self._lead) - len(self._lead.lstrip(_WS))]
+            self._give_up(lead + self._reader.raw, self._reader.rest)
+
+    def _give_up(self, consumed: str, rest: str) -> None:
+        """Not a call, as `consumed` shows: that goes to content, `rest` is read again."""
+        self._out.content(HERMES_OPEN + consumed)
+        self._in_call = False
+        self._reset_call()
+        self._pushback = rest
+
+    def _not_a_call(self, closed: bool) -> None:
+        """The whole block is no call: it goes to content verbatim, markers included."""
+        self._out.content(HERMES_OPEN + "".join(self._body) + (HERMES_CLOSE if closed else ""))
+        self._in_call = False
+        self._reset_call()
 
     def _end_call(self, closed: bool) -> None:
         if self._kind == "json":
             assert self._reader is not None
             self._reader.finish()
+            if self._reader.status == "failed":
+                self._not_a_call(closed)
+                return
             self._after_reader()
         if self._kind == "xml":
             call = _parse_xml_call("".join(self._body), self._schemas)
             if call is None:
-                self._kind = "bad"
-            else:
-                self._out.open_call(call[0], None, call[1])
-        if self._kind == "trailing":
+                self._not_a_call(closed)
+                return
+            self._out.open_call(call[0], None, call[1])
+        elif self._kind == "trailing":
             self._out.content("".join(self._trailing))
-        elif self._kind in ("bad", None):
-            self._out.content(HERMES_OPEN + "".join(self._body) + (HERMES_CLOSE if closed else ""))
+        else:
+            self._not_a_call(closed)
+            return
         self._in_call = False
         self._reset_call()
 
@@ -927,8 +968,8 @@ class _Llama3Layer:
 
 _MISTRAL_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _MISTRAL_ID_RE = re.compile(r"[A-Za-z0-9]{1,64}")
-_NAME_PREFIX_RE = re.compile(r"\s*[A-Za-z0-9_.:-]*")
-_ID_PREFIX_RE = re.compile(r"\s*[A-Za-z0-9]*")
+_NAME_CHAR_RE = re.compile(r"[A-Za-z0-9_.:-]")
+_ID_CHAR_RE = re.compile(r"[A-Za-z0-9]")
 
 
 class _MistralLayer:
@@ -946,6 +987,7 @@ class _MistralLayer:
         self._scanner: _JsonScanner | None = None
         self._streamer: _ArgsStreamer | None = None
         self._name = ""
+        self._field = ""
         self._marker = ""
         self._call_id: str | None = None
         self._index = -1
@@ -1032,28 +1074,37 @@ class _MistralLayer:
         self._state = "content"
         return True
 
-    def _read_until(self, markers: tuple[str, ...], allowed: re.Pattern[str], limit: int) -> str | None:
-        """Text before the first marker (consumed with it); None while it has not come.
+    def _read_field(self, chars: re.Pattern[str], markers: tuple[str, ...], limit: int) -> str | None:
+        """Read a name or id up to one of `markers` (consumed); None while it has not come.
 
-        Fails the call when the waiting text can no longer be a name or id (`allowed`).
+        Leading whitespace is skipped; the first character that cannot belong to the field or
+        start a marker fails the call, and that character is read again as content.
         """
-        pos, marker = _find_first(self._buf, markers)
-        if pos < 0:
-            waiting = self._buf[: len(self._buf) - _partial_suffix_len(self._buf, markers)]
-            if len(waiting) > limit or not allowed.fullmatch(waiting):
-                self._consume(len(self._buf))
-                self._fail()
+        for i, ch in enumerate(self._buf):
+            if ch == "[":
+                rest = self._buf[i:]
+                marker = next((m for m in markers if rest.startswith(m)), None)
+                if marker is not None:
+                    field = self._field + self._consume(i)
+                    self._consume(len(marker))
+                    self._field, self._marker = "", marker
+                    return field.strip(_WS)
+                if any(m.startswith(rest) for m in markers):
+                    self._field += self._consume(i)
+                    return None
+            elif chars.fullmatch(ch) or (ch in _WS and not (self._field + self._buf[:i]).strip(_WS)):
+                if len(self._field) + i < limit:
+                    continue
+            self._consume(i)
+            self._fail()
             return None
-        text = self._consume(pos)
-        self._consume(len(marker))
-        self._marker = marker
-        return text
+        self._field += self._consume(len(self._buf))
+        return None
 
     def _in_name(self) -> bool:
-        name = self._read_until((MISTRAL_ARGS, MISTRAL_CALL_ID), _NAME_PREFIX_RE, limit=160)
+        name = self._read_field(_NAME_CHAR_RE, (MISTRAL_ARGS, MISTRAL_CALL_ID), limit=160)
         if name is None:
             return self._state == "content"
-        name = name.strip()
         if not _MISTRAL_NAME_RE.fullmatch(name):
             return self._fail()
         self._name = name
@@ -1061,10 +1112,9 @@ class _MistralLayer:
         return True
 
     def _in_call_id(self) -> bool:
-        call_id = self._read_until((MISTRAL_ARGS,), _ID_PREFIX_RE, limit=80)
+        call_id = self._read_field(_ID_CHAR_RE, (MISTRAL_ARGS,), limit=80)
         if call_id is None:
             return self._state == "content"
-        call_id = call_id.strip()
         if not _MISTRAL_ID_RE.fullmatch(call_id):
             return self._fail()
         self._call_id = call_id
@@ -1356,7 +1406,8 @@ def detect_format(chat_template: str | None, arch: str) -> str:
     Otherwise "hermes", whatever `arch` says: the Qwen families (qwen2, qwen3, qwen3moe,
     qwen35, ...) use Hermes markers natively, and templates that know no tools get a
     Hermes-style tool prompt injected by the server, so Hermes is what such models are asked
-    to write. `arch` is part of the signature for callers that have no template.
+    to write. `arch` thus never changes the answer today; it is taken so that a caller without
+    a template needs no special case.
     """
     template = chat_template or ""
     if HERMES_OPEN in template:
@@ -1370,6 +1421,12 @@ def detect_format(chat_template: str | None, arch: str) -> str:
     return "hermes"
 
 
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """Whether a rendered prompt ends inside a think block (its last ``<think>`` is unclosed)."""
+    start = prompt.rfind(THINK_OPEN)
+    return start >= 0 and THINK_CLOSE not in prompt[start:]
+
+
 def detect_reasoning(chat_template: str | None, arch: str) -> tuple[bool, bool]:
     """(uses ``<think>`` reasoning, generation prompt leaves a think block open).
 
@@ -1378,8 +1435,9 @@ def detect_reasoning(chat_template: str | None, arch: str) -> tuple[bool, bool]:
     string literals there contains ``<think>`` not followed by ``</think>`` in the same literal
     (``'<|im_start|>assistant\\n<think>\\n'``), the output starts inside reasoning. A literal
     such as ``'<think>\\n\\n</think>\\n\\n'`` (thinking switched off) does not count. `arch` is
-    not needed by these rules. When the server renders with thinking disabled, it should pass
-    ``starts_in_reasoning=False`` itself.
+    not needed by these rules. Which branch a template takes depends on its variables
+    (``enable_thinking`` and the like), so this is a default; `prompt_opens_reasoning` on the
+    rendered prompt gives the answer for one request.
     """
     template = chat_template or ""
     if THINK_OPEN not in template:

@@ -1,0 +1,23 @@
+"""The README documents what the code does: every flag, and the commands CI runs."""
+
+import pathlib
+import re
+
+from server.config import _FLAGS
+
+README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+
+
+def test_every_flag_is_in_the_readme_table():
+    for flags, _dest, _kind, _default, _help in _FLAGS:
+        long = [f for f in flags if f.startswith("--")][0]
+        assert f"`{long}" in README or f", {long}`" in README, long
+
+
+def test_readme_has_the_two_setup_commands():
+    for marker in ("<!-- run-command -->", "<!-- test-command -->"):
+        block = README.split(marker, 1)[1]
+        command = re.search(r"```bash\n(.+)\n```", block).group(1)
+        assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
+    assert "&& warmslot" in README.split("<!-- run-command -->", 1)[1].split("```")[1]
+    assert README.split("<!-- test-command -->", 1)[1].split("```")[1].strip().endswith("&& pytest")

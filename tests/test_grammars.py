@@ -1,0 +1,730 @@
+"""Grammars for tool_choice and response_format: validation, llama.cpp acceptance, matching."""
+
+import llama_cpp  # noqa: F401,I001  -- llama_cpp must be imported before numpy
+
+import ctypes
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+
+import pytest
+
+from server.errors import InvalidRequest
+from server.grammars import (
+    GrammarSpec,
+    ToolChoice,
+    gbnf_literal,
+    grammar_is_valid,
+    response_format_grammar,
+    tool_call_grammar,
+    validate_tool_choice,
+    validate_tools,
+)
+from server.tool_calls import OutputParser
+
+FORMATS = ("hermes", "hermes_xml", "llama3", "mistral", "json")
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "unit": {"type": "string", "enum": ["c", "f"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {
+            "type": "object",
+            "properties": {"q": {"$ref": "#/$defs/Item"}, "tags": {"type": "array", "items": {"type": "string"}}},
+            "required": ["q"],
+            "$defs": {"Item": {"type": "string"}},
+        },
+    },
+}
+COUNT = {
+    "type": "function",
+    "function": {
+        "name": "count",
+        "parameters": {
+            "type": "object",
+            "properties": {"q": {"$ref": "#/$defs/Item"}},
+            "required": ["q"],
+            "$defs": {"Item": {"type": "integer"}},
+        },
+    },
+}
+NOARGS = {"type": "function", "function": {"name": "ping"}}
+
+
+# --------------------------------------------------------------------------- a small GBNF matcher
+
+
+class Gbnf:
+    """A pure-Python reading of GBNF that checks structure and matches whole strings.
+
+    Supports what llama.cpp's parser does except token references: literals, character
+    classes, rule references, groups, ``.``, and the ``* + ? {m} {m,} {m,n}`` repetitions.
+    """
+
+    TOKEN = re.compile(
+        r'\s+|#[^\n]*|"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\{\s*\d+\s*(?:,\s*\d*\s*)?\}|[A-Za-z0-9-]+|::=|[()|*+?.]',
+        re.S,
+    )
+
+    def __init__(self, text: str) -> None:
+        self.rules: dict[str, tuple] = {}
+        starts = list(re.finditer(r"^([A-Za-z0-9-]+)\s*::=", text, re.M))
+        assert starts, "no rules"
+        for i, match in enumerate(starts):
+            end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+            tokens = self._tokens(text[match.end() : end])
+            node, rest = self._alternatives(tokens)
+            assert not rest, f"trailing tokens in {match.group(1)}: {rest}"
+            self.rules[match.group(1)] = node
+        assert "root" in self.rules
+        for name in self._references():
+            assert name in self.rules, f"undefined rule {name}"
+
+    def _tokens(self, body: str) -> list[str]:
+        tokens, pos = [], 0
+        while pos < len(body):
+            match = self.TOKEN.match(body, pos)
+            assert match, f"cannot read GBNF at {body[pos:pos + 30]!r}"
+            pos = match.end()
+            token = match.group(0)
+            if not token.isspace() and not token.startswith("#"):
+                tokens.append(token)
+        return tokens
+
+    def _alternatives(self, tokens):
+        options = []
+        sequence, tokens = self._sequence(tokens)
+        options.append(sequence)
+        while tokens and tokens[0] == "|":
+            sequence, tokens = self._sequence(tokens[1:])
+            options.append(sequence)
+        return ("alt", options), tokens
+
+    def _sequence(self, tokens):
+        items = []
+        while tokens and tokens[0] not in ("|", ")"):
+            atom, tokens = self._atom(tokens)
+            while tokens and (tokens[0] in ("*", "+", "?") or tokens[0].startswith("{")):
+                atom = ("rep", atom, *self._counts(tokens[0]))
+                tokens = tokens[1:]
+            items.append(atom)
+        return ("seq", items), tokens
+
+    @staticmethod
+    def _counts(token):
+        if token == "*":
+            return 0, None
+        if token == "+":
+            return 1, None
+        if token == "?":
+            return 0, 1
+        low, _, high = token.strip("{}").partition(",")
+        if "," not in token:
+            return int(low), int(low)
+        return int(low), int(high) if high.strip() else None
+
+    def _atom(self, tokens):
+        token = tokens[0]
+        if token == "(":
+            node, rest = self._alternatives(tokens[1:])
+            assert rest and rest[0] == ")", "unbalanced parenthesis"
+            return node, rest[1:]
+        if token.startswith('"'):
+            return ("lit", self._decode(token[1:-1])), tokens[1:]
+        if token.startswith("["):
+            return self._char_class(token[1:-1]), tokens[1:]
+        if token == ".":
+            return ("any",), tokens[1:]
+        assert re.fullmatch(r"[A-Za-z0-9-]+", token), f"unexpected token {token!r}"
+        return ("ref", token), tokens[1:]
+
+    @staticmethod
+    def _chars(text):
+        """Decode GBNF escapes into a list of characters."""
+        out, i = [], 0
+        while i < len(text):
+            if text[i] == "\\":
+                kind = text[i + 1]
+                if kind in "xuU":
+                    size = {"x": 2, "u": 4, "U": 8}[kind]
+                    out.append(chr(int(text[i + 2 : i + 2 + size], 16)))
+                    i += 2 + size
+                    continue
+                out.append({"n": "\n", "r": "\r", "t": "\t"}.get(kind, kind))
+                i += 2
+            else:
+                out.append(text[i])
+                i += 1
+        return out
+
+    def _decode(self, text):
+        return "".join(self._chars(text))
+
+    def _char_class(self, body):
+        negated = body.startswith("^")
+        if negated:
+            body = body[1:]
+        chars = self._chars(body)
+        raw_dash = [False] * len(chars)
+        # A '-' written plainly between two characters makes a range.
+        plain = re.sub(r"\\(x..|u....|U........|.)", "E", body)
+        for i, ch in enumerate(plain):
+            if ch == "-" and 0 < i < len(plain) - 1:
+                raw_dash[i] = True
+        ranges, i = [], 0
+        while i < len(chars):
+            if i + 2 < len(chars) and raw_dash[i + 1]:
+                ranges.append((chars[i], chars[i + 2]))
+                i += 3
+            else:
+                ranges.append((chars[i], chars[i]))
+                i += 1
+        return ("class", negated, ranges)
+
+    def _references(self):
+        stack = list(self.rules.values())
+        while stack:
+            node = stack.pop()
+            if node[0] == "ref":
+                yield node[1]
+            elif node[0] in ("alt", "seq"):
+                stack.extend(node[1])
+            elif node[0] == "rep":
+                stack.append(node[1])
+
+    def matches(self, text: str, rule: str = "root") -> bool:
+        self._text, self._memo = text, {}
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20000))
+        try:
+            return len(text) in self._ends(("ref", rule), 0)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    def _ends(self, node, pos) -> frozenset:
+        kind = node[0]
+        text = self._text
+        if kind == "lit":
+            return frozenset([pos + len(node[1])]) if text.startswith(node[1], pos) else frozenset()
+        if kind == "any":
+            return frozenset([pos + 1]) if pos < len(text) else frozenset()
+        if kind == "class":
+            if pos >= len(text):
+                return frozenset()
+            inside = any(low <= text[pos] <= high for low, high in node[2])
+            return frozenset([pos + 1]) if inside != node[1] else frozenset()
+        if kind == "ref":
+            key = (node[1], pos)
+            if key not in self._memo:
+                self._memo[key] = frozenset()
+                self._memo[key] = self._ends(self.rules[node[1]], pos)
+            return self._memo[key]
+        if kind == "alt":
+            return frozenset().union(*(self._ends(option, pos) for option in node[1]))
+        if kind == "seq":
+            current = frozenset([pos])
+            for item in node[1]:
+                current = frozenset().union(*(self._ends(item, p) for p in current)) if current else current
+            return current
+        _, item, low, high = node
+        result = frozenset([pos]) if low == 0 else frozenset()
+        frontier, count, seen = frozenset([pos]), 0, {pos}
+        while frontier and (high is None or count < high):
+            frontier = frozenset().union(*(self._ends(item, p) for p in frontier))
+            count += 1
+            if count >= low:
+                result |= frontier
+            if high is None:
+                frontier = frozenset(p for p in frontier if p not in seen)
+                seen |= frontier
+        return result
+
+
+def matches(grammar: str, text: str) -> bool:
+    return Gbnf(grammar).matches(text)
+
+
+def test_the_matcher_reads_classes_ranges_and_repetitions():
+    grammar = 'root ::= [a-c]{2,3} [^\\x2D] "x"? ("-" item)* \nitem ::= [0-9]+'
+    assert matches(grammar, "abz-1-23")
+    assert matches(grammar, "cccqx")
+    assert not matches(grammar, "a-")
+    assert not matches(grammar, "abcd-")
+
+
+# --------------------------------------------------------------------------- validate_tools
+
+
+def bad_request(call) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        call()
+    assert info.value.status == 400
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("tools", "param"),
+    [
+        ({"name": "x"}, "tools"),
+        ([WEATHER, "nope"], "tools[1]"),
+        ([{"type": "retrieval", "function": {"name": "x"}}], "tools[0].type"),
+        ([WEATHER, {"type": "function"}], "tools[1].function"),
+        ([{"type": "function", "function": {"name": "has space"}}], "tools[0].function.name"),
+        ([{"type": "function", "function": {"name": "x" * 65}}], "tools[0].function.name"),
+        ([{"type": "function", "function": {"name": 3}}], "tools[0].function.name"),
+        ([WEATHER, WEATHER], "tools[1].function.name"),
+        ([{"type": "function", "function": {"name": "x", "description": 5}}], "tools[0].function.description"),
+        ([{"type": "function", "function": {"name": "x", "parameters": []}}], "tools[0].function.parameters"),
+        ([{"type": "function", "function": {"name": "x", "parameters": {"type": "string"}}}], "tools[0].function.parameters"),
+        (
+            [NOARGS, {"type": "function", "function": {"name": "x", "parameters": {"properties": {"a": {"type": "rainbow"}}}}}],
+            "tools[1].function.parameters",
+        ),
+        (
+            [{"type": "function", "function": {"name": "x", "parameters": {"properties": {"a": {"$ref": "https://example.com/s.json"}}}}}],
+            "tools[0].function.parameters",
+        ),
+        ([{"type": "function", "function": {"name": "x", "strict": "yes"}}], "tools[0].function.strict"),
+    ],
+)
+def test_validate_tools_names_the_bad_field(tools, param):
+    assert bad_request(lambda: validate_tools(tools)).param == param
+
+
+def test_validate_tools_normalises():
+    tools = validate_tools([WEATHER, NOARGS, {"function": {"name": "s", "strict": True}}])
+    assert tools[0] == WEATHER
+    assert tools[1] == {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    assert tools[2]["function"]["strict"] is True
+    assert validate_tools(None) == []
+    assert validate_tools([]) == []
+
+
+# --------------------------------------------------------------------------- validate_tool_choice
+
+
+def test_validate_tool_choice_modes():
+    tools = validate_tools([WEATHER, SEARCH])
+    assert validate_tool_choice(None, tools) == ToolChoice("auto")
+    assert validate_tool_choice(None, []) == ToolChoice("none")
+    assert validate_tool_choice("none", tools) == ToolChoice("none")
+    assert validate_tool_choice("required", tools) == ToolChoice("required")
+    named = {"type": "function", "function": {"name": "search"}}
+    assert validate_tool_choice(named, tools) == ToolChoice("function", "search")
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        "sometimes",
+        5,
+        {"type": "function"},
+        {"type": "function", "function": {"name": "missing"}},
+        {"type": "tool", "function": {"name": "search"}},
+    ],
+)
+def test_validate_tool_choice_rejects(choice):
+    tools = validate_tools([WEATHER, SEARCH])
+    assert bad_request(lambda: validate_tool_choice(choice, tools)).param == "tool_choice"
+
+
+def test_required_tool_choice_needs_tools():
+    assert bad_request(lambda: validate_tool_choice("required", [])).param == "tool_choice"
+
+
+# --------------------------------------------------------------------------- tool-call grammars
+
+TOOLS = [WEATHER, SEARCH, COUNT, NOARGS]
+
+# One valid call per format for get_weather, and for count (whose $defs item is an integer).
+CALLS = {
+    "hermes": (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
+        '<tool_call>\n{"name": "count", "arguments": {"q": 7}}\n</tool_call>',
+        "\n",
+    ),
+    "hermes_xml": (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+        "<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=count>\n<parameter=q>\n7\n</parameter>\n</function>\n</tool_call>",
+        "\n",
+    ),
+    "llama3": (
+        '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}',
+        '{"name": "count", "parameters": {"q": 7}}',
+        "\n",
+    ),
+    "mistral": (
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}',
+        '[TOOL_CALLS]count[CALL_ID]abcDEF123[ARGS]{"q": 7}',
+        "",
+    ),
+    "json": (
+        '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}',
+        '{"name": "count", "arguments": {"q": 7}}',
+        None,
+    ),
+}
+WRONG = {
+    "hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"days": 3}}\n</tool_call>',
+    "hermes_xml": "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    "llama3": '{"name": "get_weather", "parameters": {"days": 3}}',
+    "mistral": '[TOOL_CALLS]get_weather[ARGS]{"days": 3}',
+    "json": '{"name": "get_weather", "arguments": {"days": 3}}',
+}
+
+
+def grammar_for(fmt, mode="required", name=None, **options) -> GrammarSpec:
+    spec = tool_call_grammar(validate_tools(TOOLS), ToolChoice(mode, name), fmt, **options)
+    assert spec is not None
+    return spec
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("mode", ["auto", "required"])
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("reasoning", [(False, False), (True, False), (True, True)])
+def test_every_tool_grammar_is_accepted_by_llama_cpp(fmt, mode, parallel, reasoning):
+    spec = grammar_for(
+        fmt, mode, parallel_tool_calls=parallel, reasoning=reasoning[0], starts_in_reasoning=reasoning[1]
+    )
+    assert grammar_is_valid(spec.grammar)
+    Gbnf(spec.grammar)
+    assert spec.lazy == (mode == "auto")
+    if spec.lazy:
+        sampler = lazy_sampler(None, spec)
+        assert sampler, "llama.cpp rejected the lazy grammar or its trigger patterns"
+        llama_cpp.llama_sampler_free(sampler)
+    else:
+        assert spec.trigger_patterns == [] and spec.trigger_tokens == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_valid_calls_match_and_parse_back(fmt):
+    weather, count, separator = CALLS[fmt]
+    spec = grammar_for(fmt)
+    for text in (weather, count):
+        assert matches(spec.grammar, text), text
+        parsed = OutputParser(fmt).parse_complete(text)
+        assert len(parsed.tool_calls) == 1 and parsed.content is None
+    assert not matches(spec.grammar, WRONG[fmt]), "a required argument is missing"
+    assert not matches(spec.grammar, weather.replace("get_weather", "get_wether"))
+    if separator is not None:
+        both = weather + separator + count
+        assert matches(spec.grammar, both)
+        assert len(OutputParser(fmt).parse_complete(both).tool_calls) == 2
+        assert not matches(grammar_for(fmt, parallel_tool_calls=False).grammar, both)
+
+
+def test_json_format_accepts_a_list_when_parallel():
+    spec = grammar_for("json")
+    text = '[{"name": "ping", "arguments": {}}, {"name": "count", "arguments": {"q": 1}}]'
+    assert matches(spec.grammar, text)
+    assert not matches(grammar_for("json", parallel_tool_calls=False).grammar, text)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_named_function_allows_only_that_function(fmt):
+    weather, count, _ = CALLS[fmt]
+    spec = grammar_for(fmt, "function", "count")
+    assert not spec.lazy
+    assert matches(spec.grammar, count)
+    assert not matches(spec.grammar, weather)
+
+
+def test_same_defs_name_in_two_tools_keeps_each_schema():
+    spec = grammar_for("hermes")
+    search = '<tool_call>\n{"name": "search", "arguments": {"q": "text"}}\n</tool_call>'
+    count = '<tool_call>\n{"name": "count", "arguments": {"q": 7}}\n</tool_call>'
+    assert matches(spec.grammar, search) and matches(spec.grammar, count)
+    assert not matches(spec.grammar, search.replace('"text"', "7"))
+    assert not matches(spec.grammar, count.replace("7", '"text"'))
+
+
+def test_reasoning_block_may_or_must_precede_required_calls():
+    weather = CALLS["hermes"][0]
+    optional = grammar_for("hermes", reasoning=True).grammar
+    assert matches(optional, weather)
+    assert matches(optional, "<think>\nI need the weather.\n</think>\n\n" + weather)
+    opened = grammar_for("hermes", reasoning=True, starts_in_reasoning=True).grammar
+    assert matches(opened, "I need <the> weather.\n</think>\n\n" + weather)
+    assert not matches(opened, weather)
+    assert not matches(grammar_for("hermes").grammar, "<think>x</think>" + weather)
+
+
+def test_xml_string_values_may_hold_anything_but_the_closing_tag():
+    spec = grammar_for("hermes_xml", "function", "get_weather")
+    call = "<tool_call>\n<function=get_weather>\n<parameter=city>\n{}\n</parameter>\n</function>\n</tool_call>"
+    assert matches(spec.grammar, call.format("multi\nline <b>/ </param"))
+    assert not matches(spec.grammar, call.format("a</parameter>b"))
+    assert not matches(spec.grammar, call.replace("<parameter=city>\n{}\n</parameter>\n", ""))
+
+
+def test_schema_details_the_library_converter_gets_wrong():
+    schema = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+            "sep": {"const": 'a\\"b'},
+            "free": {"type": "string", "pattern": "(?i)anything"},
+        },
+        "required": ["code", "sep"],
+    }
+    grammar = response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    assert grammar_is_valid(grammar)
+    assert matches(grammar, '{"code": "AB-123", "sep": "a\\\\\\"b", "free": "whatever"}')
+    assert not matches(grammar, '{"code": "AB-12x", "sep": "a\\\\\\"b"}')
+
+
+def test_schema_whose_root_is_a_reference():
+    schema = {
+        "$ref": "#/$defs/Args",
+        "$defs": {
+            "Args": {"type": "object", "properties": {"n": {"type": "integer"}, "sub": {"$ref": "#/$defs/Sub"}}, "required": ["n"]},
+            "Sub": {"type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]},
+        },
+    }
+    tools = validate_tools([{"type": "function", "function": {"name": "f", "parameters": schema}}])
+    for fmt in FORMATS:
+        assert grammar_is_valid(tool_call_grammar(tools, ToolChoice("required"), fmt).grammar)
+    grammar = tool_call_grammar(tools, ToolChoice("required"), "json").grammar
+    assert matches(grammar, '{"name": "f", "arguments": {"n": 1, "sub": {"k": "v"}}}')
+    assert not matches(grammar, '{"name": "f", "arguments": {"sub": {"k": "v"}}}')
+
+
+def test_no_grammar_for_none_choice_or_format():
+    tools = validate_tools(TOOLS)
+    assert tool_call_grammar(tools, ToolChoice("none"), "hermes") is None
+    assert tool_call_grammar([], ToolChoice("auto"), "hermes") is None
+    assert tool_call_grammar(tools, ToolChoice("required"), "none") is None
+
+
+def trigger_start(pattern: str, text: str) -> int | None:
+    """Where llama.cpp starts the lazy grammar: the first non-empty group, else the match."""
+    match = re.search(pattern, text)
+    if match is None:
+        return None
+    for group in range(1, (match.re.groups or 0) + 1):
+        if match.group(group):
+            return match.start(group)
+    return match.start()
+
+
+LAZY_REPLIES = [
+    ("hermes", "I will check.\n" + CALLS["hermes"][0], len("I will check.\n")),
+    ("hermes_xml", "Sure. " + CALLS["hermes_xml"][0], len("Sure. ")),
+    ("llama3", "<|python_tag|>" + CALLS["llama3"][0], len("<|python_tag|>")),
+    ("llama3", " \n" + CALLS["llama3"][0], 2),
+    ("mistral", "OK." + CALLS["mistral"][0], 3),
+    ("json", "\n" + CALLS["json"][0], 1),
+]
+
+
+@pytest.mark.parametrize(("fmt", "reply", "call_at"), LAZY_REPLIES)
+def test_lazy_trigger_starts_the_grammar_at_the_call(fmt, reply, call_at):
+    spec = grammar_for(fmt, "auto")
+    starts = [trigger_start(p, reply) for p in spec.trigger_patterns]
+    assert call_at in starts
+    assert matches(spec.grammar, reply[call_at:])
+    for token in spec.trigger_tokens:
+        assert reply[call_at:].startswith(token), "a trigger token must be the grammar's first text"
+
+
+@pytest.mark.parametrize("fmt", ["llama3", "json"])
+def test_lazy_trigger_ignores_calls_after_prose_for_whole_reply_formats(fmt):
+    spec = grammar_for(fmt, "auto")
+    reply = "Here it is: " + CALLS[fmt][0]
+    assert all(trigger_start(p, reply) is None for p in spec.trigger_patterns)
+
+
+# --------------------------------------------------------------------------- response_format
+
+
+def test_text_response_format_has_no_grammar():
+    assert response_format_grammar(None) is None
+    assert response_format_grammar({"type": "text"}) is None
+
+
+def test_json_object_grammar():
+    grammar = response_format_grammar({"type": "json_object"})
+    assert grammar_is_valid(grammar)
+    assert matches(grammar, '{"a": [1, {"b": null}], "c": "d"}')
+    assert not matches(grammar, "[1, 2]")
+    assert not matches(grammar, "hello")
+
+
+def test_json_schema_grammar():
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    grammar = response_format_grammar({"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}})
+    assert grammar_is_valid(grammar)
+    assert matches(grammar, '{"name": "Ann", "age": 31, "tags": ["x"]}')
+    assert not matches(grammar, '{"name": "Ann"}')
+    assert not matches(grammar, '{"name": "Ann", "age": "31"}')
+    thinking = response_format_grammar(
+        {"type": "json_schema", "json_schema": {"name": "person", "schema": schema}}, reasoning=True, starts_in_reasoning=True
+    )
+    assert matches(thinking, 'Fields first.\n</think>\n\n{"name": "Ann", "age": 31}')
+    parsed = OutputParser("hermes", reasoning=True, starts_in_reasoning=True).parse_complete(
+        'Fields first.\n</think>\n\n{"name": "Ann", "age": 31}'
+    )
+    assert json.loads(parsed.content) == {"name": "Ann", "age": 31}
+
+
+def test_json_object_with_schema_extension():
+    grammar = response_format_grammar({"type": "json_object", "schema": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]}})
+    assert matches(grammar, '{"x": true}')
+    assert not matches(grammar, '{"x": 1}')
+
+
+@pytest.mark.parametrize(
+    ("response_format", "param"),
+    [
+        ("json", "response_format"),
+        ({"type": "yaml"}, "response_format.type"),
+        ({"type": "json_schema"}, "response_format.json_schema"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": "{}"}}, "response_format.json_schema.schema"),
+        ({"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}, "response_format.json_schema.name"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "strict": 1}}, "response_format.json_schema.strict"),
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "widget"}}}}},
+            "response_format.json_schema.schema",
+        ),
+        ({"type": "json_object", "schema": []}, "response_format.schema"),
+    ],
+)
+def test_response_format_errors_name_the_field(response_format, param):
+    assert bad_request(lambda: response_format_grammar(response_format)).param == param
+
+
+def test_gbnf_literal_escapes():
+    assert gbnf_literal('a"b\\c\nd\x01') == '"a\\"b\\\\c\\nd\\x01"'
+    literal = gbnf_literal('a"b\n')
+    assert matches(f"root ::= {literal}", 'a"b\n')
+
+
+# --------------------------------------------------------------------------- token-level acceptance
+
+
+def lazy_sampler(vocab, spec: GrammarSpec, trigger_ids=()):
+    patterns = (ctypes.c_char_p * max(1, len(spec.trigger_patterns)))(*[p.encode() for p in spec.trigger_patterns])
+    tokens = (llama_cpp.llama_token * max(1, len(trigger_ids)))(*trigger_ids)
+    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+        vocab, spec.grammar.encode(), b"root", patterns, len(spec.trigger_patterns), tokens, len(trigger_ids)
+    )
+
+
+VOCAB_FILE = pathlib.Path(
+    os.environ.get(
+        "WARMSLOT_TEST_VOCAB",
+        "/work/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf",
+    )
+)
+
+
+class Vocab:
+    """A vocabulary-only llama.cpp model, for running grammars over real tokens."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        assert self.model, f"could not load {path}"
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.eos = llama_cpp.llama_vocab_eos(self.vocab)
+
+    def tokenize(self, text: str) -> list[int]:
+        data = text.encode()
+        buffer = (llama_cpp.llama_token * (len(data) + 8))()
+        count = llama_cpp.llama_tokenize(self.vocab, data, len(data), buffer, len(buffer), False, True)
+        assert count >= 0
+        return list(buffer[:count])
+
+    def allowed(self, sampler, token: int) -> bool:
+        data = (llama_cpp.llama_token_data * 1)()
+        data[0].id, data[0].logit, data[0].p = token, 0.0, 0.0
+        array = llama_cpp.llama_token_data_array(
+            data=ctypes.cast(data, ctypes.POINTER(llama_cpp.llama_token_data)), size=1, selected=-1, sorted=False
+        )
+        llama_cpp.llama_sampler_apply(sampler, ctypes.byref(array))
+        return not math.isinf(data[0].logit)
+
+    def accepts(self, sampler, text: str) -> bool:
+        """Feed `text` token by token; True if every token and then end-of-text are allowed."""
+        try:
+            for token in self.tokenize(text):
+                if not self.allowed(sampler, token):
+                    return False
+                llama_cpp.llama_sampler_accept(sampler, token)
+            return self.allowed(sampler, self.eos)
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+
+    def strict(self, grammar: str):
+        sampler = llama_cpp.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+        assert sampler
+        return sampler
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    if not VOCAB_FILE.is_file():
+        pytest.skip(f"no vocabulary file at {VOCAB_FILE} (set WARMSLOT_TEST_VOCAB)")
+    model = Vocab(VOCAB_FILE)
+    yield model
+    llama_cpp.llama_model_free(model.model)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_llama_cpp_samples_valid_calls_through_required_grammar(vocab, fmt):
+    weather, count, _ = CALLS[fmt]
+    spec = grammar_for(fmt)
+    assert vocab.accepts(vocab.strict(spec.grammar), weather)
+    assert vocab.accepts(vocab.strict(spec.grammar), count)
+    assert not vocab.accepts(vocab.strict(spec.grammar), WRONG[fmt])
+
+
+@pytest.mark.parametrize(("fmt", "reply", "call_at"), LAZY_REPLIES)
+def test_llama_cpp_lazy_grammar_waits_for_the_call(vocab, fmt, reply, call_at):
+    spec = grammar_for(fmt, "auto")
+    assert vocab.accepts(lazy_sampler(vocab.vocab, spec), reply)
+    wrong = reply[:call_at] + WRONG[fmt]
+    assert not vocab.accepts(lazy_sampler(vocab.vocab, spec), wrong)
+    marker_ids = [vocab.tokenize(text) for text in spec.trigger_tokens]
+    single = [ids[0] for ids in marker_ids if len(ids) == 1]
+    if single:  # the marker is a special token in this vocabulary
+        assert vocab.accepts(lazy_sampler(vocab.vocab, spec, single), reply)
+
+
+def test_llama_cpp_lazy_grammar_leaves_prose_alone(vocab):
+    spec = grammar_for("hermes", "auto")
+    assert vocab.accepts(lazy_sampler(vocab.vocab, spec), "No tools needed: <tool_call is not a call.")
+
+
+def test_llama_cpp_response_format_grammar(vocab):
+    grammar = response_format_grammar({"type": "json_object"}, reasoning=True, starts_in_reasoning=True)
+    assert vocab.accepts(vocab.strict(grammar), 'Think.\n</think>\n\n{"ok": true}')
+    assert not vocab.accepts(vocab.strict(grammar), '{"ok": true}')
