@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections import OrderedDict, deque
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 
 from .checkpoints import CheckpointList
 from .prefix_trie import PrefixTrie
+
+
+EVICTED_REMEMBERED = 256  # evicted keys kept to explain misses
 
 
 @dataclass(eq=False)
@@ -75,6 +78,9 @@ class PromptCache:
         self._tries: dict[str, PrefixTrie[CacheEntry]] = {}
         self._lru: OrderedDict[int, CacheEntry] = OrderedDict()  # least recently used first
         self._ids = itertools.count(1)
+        # keys of recently evicted entries, so a miss can be explained ("evicted")
+        self._evicted: dict[str, PrefixTrie[tuple[int, ...]]] = {}
+        self._evicted_order: deque[tuple[str, tuple[int, ...]]] = deque()
 
     @property
     def n_entries(self) -> int:
@@ -185,6 +191,30 @@ class PromptCache:
         victim = next(iter(self._lru.values()))
         self.remove(victim)
         self.stats.evictions += 1
+        self._remember_evicted(victim)
+
+    def _remember_evicted(self, entry: CacheEntry) -> None:
+        self._evicted.setdefault(entry.tenant, PrefixTrie()).insert(entry.tokens, entry.tokens)
+        self._evicted_order.append((entry.tenant, entry.tokens))
+        while len(self._evicted_order) > EVICTED_REMEMBERED:
+            tenant, tokens = self._evicted_order.popleft()
+            trie = self._evicted[tenant]
+            for _, value in trie.match(tokens).prefixes:
+                if value is tokens:
+                    trie.remove(tokens, value)
+                    break
+            if not len(trie):
+                del self._evicted[tenant]
+
+    def evicted_match(self, query: list[int], tenant: str) -> tuple[int, tuple[int, ...]] | None:
+        """The longest prefix `query` shares with a recently evicted entry of `tenant`, and
+        that entry's tokens. Read-only; for explaining misses."""
+        trie = self._evicted.get(tenant)
+        if trie is None:
+            return None
+        match = trie.match(query)
+        found = [v for _, v in match.prefixes] + list(match.extensions())
+        return (match.depth, found[0]) if found and match.depth > 0 else None
 
     def _drop_redundant(self, entry: CacheEntry) -> None:
         """Entries that are strict prefixes of `entry` (or the same tokens) and that `entry`

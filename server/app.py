@@ -13,6 +13,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -20,7 +21,6 @@ import logging
 import os
 import secrets
 import time
-from typing import Any
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -32,12 +32,12 @@ from starlette.routing import Route
 
 from slots import Engine, FinishReason, GenerateRequest
 
-from . import grammars, metrics, responses, tool_calls
+from . import explain, grammars, metrics, responses, tool_calls
 from .bridge import AsyncSink, ClientGone, Submission
 from .chat import ChatTemplate, PromptBuilder, choose_template
 from .config import ServerConfig
 from .errors import ApiError, ContextOverflow, InvalidRequest, MethodNotAllowed, NotFound, ServerError, Unauthorized, Unavailable
-from .protocol import ChatParams, GenerationParams, parse_body, parse_chat, parse_completion
+from .protocol import ChatParams, GenerationParams, parse_body, parse_chat, parse_completion, parse_messages
 
 log = logging.getLogger("warmslot.server")
 
@@ -159,13 +159,6 @@ def _finish_reason(reason: FinishReason | None, has_tool_calls: bool) -> str:
     return "length" if reason is FinishReason.LENGTH else "stop"
 
 
-def _cache_header(sub: Submission, started) -> dict[str, str]:
-    reuse = started.reuse
-    if reuse is None:
-        return {}
-    return {"X-Warmslot-Cache": f"source={reuse.source}; cached={reuse.cached}; prompt={len(sub.req.tokens)}; slot={reuse.slot}"}
-
-
 # -- handlers -----------------------------------------------------------------------------
 
 
@@ -224,16 +217,19 @@ async def chat_completions(request: Request) -> Response:
         tools=offered,
     )
     env = server.envelope("chatcmpl", sub)
-    headers = _cache_header(sub, started)
+    n_prompt = len(prompt.tokens)
+    headers = explain.header(started.reuse, n_prompt, prompt)
+    done = functools.partial(_log_request, "chat", started.reuse, prompt)
     if params.gen.stream:
         sub.stop_watching()
-        return EventSourceResponse(_chat_stream(sub, env, parser, params.gen), headers=headers, ping=15)
+        return EventSourceResponse(_chat_stream(sub, env, parser, params.gen, done), headers=headers, ping=15)
     result_text, usage, finish = await _collect(sub, request)
+    done(usage)
     parsed = parser.parse_complete(result_text)
     message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
     body = responses.chat_response(env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage)
     if params.gen.explain_cache:
-        body["warmslot"] = {"cache": _reuse_body(started)}
+        body["warmslot"] = {"cache": explain.explanation(started.reuse, n_prompt, prompt)}
     return JSONResponse(body, headers=headers)
 
 
@@ -254,14 +250,16 @@ async def completions(request: Request) -> Response:
     sub = server.submit(tokens, params.gen, key)
     started = await _started(sub, request)
     env = server.envelope("cmpl", sub)
-    headers = _cache_header(sub, started)
+    headers = explain.header(started.reuse, len(tokens), None)
+    done = functools.partial(_log_request, "completion", started.reuse, None)
     if params.gen.stream:
         sub.stop_watching()
-        return EventSourceResponse(_completion_stream(sub, env, params.gen), headers=headers, ping=15)
+        return EventSourceResponse(_completion_stream(sub, env, params.gen, done), headers=headers, ping=15)
     text, usage, finish = await _collect(sub, request)
+    done(usage)
     body = responses.completion_response(env, text, _finish_reason(finish, False), usage)
     if params.gen.explain_cache:
-        body["warmslot"] = {"cache": _reuse_body(started)}
+        body["warmslot"] = {"cache": explain.explanation(started.reuse, len(tokens), None)}
     return JSONResponse(body, headers=headers)
 
 
@@ -309,21 +307,6 @@ def _checkpoint_boundaries(prompt) -> list[int]:
     return sorted({b for b in out if 0 < b < len(prompt.tokens)})
 
 
-def _reuse_body(started) -> dict[str, Any]:
-    r = started.reuse
-    if r is None:
-        return {}
-    return {
-        "source": r.source,
-        "slot": r.slot,
-        "matched_tokens": r.matched,
-        "cached_tokens": r.cached,
-        "restored_checkpoint": r.restored_checkpoint,
-        "reused_logits": r.used_logits,
-        "reason": r.reason,
-    }
-
-
 async def _started(sub: Submission, request: Request):
     try:
         return await sub.started(request.receive)
@@ -347,7 +330,12 @@ async def _collect(sub: Submission, request: Request):
     return "".join(text), usage, finish
 
 
-async def _chat_stream(sub: Submission, env, parser, gen: GenerationParams):
+def _log_request(endpoint: str, reuse, prompt, usage) -> None:
+    if usage is not None:
+        log.info("%s", explain.log_line(endpoint, reuse, usage, prompt))
+
+
+async def _chat_stream(sub: Submission, env, parser, gen: GenerationParams, done):
     try:
         yield responses.chat_chunk(env, {"role": "assistant", "content": ""})
         has_calls = False
@@ -359,6 +347,7 @@ async def _chat_stream(sub: Submission, env, parser, gen: GenerationParams):
                 has_calls |= isinstance(out, tool_calls.ToolCallDelta)
                 yield responses.chat_chunk(env, responses.delta_body(out))
             if ev.finish is not None:
+                done(ev.usage)
                 yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls))
                 if gen.include_usage:
                     yield responses.usage_chunk(env, ev.usage)
@@ -368,12 +357,13 @@ async def _chat_stream(sub: Submission, env, parser, gen: GenerationParams):
         yield "[DONE]"
 
 
-async def _completion_stream(sub: Submission, env, gen: GenerationParams):
+async def _completion_stream(sub: Submission, env, gen: GenerationParams, done):
     try:
         async for ev in sub.events():
             if ev.text:
                 yield responses.completion_chunk(env, ev.text)
             if ev.finish is not None:
+                done(ev.usage)
                 yield responses.completion_chunk(env, "", _finish_reason(ev.finish, False))
                 if gen.include_usage:
                     yield responses.usage_chunk(env, ev.usage, "text_completion")
@@ -381,6 +371,45 @@ async def _completion_stream(sub: Submission, env, gen: GenerationParams):
     except ApiError as exc:
         yield json.dumps(exc.body())
         yield "[DONE]"
+
+
+async def tokenize(request: Request) -> Response:
+    """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
+    tokenizes it) or for `messages` (and `tools`), as /v1/chat/completions renders them."""
+    server = _server(request)
+    server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    loop = asyncio.get_running_loop()
+    if "messages" in body:
+        messages = parse_messages(body["messages"])
+        tools = grammars.validate_tools(body["tools"]) if body.get("tools") else None
+        prompt = await loop.run_in_executor(server.tokenize_pool, lambda: server.builder.build(messages, tools))
+        spans = [{"role": role, "start": glue, "content_start": content} for role, glue, content in prompt.messages]
+        return JSONResponse({"tokens": prompt.tokens, "messages": spans})
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise InvalidRequest("send 'content' (a string) or 'messages'", param="content")
+    add_special = body.get("add_special", True)
+    if not isinstance(add_special, bool):
+        raise InvalidRequest("'add_special' must be a boolean", param="add_special")
+    tokens = await loop.run_in_executor(
+        server.tokenize_pool, lambda: server.engine.model.tokenize(content, add_special=add_special, parse_special=True)
+    )
+    return JSONResponse({"tokens": tokens})
+
+
+async def detokenize(request: Request) -> Response:
+    server = _server(request)
+    server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    tokens = body.get("tokens")
+    n_vocab = server.engine.model.n_vocab
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
+        raise InvalidRequest(f"'tokens' must be a list of token ids (0..{n_vocab - 1})", param="tokens")
+    text = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.model.detokenize, tokens)
+    return JSONResponse({"content": text})
 
 
 async def slots_view(request: Request) -> Response:
@@ -447,6 +476,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None, extra_routes:
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/completions", completions, methods=["POST"]),
         Route("/slots", slots_view),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
     ] + list(extra_routes or [])
     request_counts: collections.Counter = collections.Counter()

@@ -142,6 +142,14 @@ TOOL_PROMPT = (
 )
 
 
+def hermes_call_text(function: dict) -> str:
+    """A tool call as the injected tool prompt asks for it. The arguments keep the client's
+    own JSON text when it sent one, so a call echoed back renders exactly as generated."""
+    raw = function.get("raw_arguments")
+    args = raw if isinstance(raw, str) else _tojson(function["arguments"])
+    return "<tool_call>\n" + '{"name": ' + json.dumps(function["name"], ensure_ascii=False) + ', "arguments": ' + args + "}\n</tool_call>"
+
+
 def inject_tools(messages: list[dict], tools: list[dict] | None) -> list[dict]:
     """Rewrite a conversation for a template without tool support (Hermes-style):
     tools go into the system prompt, assistant tool calls become <tool_call> blocks and tool
@@ -161,10 +169,7 @@ def inject_tools(messages: list[dict], tools: list[dict] | None) -> list[dict]:
     for msg in messages:
         role = msg["role"]
         if role == "assistant" and msg.get("tool_calls"):
-            calls = "\n".join(
-                "<tool_call>\n" + _tojson({"name": c["function"]["name"], "arguments": c["function"]["arguments"]}) + "\n</tool_call>"
-                for c in msg["tool_calls"]
-            )
+            calls = "\n".join(hermes_call_text(c["function"]) for c in msg["tool_calls"])
             text = msg.get("content") or ""
             out.append({"role": "assistant", "content": f"{text}\n{calls}" if text else calls, "_index": msg["_index"]})
         elif role == "tool":

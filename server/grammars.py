@@ -427,8 +427,11 @@ def tool_call_grammar(
         if choice.mode != "function" or tool["function"]["name"] == choice.name
     ]
     grammar = _Grammar()
-    body = _FORMAT_BUILDERS[format](grammar, selected, parallel_tool_calls)
     lazy = choice.mode == "auto"
+    # a forced Hermes call is written exactly as the tool prompt and the renderer write it,
+    # so that a history echoing the call back re-tokenizes to the same prefix
+    builder = _hermes_canonical if format == "hermes" and not lazy else _FORMAT_BUILDERS[format]
+    body = builder(grammar, selected, parallel_tool_calls)
     if lazy:
         grammar.add("root", body)
         patterns, tokens = _TRIGGERS[format]
@@ -500,6 +503,19 @@ def _hermes(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], para
     call = _json_calls(grammar, functions, "arguments")
     block = grammar.add("tool-call", f"{gbnf_literal(HERMES_OPEN)} gap {call} gap {gbnf_literal(HERMES_CLOSE)}")
     return _repeat(grammar, block, "gap", parallel)
+
+
+def _hermes_canonical(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:
+    """``<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>``, calls one per line:
+    the form `server.chat.hermes_call_text` renders, with no freedom outside the arguments."""
+    alternatives = []
+    for i, function in functions:
+        args = grammar.schema(function["parameters"], f"t{i}", f"tools[{i}].function.parameters")
+        head = gbnf_literal('{"name": ' + json.dumps(function["name"]) + ', "arguments": ')
+        alternatives.append(grammar.add(f"call-{i}", f'{head} {args} "}}"'))
+    call = grammar.add("call", " | ".join(alternatives))
+    block = grammar.add("tool-call", f"{gbnf_literal(HERMES_OPEN + chr(10))} {call} {gbnf_literal(chr(10) + HERMES_CLOSE)}")
+    return _repeat(grammar, block, gbnf_literal(chr(10)), parallel)
 
 
 def _llama3(grammar: _Grammar, functions: list[tuple[int, dict[str, Any]]], parallel: bool) -> str:

@@ -28,6 +28,8 @@ ENDPOINTS = {
     "/v1/health": "health",
     "/metrics": "metrics",
     "/slots": "slots",
+    "/tokenize": "tokenize",
+    "/detokenize": "detokenize",
 }
 
 

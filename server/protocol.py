@@ -214,19 +214,23 @@ def _tool_calls(value: Any, where: str) -> list[dict]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise InvalidRequest("a tool call needs function.name", param=at)
         args = fn.get("arguments", "{}")
+        raw = None
         if isinstance(args, str):
             try:
                 parsed = json.loads(args) if args.strip() else {}
+                raw = args.strip() if isinstance(parsed, dict) else None
             except json.JSONDecodeError:
                 parsed = args  # keep what the client sent; the template renders it as text
         elif isinstance(args, dict):
             parsed = args
         else:
             raise InvalidRequest("function.arguments must be a JSON string", param=f"{at}.function.arguments")
+        # templates get the arguments as an object (as they were trained); the injected
+        # Hermes form keeps the client's exact text (`raw_arguments`)
         calls.append({
             "id": call.get("id") or f"call_{i}",
             "type": "function",
-            "function": {"name": fn["name"], "arguments": parsed},
+            "function": {"name": fn["name"], "arguments": parsed, "raw_arguments": raw},
         })
     return calls
 

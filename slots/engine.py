@@ -19,7 +19,6 @@ import collections
 import concurrent.futures
 import hashlib
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -191,7 +190,34 @@ class Engine:
                     "n_generated": len(active.generated),
                 },
             })
-        return {"memory": self.ctx.memory_kind.value, "n_ctx": self.ctx.n_ctx, "slots": slots, "queue_depth": self._n_queued}
+        return {
+            "memory": self.ctx.memory_kind.value,
+            "n_ctx": self.ctx.n_ctx,
+            "slots": slots,
+            "queue_depth": self._n_queued,
+            "cache": self._describe_cache(),
+        }
+
+    def _describe_cache(self) -> dict[str, Any] | None:
+        cache = self.cache
+        if cache is None:
+            return None
+        now = time.monotonic()
+        return {
+            "budget_bytes": cache.budget,
+            "bytes": cache.nbytes,
+            "entries": [
+                {
+                    "n_tokens": len(e),
+                    "bytes": e.nbytes,
+                    "idle_s": round(now - e.last_used, 3),
+                    "tenant": tenant_hash(e.tenant),
+                    "content_hash": content_hash(list(e.tokens)),
+                    "checkpoints": [c.n_tokens for c in e.checkpoints],
+                }
+                for e in reversed(list(cache.entries()))  # most recently used first
+            ],
+        }
 
     def _main(self) -> None:
         try:
@@ -373,20 +399,21 @@ class Engine:
         except GrammarError as exc:
             self._reject(req, EngineError(ErrorKind.INVALID, str(exc)))
             return
+        best = route.best_candidate
+        # describe the divergence before taking the prefix: that may cut the candidate's tokens
+        reuse = Reuse(slot=slot.id, matched=best.matched if best else 0)
+        if best is not None:
+            reuse.candidate_source = best.source
+            reuse.candidate_len = len(best.tokens)
+            if best.matched < min(len(best.tokens), n_prompt):
+                self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
         keep, plan = self._take_prefix(route, req)
         source = route.source if keep else "none"
-        best = route.best_candidate
-        reuse = Reuse(
-            source=source,
-            slot=slot.id,
-            matched=best.matched if best else 0,
-            cached=keep,
-            restored_checkpoint=plan.restore.n_tokens if plan is not None and plan.restore is not None and keep else None,
-            used_logits=plan is not None and plan.logits is not None and keep == n_prompt,
-            candidate_tokens=best.tokens if best else None,
-            candidate_source=best.source if best else "none",
-            reason=(plan.reason if plan is not None and keep else (best.reason if best else "")),
-        )
+        reuse.source = source
+        reuse.cached = keep
+        reuse.restored_checkpoint = plan.restore.n_tokens if plan is not None and plan.restore is not None and keep else None
+        reuse.used_logits = plan is not None and plan.logits is not None and keep == n_prompt
+        reuse.reason = plan.reason if plan is not None and keep else (best.reason if best else "")
         if reuse.matched > 0 and keep == 0:
             self.stats.full_prefills += 1
         active = Active(
@@ -407,6 +434,14 @@ class Engine:
         log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, n_prompt, keep, source, reuse.reason)
         if keep == n_prompt:
             self._prompt_done_from_logits(slot, plan.logits)
+
+    def _describe_divergence(self, reuse: Reuse, old: list[int], new: list[int], at: int, width: int = 12) -> None:
+        def text(tokens) -> str:
+            return self.model.detokenize(tokens, special=True)
+
+        reuse.context_text = text(new[max(0, at - width) : at])
+        reuse.old_text = text(old[at : at + width])
+        reuse.new_text = text(new[at : at + width])
 
     def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
         """Fill the target slot with the route's source, cut back to what the prompt shares.

@@ -73,8 +73,12 @@ class Reuse:
     cached: int = 0  # tokens not evaluated
     restored_checkpoint: int | None = None  # checkpoint position restored, if any
     used_logits: bool = False  # the last prompt token's logits came from a checkpoint
-    candidate_tokens: list[int] | None = None  # the best candidate's tokens, for diffing
-    candidate_source: str = "none"  # where the best candidate was (slot, fork or ram)
+    candidate_len: int = 0  # how many tokens the best candidate holds
+    candidate_source: str = "none"  # where the best candidate was (slot, fork, ram or evicted)
+    # around the first token where the best candidate and the prompt differ:
+    context_text: str = ""  # the shared text just before it
+    old_text: str = ""  # the candidate's text from there
+    new_text: str = ""  # the prompt's text from there
     reason: str = ""
 
 

@@ -92,6 +92,11 @@ class Router:
                 consider(Route(None, "ram", cand.usable, entry=cand.entry), cand.matched, list(cand.entry.tokens))
             elif best.usable == 0:
                 self._note_cache_miss(req, consider)
+        if self.cache is not None:
+            evicted = self.cache.evicted_match(prompt, req.tenant)
+            if evicted is not None and evicted[0] > max(best.usable, best_matched.matched if best_matched else 0):
+                best_matched = Candidate("evicted", evicted[0], list(evicted[1]), 0,
+                                         f"a prompt-cache entry sharing {evicted[0]} tokens was evicted (raise --cache-ram)")
         waiting = self._worth_waiting(req, best.usable)
         if waiting is not None:
             slot, shared = waiting

@@ -21,3 +21,12 @@ def test_readme_has_the_two_setup_commands():
         assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
     assert "&& warmslot" in README.split("<!-- run-command -->", 1)[1].split("```")[1]
     assert README.split("<!-- test-command -->", 1)[1].split("```")[1].strip().endswith("&& pytest")
+
+
+def test_grafana_dashboard_uses_documented_metrics():
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text()
+    names = set(re.findall(r"warmslot_[a-z_]+", text))
+    assert len(names) > 10
+    for name in names:
+        base = re.sub(r"_(bucket|count|sum)$", "", name)
+        assert base in README, name

@@ -129,7 +129,7 @@ def test_client_disconnect_frees_the_slot(client, server):
         model="x", messages=HELLO, max_tokens=2000, temperature=0, stream=True, extra_body={"ignore_eos": True}
     )
     got = 0
-    for chunk in stream:
+    for _chunk in stream:
         got += 1
         if got == 5:
             break

