@@ -91,6 +91,7 @@ class PrefixTrie(Generic[V]):
 
     def match(self, query: Sequence[int]) -> Match[V]:
         """The longest shared prefix of `query` with the stored keys. Read-only."""
+        query = tuple(query)
         node = self._root
         i = 0
         prefixes: list[tuple[int, V]] = [(0, v) for v in node.values]
@@ -156,10 +157,15 @@ class PrefixTrie(Generic[V]):
             node.parent.children[child.edge[0]] = child
 
 
-def _shared(edge: tuple[int, ...], key: Sequence[int], start: int) -> int:
-    """How many tokens of `edge` match key[start:]."""
+def _shared(edge: tuple[int, ...], key: tuple[int, ...], start: int, step: int = 512) -> int:
+    """How many tokens of `edge` match key[start:] (slices compared in C, see common_prefix)."""
     n = min(len(edge), len(key) - start)
-    for j in range(n):
-        if edge[j] != key[start + j]:
-            return j
+    i = 0
+    while i < n:
+        j = min(n, i + step)
+        if edge[i:j] != key[start + i : start + j]:
+            while edge[i] == key[start + i]:
+                i += 1
+            return i
+        i = j
     return n

@@ -15,20 +15,23 @@ import numpy as np
 from cache.checkpoints import Checkpoint, CheckpointList
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
+def common_prefix(a: Sequence[int], b: Sequence[int], step: int = 512) -> int:
+    """Length of the longest common prefix of two token sequences (of the same type).
+
+    Compares slices of `step` tokens in C and scans only the first unequal slice, which is
+    several times faster than converting long lists to arrays."""
+    if type(a) is not type(b):
+        a, b = list(a), list(b)
     n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    if n < 64:
-        for i in range(n):
-            if a[i] != b[i]:
-                return i
-        return n
-    x = np.asarray(a[:n], dtype=np.int64)
-    y = np.asarray(b[:n], dtype=np.int64)
-    diff = np.flatnonzero(x != y)
-    return int(diff[0]) if diff.size else n
+    i = 0
+    while i < n:
+        j = min(n, i + step)
+        if a[i:j] != b[i:j]:
+            while a[i] == b[i]:
+                i += 1
+            return i
+        i = j
+    return n
 
 
 @dataclass(frozen=True, slots=True)

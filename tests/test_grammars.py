@@ -7,8 +7,10 @@ import json
 import math
 import os
 import pathlib
+import random
 import re
 import sys
+from decimal import Decimal
 
 import pytest
 
@@ -728,3 +730,239 @@ def test_llama_cpp_response_format_grammar(vocab):
     grammar = response_format_grammar({"type": "json_object"}, reasoning=True, starts_in_reasoning=True)
     assert vocab.accepts(vocab.strict(grammar), 'Think.\n</think>\n\n{"ok": true}')
     assert not vocab.accepts(vocab.strict(grammar), '{"ok": true}')
+
+
+# --------------------------------------------------------------------------- bounds and lengths
+
+
+def schema_grammar(schema: dict) -> str:
+    return response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+
+
+def random_bound(rng: random.Random) -> int:
+    scale = rng.choice([10, 100, 10**4, 10**9, 2**53])
+    return rng.randint(-scale, scale)
+
+
+def integer_case(rng: random.Random) -> tuple[dict, int | None, int | None]:
+    """A schema with random integer bounds and the first and last integer it allows."""
+    schema: dict = {"type": "integer"}
+    a, b = sorted([random_bound(rng), random_bound(rng)])
+    first = last = None
+    low_kind = rng.choice(["minimum", "exclusiveMinimum", "minimum-draft4", "fraction", None])
+    high_kind = rng.choice(["maximum", "exclusiveMaximum", "maximum-draft4", "fraction", None])
+    if low_kind is None and high_kind is None:
+        high_kind = "maximum"
+    if low_kind == "minimum":
+        schema["minimum"], first = a, a
+    elif low_kind == "exclusiveMinimum":
+        schema["exclusiveMinimum"], first = a, a + 1
+    elif low_kind == "minimum-draft4":
+        schema.update(minimum=a, exclusiveMinimum=True)
+        first = a + 1
+    elif low_kind == "fraction":
+        schema["minimum"], first = a + 0.5, a + 1
+    if high_kind == "maximum":
+        schema["maximum"], last = b, b
+    elif high_kind == "exclusiveMaximum":
+        schema["exclusiveMaximum"], last = b, b - 1
+    elif high_kind == "maximum-draft4":
+        schema.update(maximum=b, exclusiveMaximum=True)
+        last = b - 1
+    elif high_kind == "fraction":
+        schema["maximum"], last = b - 0.5, b - 1
+    return schema, first, last
+
+
+def integer_samples(rng: random.Random, first: int | None, last: int | None) -> set[int]:
+    samples = {0, 1, -1, 9, 10, -10, 99, 100, 2**53, -(2**53)}
+    for bound in (first, last):
+        if bound is not None:
+            samples |= {bound + k for k in range(-3, 4)}
+            digits = len(str(abs(bound)))
+            samples |= {10 ** (digits - 1), 10**digits - 1, 10**digits, -(10**digits)}
+    low = first if first is not None else (last or 0) - 10**6
+    high = last if last is not None else (first or 0) + 10**6
+    if low <= high:
+        samples |= {rng.randint(low, high) for _ in range(6)}
+    samples |= {rng.randint(-(10**17), 10**17) for _ in range(3)}
+    return samples
+
+
+def test_integer_bounds_allow_exactly_the_integers_in_range():
+    rng = random.Random(20240611)
+    unsatisfiable = 0
+    for _ in range(70):
+        schema, first, last = integer_case(rng)
+        if first is not None and last is not None and first > last:
+            with pytest.raises(InvalidRequest):
+                schema_grammar(schema)
+            unsatisfiable += 1
+            continue
+        grammar = schema_grammar(schema)
+        assert grammar_is_valid(grammar), schema
+        parsed = Gbnf(grammar)
+        for value in integer_samples(rng, first, last):
+            expected = (first is None or value >= first) and (last is None or value <= last)
+            assert parsed.matches(str(value)) == expected, (schema, value)
+        inside = first if first is not None else last
+        assert parsed.matches(str(inside))
+        for text in ("0" + str(abs(inside)), "-0", "00", "+" + str(inside), f"{inside}.0", f"{inside}e0", "-", ""):
+            assert not parsed.matches(text), (schema, text)
+    assert unsatisfiable < 35
+
+
+def test_integer_range_examples():
+    grammar = Gbnf(schema_grammar({"type": "integer", "minimum": 1, "maximum": 10}))
+    assert [n for n in range(-20, 30) if grammar.matches(str(n))] == list(range(1, 11))
+    assert not grammar.matches("1000000000000000")
+    crossing = Gbnf(schema_grammar({"type": "integer", "exclusiveMinimum": -105, "exclusiveMaximum": 1200}))
+    assert [n for n in range(-2000, 2000) if crossing.matches(str(n))] == list(range(-104, 1200))
+    negative = Gbnf(schema_grammar({"type": "integer", "maximum": -7}))
+    assert negative.matches("-7") and negative.matches("-123456789012345678901234")
+    assert not negative.matches("-6") and not negative.matches("0") and not negative.matches("-07")
+    natural = Gbnf(schema_grammar({"type": "integer", "minimum": 0}))
+    assert natural.matches("0") and natural.matches("123456789012345678901234")
+    assert not natural.matches("-1") and not natural.matches("-0") and not natural.matches("01")
+    single = Gbnf(schema_grammar({"type": "integer", "minimum": 2**53, "maximum": 2**53}))
+    assert single.matches(str(2**53)) and not single.matches(str(2**53 - 1)) and not single.matches(str(2**53 + 1))
+
+
+def number_samples(rng: random.Random, bounds: list[Decimal]) -> set[Decimal]:
+    samples = {Decimal(0), Decimal(1), Decimal(-1), Decimal("0.5"), Decimal("-0.5"), Decimal("123.456")}
+    for bound in bounds:
+        for places in range(4):
+            step = Decimal(1).scaleb(-places)
+            samples |= {bound - step, bound, bound + step, bound + step / 2, bound - step / 2}
+        samples.add(bound + Decimal("1E-16") * rng.choice([-1, 1]))
+    if len(bounds) == 2:
+        width = bounds[1] - bounds[0]
+        samples |= {bounds[0] + width * Decimal(rng.random()).quantize(Decimal("0.001")) for _ in range(4)}
+    return samples
+
+
+def decimal_text(value: Decimal) -> str:
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def test_number_bounds_allow_exactly_the_plain_decimals_in_range():
+    rng = random.Random(7)
+    for _ in range(40):
+        a, b = sorted(Decimal(rng.randint(-3000, 3000)).scaleb(-rng.randint(0, 3)) for _ in range(2))
+        low_key = rng.choice(["minimum", "exclusiveMinimum", None])
+        high_key = rng.choice(["maximum", "exclusiveMaximum", None])
+        if low_key is None and high_key is None:
+            low_key = "minimum"
+        schema = {"type": "number"}
+        if low_key:
+            schema[low_key] = float(a)
+        if high_key:
+            schema[high_key] = float(b)
+        if low_key and high_key and a == b and "exclusive" in low_key + high_key:
+            with pytest.raises(InvalidRequest):
+                schema_grammar(schema)
+            continue
+        grammar = schema_grammar(schema)
+        assert grammar_is_valid(grammar), schema
+        parsed = Gbnf(grammar)
+        for value in number_samples(rng, [a, b] if low_key and high_key else [a if low_key else b]):
+            expected = True
+            if low_key:
+                expected &= value > a if low_key == "exclusiveMinimum" else value >= a
+            if high_key:
+                expected &= value < b if high_key == "exclusiveMaximum" else value <= b
+            assert parsed.matches(decimal_text(value)) == expected, (schema, value)
+        assert not parsed.matches("1e1") and not parsed.matches("01.5") and not parsed.matches("1.")
+
+
+def test_number_bounds_within_one_unit_and_trailing_zeros():
+    grammar = Gbnf(schema_grammar({"type": "number", "minimum": 0.1, "maximum": 0.9}))
+    assert all(grammar.matches(text) for text in ("0.1", "0.10", "0.5", "0.9", "0.9000"))
+    assert not any(grammar.matches(text) for text in ("0.09", "0.91", "0", "1", "0.900001"))
+    strict = Gbnf(schema_grammar({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}))
+    assert strict.matches("0.000001") and strict.matches("0.999")
+    assert not any(strict.matches(text) for text in ("0", "0.000", "1", "1.0", "-0.5"))
+
+
+def test_bounds_apply_in_tool_calls_and_type_lists():
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "fetch",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 10},
+                    "page": {"type": ["integer", "null"], "minimum": 0},
+                    "mode": {"type": ["string", "null"], "enum": ["a", "b", None]},
+                },
+                "required": ["limit"],
+            },
+        },
+    }
+    tools = validate_tools([tool])
+    hermes = tool_call_grammar(tools, ToolChoice("required"), "hermes").grammar
+    call = '<tool_call>\n{"name": "fetch", "arguments": {"limit": %s}}\n</tool_call>'
+    assert matches(hermes, call % "10")
+    assert not matches(hermes, call % "1000000000000000")
+    assert not matches(hermes, call % "0")
+    assert matches(hermes, call % '7, "page": null, "mode": "b"')
+    assert matches(hermes, call % '7, "page": 0')
+    assert not matches(hermes, call % '7, "page": -1')
+    assert not matches(hermes, call % '7, "mode": "c"')
+    xml = tool_call_grammar(tools, ToolChoice("required"), "hermes_xml").grammar
+    xml_call = "<tool_call>\n<function=fetch>\n<parameter=limit>\n%s\n</parameter>\n</function>\n</tool_call>"
+    assert matches(xml, xml_call % "3") and not matches(xml, xml_call % "11")
+
+
+def test_integer_enum_and_const():
+    grammar = Gbnf(schema_grammar({"type": "integer", "enum": [2, 30, -4]}))
+    assert [n for n in range(-50, 50) if grammar.matches(str(n))] == [-4, 2, 30]
+    assert Gbnf(schema_grammar({"const": 42})).matches("42")
+    assert not Gbnf(schema_grammar({"const": 42})).matches("420")
+
+
+def test_string_lengths_and_array_counts():
+    short = Gbnf(schema_grammar({"type": "string", "minLength": 2, "maxLength": 4}))
+    assert [n for n in range(7) if short.matches(json.dumps("é" * n))] == [2, 3, 4]
+    assert short.matches('"a\\"b"')  # an escape is one character
+    for size in (2000, 5000):  # past llama.cpp's repetition limit for one counted run
+        long = schema_grammar({"type": "string", "maxLength": size})
+        assert grammar_is_valid(long)
+        assert Gbnf(long).matches(json.dumps("x" * size)) and not Gbnf(long).matches(json.dumps("x" * (size + 1)))
+    exact = schema_grammar({"type": "string", "minLength": 2500, "maxLength": 2500})
+    assert grammar_is_valid(exact) and Gbnf(exact).matches(json.dumps("y" * 2500))
+    assert not Gbnf(exact).matches(json.dumps("y" * 2499))
+    items = {"type": "integer", "maximum": 5}
+    counted = Gbnf(schema_grammar({"type": "array", "items": items, "minItems": 1, "maxItems": 3}))
+    assert [n for n in range(6) if counted.matches(json.dumps([5] * n))] == [1, 2, 3]
+    assert not counted.matches("[6]")
+    untyped = Gbnf(schema_grammar({"type": "array", "minItems": 2}))
+    assert untyped.matches('[1, "a", {"b": null}]') and not untyped.matches("[1]")
+    assert Gbnf(schema_grammar({"type": "array", "maxItems": 0})).matches("[]")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "minimum": 5, "maximum": 4},
+        {"type": "integer", "exclusiveMinimum": 4, "exclusiveMaximum": 5},
+        {"type": "integer", "minimum": 4.2, "maximum": 4.8},
+        {"type": "number", "exclusiveMinimum": 1, "maximum": 1},
+        {"type": "string", "minLength": 3, "maxLength": 2},
+        {"type": "array", "minItems": 3, "maxItems": 2},
+    ],
+)
+def test_unsatisfiable_bounds_are_the_clients_error(schema):
+    assert bad_request(lambda: schema_grammar(schema)).param == "response_format.json_schema.schema"
+
+
+def test_llama_cpp_samples_only_integers_in_range(vocab):
+    limit = {"type": "integer", "minimum": 1, "maximum": 10}
+    grammar = schema_grammar({"type": "object", "properties": {"limit": limit}, "required": ["limit"]})
+    assert vocab.accepts(vocab.strict(grammar), '{"limit": 10}')
+    assert not vocab.accepts(vocab.strict(grammar), '{"limit": 1000000000000000}')
+    assert not vocab.accepts(vocab.strict(grammar), '{"limit": 0}')
