@@ -132,6 +132,7 @@ class Warmslot:
             stop=gen.stop,
             ignore_eos=gen.ignore_eos,
             tenant=self.tenant(key, gen.tenant_hint),
+            reuse_prefix=gen.cache_prompt,
             boundaries=tuple(boundaries),
         )
         return Submission.submit(self.engine, req, req.sink, self.engine.ctx.n_ctx_seq)

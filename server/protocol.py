@@ -137,6 +137,7 @@ class GenerationParams:
     ignore_eos: bool
     tenant_hint: str  # cache_salt or user
     explain_cache: bool  # return the cache explanation in the body
+    cache_prompt: bool  # false: reuse nothing for this request (a cold baseline)
 
 
 def parse_generation(body: dict, n_vocab: int, default_max_tokens: int | None) -> GenerationParams:
@@ -173,6 +174,7 @@ def parse_generation(body: dict, n_vocab: int, default_max_tokens: int | None) -
         ignore_eos=_boolean(body, "ignore_eos", False),
         tenant_hint=salt,
         explain_cache=_boolean(body, "warmslot_explain", False),
+        cache_prompt=_boolean(body, "cache_prompt", True),
     )
 
 

@@ -885,7 +885,10 @@ class _HermesLayer:
                 return
             self._out.open_call(call[0], None, call[1])
         elif self._kind == "trailing":
-            self._out.content("".join(self._trailing))
+            trailing = "".join(self._trailing)
+            if not closed and HERMES_CLOSE.startswith(trailing.strip(_WS)):
+                trailing = ""  # output cut inside the closing tag of a complete call
+            self._out.content(trailing)
         else:
             self._not_a_call(closed)
             return

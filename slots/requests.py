@@ -56,6 +56,7 @@ class GenerateRequest:
     # token offsets where a message starts: the chat layer's hints for checkpoint positions
     boundaries: tuple[int, ...] = ()
     return_prompt_logits: bool = False
+    reuse_prefix: bool = True  # False: evaluate the whole prompt (the slot's contents are still saved)
     submitted: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:

@@ -67,6 +67,8 @@ class Router:
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
         idle = [s for s in self.slots if s.active is None]
+        if not req.reuse_prefix:
+            return Route(self._receiver(idle, exclude=None)) if idle else Route(None)
         prompt = req.tokens
         best = Route(None)
         best_matched: Candidate | None = None

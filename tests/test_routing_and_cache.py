@@ -170,3 +170,14 @@ def test_prompt_cache_memory_stays_within_budget_over_many_alternations(tiny_mod
     finally:
         engine.stop()
 
+
+
+def test_a_request_can_opt_out_of_reuse(tiny_models):
+    engine = tiny_engine(tiny_models["attention"], **ENGINE)
+    try:
+        warm = generate(engine, A)
+        assert generate(engine, A).usage.cached_tokens == len(A)
+        cold_run = generate(engine, A, reuse_prefix=False)
+        assert cold_run.usage.cached_tokens == 0 and cold_run.tokens == warm.tokens
+    finally:
+        engine.stop()

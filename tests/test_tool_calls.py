@@ -470,3 +470,11 @@ def test_prompt_opens_reasoning():
     history = "<|im_start|>assistant\n<think>\nold\n</think>\n\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert not prompt_opens_reasoning(history)
     assert prompt_opens_reasoning(history + "<think>\n")
+
+
+def test_output_cut_inside_the_closing_tag_of_a_complete_call_is_not_content():
+    for cut in ("\n</tool_call", "\n</tool", "\n<", "\n"):
+        text = '<tool_call>\n{"name": "x", "arguments": {"a": 1}}' + cut
+        message = OutputParser("hermes").parse_complete(text)
+        assert message.content is None, (cut, message)
+        assert [(c.name, c.arguments) for c in message.tool_calls] == [("x", '{"a": 1}')]
