@@ -53,8 +53,11 @@ class SlotMemory:
         keep = plan.keep
         # [0, keep) stays in memory | [keep, n_past) is removed
         if plan.restore is not None:
+            t0 = time.monotonic()
             if self.ctx.state_set(slot.id, plan.restore.data, partial=True):
                 self.stats.checkpoints_restored += 1
+                self.stats.checkpoint_restored_bytes += int(plan.restore.data.nbytes)
+                self.stats.checkpoint_restore_seconds += time.monotonic() - t0
             else:
                 log.warning("slot %d: restoring the checkpoint at %d failed; full prefill", slot.id, keep)
                 keep = 0
@@ -135,7 +138,11 @@ class SlotMemory:
     def checkpoint(self, slot: Slot, n: int, logits) -> None:
         """Save the slot's partial state (and the prompt's last logits, if given) at n tokens."""
         assert slot.n_past == n
+        t0 = time.monotonic()
         data = None if self.kind.truncatable else self.ctx.state_get(slot.id, partial=True)
+        if data is not None:
+            self.stats.checkpoint_saved_bytes += int(data.nbytes)
+            self.stats.checkpoint_save_seconds += time.monotonic() - t0
         if data is None and logits is None:
             return
         if data is not None:

@@ -65,6 +65,10 @@ class EngineStats:
     checkpoints_created: int = 0
     checkpoints_restored: int = 0
     checkpoints_evicted: int = 0
+    checkpoint_saved_bytes: int = 0
+    checkpoint_save_seconds: float = 0.0
+    checkpoint_restored_bytes: int = 0
+    checkpoint_restore_seconds: float = 0.0
     logits_reused: int = 0
     full_prefills: int = 0  # prompts that reused nothing although a candidate matched
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
