@@ -230,9 +230,27 @@ class Engine:
         self.ready.set()
         try:
             while not self._stop:
-                self._step()
+                try:
+                    self._step()
+                except Exception:  # noqa: BLE001 - the engine must outlive any one failure
+                    log.exception("engine step failed; failing the running requests")
+                    self._recover()
         finally:
             self._shutdown()
+
+    def _recover(self) -> None:
+        """After an unexpected error: fail every running request and reset its sequence, so
+        no request waits forever and no slot stays in an unknown state."""
+        error = EngineError(ErrorKind.INTERNAL, "internal engine error; the request was not completed")
+        for slot in self.slots:
+            if slot.active is not None:
+                try:
+                    self._finish(slot, FinishReason.STOP, error)
+                except Exception:  # noqa: BLE001
+                    slot.active = None
+                self.memory.clear(slot)
+        self._deferred.clear()
+        self._flush()
 
     def _load(self) -> None:
         cfg = self.config
