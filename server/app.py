@@ -450,8 +450,10 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse(ServerError(f"internal error: {type(exc).__name__}").body(), status_code=500)
 
 
-def create_app(config: ServerConfig, engine: Engine | None = None, extra_routes: list | None = None) -> Starlette:
-    """The app. The engine starts loading when the app starts; /health says when it is ready."""
+def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
+    """The app. The engine starts loading when the app starts; /health says when it is ready.
+
+    `on_fatal(exc)` is called (from a worker thread) when the model cannot be loaded."""
     engine = engine or Engine(config.engine)
     server = Warmslot(config, engine)
 
@@ -459,7 +461,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, extra_routes:
     async def lifespan(app: Starlette):
         if engine._thread is None:
             engine.start()
-        loader = asyncio.get_running_loop().run_in_executor(None, _finish_loading, server)
+        loader = asyncio.get_running_loop().run_in_executor(None, _finish_loading, server, on_fatal)
         try:
             yield
         finally:
@@ -480,7 +482,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, extra_routes:
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
-    ] + list(extra_routes or [])
+    ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(
         routes=routes,
@@ -498,9 +500,11 @@ def create_app(config: ServerConfig, engine: Engine | None = None, extra_routes:
     return app
 
 
-def _finish_loading(server: Warmslot) -> None:
+def _finish_loading(server: Warmslot, on_fatal) -> None:
     try:
         server.finish_loading()
     except BaseException as exc:  # noqa: BLE001 - reported by /health and every request
         log.error("the server cannot serve: %s", exc)
         server.init_error = exc
+        if on_fatal is not None:
+            on_fatal(exc)

@@ -55,9 +55,24 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import create_app
 
-    app = create_app(config)
+    failed: list[BaseException] = []
+    server: uvicorn.Server | None = None
+
+    def on_fatal(exc: BaseException) -> None:
+        failed.append(exc)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(config, on_fatal=on_fatal)
+    uv_config = uvicorn.Config(
+        app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(uv_config)
     log.info("listening on http://%s:%d (OpenAI API under /v1)", config.host, config.port)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    server.run()
+    if failed:
+        print(f"warmslot: cannot serve: {failed[0]}", file=sys.stderr)
+        return 1
     return 0
 
 

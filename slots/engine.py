@@ -27,7 +27,7 @@ from typing import Any, Callable
 from cache.checkpoints import CheckpointList
 from cache.prompt_cache import PromptCache
 
-from .llama_api import Batch, Context, ContextParams, GrammarError, MemoryKind, Model, Sampler
+from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler
 from .requests import (
     EngineError,
     ErrorKind,
@@ -223,7 +223,10 @@ class Engine:
         try:
             self._load()
         except BaseException as exc:  # noqa: BLE001 - reported through load_error
-            log.exception("loading the model failed")
+            if isinstance(exc, LlamaError):
+                log.error("loading the model failed: %s", exc)
+            else:
+                log.exception("loading the model failed")
             self.load_error = exc
             self.ready.set()
             return
