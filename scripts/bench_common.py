@@ -724,3 +724,83 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     for r in body:
         lines.append("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(r, widths))))
     return "\n".join(lines)
+
+
+# -- helpers for the GPU side-by-side benchmark ----------------------------------------------
+
+
+def find_llama_server(path: str | os.PathLike | None = None) -> Path | None:
+    """The llama-server binary: `path` if given, else the one on PATH, else build/llama.cpp/bin."""
+    if path:
+        p = Path(path)
+        return p if p.is_file() else None
+    found = shutil.which("llama-server")
+    if found:
+        return Path(found)
+    return DEFAULT_LLAMA_SERVER if DEFAULT_LLAMA_SERVER.is_file() else None
+
+
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """The q-th percentile (0..100) of the non-None values, linearly interpolated; None if empty."""
+    xs = sorted(float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v)))
+    if not xs:
+        return None
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text as {"name{label=value,...}": value}; histogram buckets are left out.
+
+    Uses prometheus_client's parser when it is installed, else a line parser that handles
+    the plain `name{labels} value` form both servers write.
+    """
+    out: dict[str, float] = {}
+
+    def key(name: str, labels: dict[str, str]) -> str:
+        if not labels:
+            return name
+        return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
+
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:  # pragma: no cover - prometheus_client is a warmslot dependency
+        text_string_to_metric_families = None
+    if text_string_to_metric_families is not None:
+        try:
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name.endswith("_bucket"):
+                        continue
+                    out[key(sample.name, dict(sample.labels))] = float(sample.value)
+            return out
+        except Exception:  # noqa: BLE001 - fall back to the line parser below
+            out.clear()
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if not m or m.group(1).endswith("_bucket"):
+            continue
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        try:
+            out[key(m.group(1), labels)] = float(m.group(3))
+        except ValueError:
+            continue
+    return out
+
+
+def get_text(base_url: str, path: str, timeout: float = 10.0) -> str | None:
+    """GET a text endpoint (e.g. /metrics); None when it fails."""
+    try:
+        r = httpx.get(base_url.rstrip("/") + path, timeout=timeout)
+        if r.status_code == 200:
+            return r.text
+    except httpx.HTTPError:
+        pass
+    return None

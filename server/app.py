@@ -223,12 +223,13 @@ async def chat_completions(request: Request) -> Response:
     done = functools.partial(_log_request, "chat", started.reuse, prompt)
     if params.gen.stream:
         sub.stop_watching()
-        return EventSourceResponse(_chat_stream(sub, env, parser, params.gen, done), headers=headers, ping=15)
+        return EventSourceResponse(_chat_stream(server, sub, env, parser, params.gen, done), headers=headers, ping=15)
     result_text, usage, finish = await _collect(sub, request)
     done(usage)
     parsed = parser.parse_complete(result_text)
     message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
-    body = responses.chat_response(env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage)
+    reasoning_tokens = await _count_tokens(server, parsed.reasoning_content)
+    body = responses.chat_response(env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage, reasoning_tokens)
     if params.gen.explain_cache:
         body["warmslot"] = {"cache": explain.explanation(started.reuse, n_prompt, prompt)}
     return JSONResponse(body, headers=headers)
@@ -296,7 +297,9 @@ def _sampling_grammar(server: Warmslot, spec):
 
 def _checkpoint_boundaries(prompt) -> list[int]:
     """Where agent histories diverge: the end of the system+tools prefix (the content start
-    of the first non-system message) and the start of every user or tool message."""
+    of the first non-system message), the start of every user or tool message, and the start
+    of the generation prompt (templates often render the previous turn's generation prompt
+    differently once the reply is in the history, e.g. adding an empty think block)."""
     out = []
     seen_non_system = False
     for role, _glue, content in prompt.messages:
@@ -305,6 +308,8 @@ def _checkpoint_boundaries(prompt) -> list[int]:
             out.append(content)
         elif role in ("user", "tool"):
             out.append(content)
+    if prompt.generation_start is not None:
+        out.append(prompt.generation_start)
     return sorted({b for b in out if 0 < b < len(prompt.tokens)})
 
 
@@ -336,22 +341,33 @@ def _log_request(endpoint: str, reuse, prompt, usage) -> None:
         log.info("%s", explain.log_line(endpoint, reuse, usage, prompt))
 
 
-async def _chat_stream(sub: Submission, env, parser, gen: GenerationParams, done):
+async def _count_tokens(server: Warmslot, text: str | None) -> int:
+    if not text:
+        return 0
+    tokens = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.builder.tokenizer.raw, text)
+    return len(tokens)
+
+
+async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: GenerationParams, done):
     try:
         yield responses.chat_chunk(env, {"role": "assistant", "content": ""})
         has_calls = False
+        reasoning: list[str] = []
         async for ev in sub.events():
             outputs = parser.feed(ev.text) if ev.text else []
             if ev.finish is not None:
                 outputs += parser.finish()
             for out in outputs:
                 has_calls |= isinstance(out, tool_calls.ToolCallDelta)
+                if isinstance(out, tool_calls.ReasoningDelta):
+                    reasoning.append(out.text)
                 yield responses.chat_chunk(env, responses.delta_body(out))
             if ev.finish is not None:
                 done(ev.usage)
-                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls))
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls), ev.usage)
                 if gen.include_usage:
-                    yield responses.usage_chunk(env, ev.usage)
+                    n_reasoning = await _count_tokens(server, "".join(reasoning))
+                    yield responses.usage_chunk(env, ev.usage, reasoning_tokens=n_reasoning)
         yield "[DONE]"
     except ApiError as exc:
         yield json.dumps(exc.body())
@@ -365,7 +381,7 @@ async def _completion_stream(sub: Submission, env, gen: GenerationParams, done):
                 yield responses.completion_chunk(env, ev.text)
             if ev.finish is not None:
                 done(ev.usage)
-                yield responses.completion_chunk(env, "", _finish_reason(ev.finish, False))
+                yield responses.completion_chunk(env, "", _finish_reason(ev.finish, False), ev.usage)
                 if gen.include_usage:
                     yield responses.usage_chunk(env, ev.usage, "text_completion")
         yield "[DONE]"

@@ -18,6 +18,7 @@ where each message's content starts, which the engine uses as checkpoint positio
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import json
 import logging
@@ -201,6 +202,7 @@ class Prompt:
     tokens: list[int]
     # per original message: (role, token offset where its glue starts, where its content starts)
     messages: list[tuple[str, int, int]] = field(default_factory=list)
+    generation_start: int | None = None  # where the template's generation prompt starts
 
     @property
     def content_starts(self) -> tuple[int, ...]:
@@ -217,56 +219,113 @@ class Prompt:
 
 def split_segments(text: str, messages: Sequence[dict]) -> list[Segment]:
     """Cut rendered text at each message's content. Contents are found in order; a content
-    the template changed beyond trimming stays inside the glue around it."""
+    the template changed beyond trimming stays inside the glue around it. A message that has
+    only tool calls is anchored at the names of its calls (which only places the message for
+    diagnostics: tokens do not depend on how glue is cut)."""
     segments: list[Segment] = []
     cursor = 0
     for msg in messages:
-        content = msg.get("content")
-        if not isinstance(content, str) or not content.strip():
-            continue
-        start = text.find(content, cursor)
-        if start < 0:
-            content = content.strip()
-            start = text.find(content, cursor)
-        if start < 0:
-            continue
-        if start > cursor:
-            segments.append(Segment(text[cursor:start], True))
-        segments.append(Segment(content, msg["role"] == "assistant", msg.get("_index", -1)))
-        cursor = start + len(content)
+        for anchor in _anchors(msg):
+            start = text.find(anchor, cursor)
+            if start < 0:
+                anchor = anchor.strip()
+                start = text.find(anchor, cursor) if anchor else -1
+            if start < 0:
+                continue
+            if start > cursor:
+                segments.append(Segment(text[cursor:start], True))
+            segments.append(Segment(anchor, msg["role"] == "assistant", msg.get("_index", -1)))
+            cursor = start + len(anchor)
     if cursor < len(text):
         segments.append(Segment(text[cursor:], True))
     assert "".join(s.text for s in segments) == text
     return segments
 
 
+def _anchors(msg: dict) -> list[str]:
+    """The texts that place a message in the rendered prompt: its content, else the names of
+    the functions it calls."""
+    content = msg.get("content")
+    if isinstance(content, str) and content.strip():
+        return [content]
+    anchors = []
+    for call in msg.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        if isinstance(fn.get("name"), str):
+            anchors.append(fn["name"])
+        args = fn.get("raw_arguments") or fn.get("arguments")
+        if isinstance(args, dict) and args:
+            args = _tojson(args)
+        if isinstance(args, str) and args.strip() not in ("", "{}"):
+            anchors.append(args)
+    return anchors
+
+
 class Tokenizer:
-    """Tokenizes segments with an LRU cache, so a growing conversation only tokenizes what is new."""
+    """Tokenizes prompt pieces the way llama.cpp tokenizes a whole text, with LRU caches.
+
+    llama.cpp, when parsing special tokens, cuts a text around them and tokenizes the raw
+    fragments between them one by one. Doing the same piece by piece gives the tokens a
+    whole-text tokenization gives, while each piece's tokens can be cached: a growing
+    conversation only tokenizes what is new.
+    """
 
     def __init__(self, model, max_entries: int = 8192) -> None:
         self.model = model
-        self._cache: OrderedDict[tuple[str, bool], list[int]] = OrderedDict()
+        self._raw: OrderedDict[str, list[int]] = OrderedDict()
+        self._split: OrderedDict[str, list[tuple[int, str, int | None]]] = OrderedDict()
         self._max = max_entries
         self._lock = threading.Lock()
 
-    def tokenize(self, text: str, special: bool) -> list[int]:
-        key = (text, special)
+    def raw(self, text: str) -> list[int]:
+        """Tokens of text without special tokens (text such as "<|im_start|>" stays text)."""
+        return self._cached(self._raw, text, lambda: self.model.tokenize(text, add_special=False, parse_special=False))
+
+    def split_specials(self, text: str) -> list[tuple[int, str, int | None]]:
+        """`text` cut around the special tokens in it: (offset, text, token id or None for raw)."""
+        return self._cached(self._split, text, lambda: self._find_specials(text))
+
+    def _find_specials(self, text: str) -> list[tuple[int, str, int | None]]:
+        parts: list[tuple[int, str, int | None]] = []
+        cursor = 0
+        for token in self.model.tokenize(text, add_special=False, parse_special=True):
+            if not self.model.is_special(token):
+                continue
+            piece = self.model.token_text(token)
+            at = text.find(piece, cursor) if piece else -1
+            if at < 0:
+                continue
+            if at > cursor:
+                parts.append((cursor, text[cursor:at], None))
+            parts.append((at, piece, token))
+            cursor = at + len(piece)
+        if cursor < len(text):
+            parts.append((cursor, text[cursor:], None))
+        return parts
+
+    def _cached(self, cache: OrderedDict, key: str, compute):
         with self._lock:
-            hit = self._cache.get(key)
+            hit = cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(key)
+                cache.move_to_end(key)
                 return hit
-        tokens = self.model.tokenize(text, add_special=False, parse_special=special)
+        value = compute()
         with self._lock:
-            self._cache[key] = tokens
-            if len(self._cache) > self._max:
-                self._cache.popitem(last=False)
-        return tokens
+            cache[key] = value
+            if len(cache) > self._max:
+                cache.popitem(last=False)
+        return value
 
     def prompt(self, text: str, *, add_bos: bool = True) -> list[int]:
         """A plain text prompt (completions): BOS per the vocabulary, special tokens parsed."""
-        tokens = self.model.tokenize(text, add_special=add_bos, parse_special=True)
-        return tokens
+        return self.model.tokenize(text, add_special=add_bos, parse_special=True)
+
+
+@dataclass(slots=True)
+class _Piece:
+    start: int  # character offset in the rendered text
+    text: str
+    token: int | None  # a special token, or None for raw text
 
 
 class PromptBuilder:
@@ -274,6 +333,7 @@ class PromptBuilder:
         self.template = template
         self.model = model
         self.tokenizer = Tokenizer(model)
+        self._generation_suffixes: dict[str, str | None] = {}
 
     def build(self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None) -> Prompt:
         """Render and tokenize. Thread-safe; call it off the event loop (it runs ctypes)."""
@@ -284,21 +344,69 @@ class PromptBuilder:
             template_tools = None
         text = self.template.render(indexed, template_tools, add_generation_prompt, extra)
         segments = split_segments(text, indexed)
+        generation_at = None
+        suffix = self._generation_suffix(extra) if add_generation_prompt else None
+        if suffix and text.endswith(suffix) and len(suffix) < len(text):
+            generation_at = len(text) - len(suffix)
+            segments = _split_glue_at(segments, generation_at)
+        pieces = self._pieces(segments)
         tokens: list[int] = []
-        spans: dict[int, tuple[int, int, int]] = {}  # message -> glue start, content start, end
-        previous_end = 0
-        for seg in segments:
-            if seg.message >= 0 and seg.message not in spans:
-                spans[seg.message] = (previous_end, len(tokens), -1)
-            tokens.extend(self.tokenizer.tokenize(seg.text, seg.special))
-            if seg.message >= 0:
-                previous_end = len(tokens)
-                glue, content, _ = spans[seg.message]
-                spans[seg.message] = (glue, content, previous_end)
+        starts: list[int] = []
+        for piece in pieces:
+            starts.append(len(tokens))
+            tokens.extend((piece.token,) if piece.token is not None else self.tokenizer.raw(piece.text))
         shift = self._bos_prefix(tokens)
         if shift:
             tokens = [self.model.bos] + tokens
-        return Prompt(text, tokens, _message_spans(messages, spans, shift))
+
+        def at(char: int) -> int:
+            return shift + self._token_index(pieces, starts, char)
+
+        spans = _message_spans(messages, segments, at)
+        return Prompt(text, tokens, spans, at(generation_at) if generation_at is not None else None)
+
+    def _pieces(self, segments: list[Segment]) -> list[_Piece]:
+        """Special tokens of glue and assistant text, and the raw text between them merged."""
+        pieces: list[_Piece] = []
+        offset = 0
+        for seg in segments:
+            parts = self.tokenizer.split_specials(seg.text) if seg.special else [(0, seg.text, None)]
+            for rel, text, token in parts:
+                if token is None and pieces and pieces[-1].token is None:
+                    pieces[-1].text += text
+                else:
+                    pieces.append(_Piece(offset + rel, text, token))
+            offset += len(seg.text)
+        return pieces
+
+    def _token_index(self, pieces: list[_Piece], starts: list[int], char: int) -> int:
+        """The token index where the character at `char` starts (exact at piece boundaries,
+        else the tokens of the raw text before it)."""
+        i = bisect.bisect_right([p.start for p in pieces], char) - 1
+        if i < 0:
+            return 0
+        piece = pieces[i]
+        inside = char - piece.start
+        if inside == 0 or piece.token is not None:
+            return starts[i] + (1 if inside and piece.token is not None else 0)
+        n = len(self.tokenizer.raw(piece.text[:inside]))
+        limit = starts[i + 1] if i + 1 < len(starts) else starts[i] + len(self.tokenizer.raw(piece.text))
+        return min(starts[i] + n, limit)
+
+    def _generation_suffix(self, extra: dict | None) -> str | None:
+        """The text the template adds for the generation prompt (e.g. "<|im_start|>assistant\\n"),
+        found once per set of template arguments by rendering a probe with and without it."""
+        key = json.dumps(extra or {}, sort_keys=True, default=str)
+        if key not in self._generation_suffixes:
+            probe = [{"role": "user", "content": "probe", "_index": 0}]
+            try:
+                without = self.template.render(probe, None, False, extra)
+                with_prompt = self.template.render(probe, None, True, extra)
+            except InvalidRequest:
+                without, with_prompt = "", ""
+            ok = with_prompt.startswith(without) and len(with_prompt) > len(without)
+            self._generation_suffixes[key] = with_prompt[len(without):] if ok else None
+        return self._generation_suffixes[key]
 
     def _bos_prefix(self, tokens: list[int]) -> int:
         """1 when the vocabulary wants a BOS token and the template did not render one."""
@@ -306,16 +414,42 @@ class PromptBuilder:
         return int(model.add_bos and model.bos >= 0 and (not tokens or tokens[0] != model.bos))
 
 
-def _message_spans(messages, spans: dict[int, tuple[int, int, int]], shift: int) -> list[tuple[str, int, int]]:
-    """(role, glue start, content start) per message. A message whose content was not found
-    (tool calls only, or content the template changed) starts where the previous content ended."""
+def _split_glue_at(segments: list[Segment], char: int) -> list[Segment]:
+    """Cut the glue segment that contains `char` in two (contents are never cut)."""
+    out: list[Segment] = []
+    offset = 0
+    for seg in segments:
+        end = offset + len(seg.text)
+        if seg.message < 0 and offset < char < end:
+            out.append(Segment(seg.text[: char - offset], seg.special))
+            out.append(Segment(seg.text[char - offset :], seg.special))
+        else:
+            out.append(seg)
+        offset = end
+    return out
+
+
+def _message_spans(messages, segments: list[Segment], at) -> list[tuple[str, int, int]]:
+    """(role, token where its glue starts, token where its content starts) per message. A
+    message whose content was not found (tool calls only, or content the template changed)
+    starts where the previous content ended."""
+    found: dict[int, tuple[int, int, int]] = {}  # message -> glue start, content start, end (chars)
+    offset = 0
+    previous_end = 0
+    for seg in segments:
+        end = offset + len(seg.text)
+        if seg.message >= 0 and seg.message not in found:
+            found[seg.message] = (previous_end, offset, end)
+        if seg.message >= 0:
+            previous_end = end
+        offset = end
     out = []
     cursor = 0
     for i, m in enumerate(messages):
-        if i in spans:
-            glue, content, end = spans[i]
-            out.append((m["role"], glue + shift, content + shift))
-            cursor = end + shift
+        if i in found:
+            glue, content, end = found[i]
+            out.append((m["role"], at(glue), at(content)))
+            cursor = end
         else:
-            out.append((m["role"], cursor, cursor))
+            out.append((m["role"], at(cursor), at(cursor)))
     return out

@@ -30,13 +30,27 @@ class Envelope:
         }
 
 
-def usage_body(usage: Usage) -> dict[str, Any]:
+def usage_body(usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
     return {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+    }
+
+
+def timings_body(usage: Usage) -> dict[str, Any]:
+    """llama-server's `timings` object, so tools written for it read warmslot's numbers too."""
+    computed = usage.prompt_tokens - usage.cached_tokens
+    return {
+        "cache_n": usage.cached_tokens,
+        "prompt_n": computed,
+        "prompt_ms": round(usage.prefill_s * 1000, 3),
+        "prompt_per_second": computed / usage.prefill_s if usage.prefill_s > 0 else 0.0,
+        "predicted_n": usage.completion_tokens,
+        "predicted_ms": round(usage.decode_s * 1000, 3),
+        "predicted_per_second": usage.completion_tokens / usage.decode_s if usage.decode_s > 0 else 0.0,
     }
 
 
@@ -55,23 +69,26 @@ def chat_message(content: str | None, reasoning: str | None, tool_calls: list[To
     return message
 
 
-def chat_response(env: Envelope, message: dict, finish_reason: str, usage: Usage) -> dict[str, Any]:
+def chat_response(env: Envelope, message: dict, finish_reason: str, usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
     body = env.base("chat.completion")
     body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}]
-    body["usage"] = usage_body(usage)
+    body["usage"] = usage_body(usage, reasoning_tokens)
+    body["timings"] = timings_body(usage)
     return body
 
 
-def chat_chunk(env: Envelope, delta: dict, finish_reason: str | None = None) -> str:
+def chat_chunk(env: Envelope, delta: dict, finish_reason: str | None = None, usage: Usage | None = None) -> str:
     body = env.base("chat.completion.chunk")
     body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    if usage is not None:
+        body["timings"] = timings_body(usage)
     return json.dumps(body, ensure_ascii=False)
 
 
-def usage_chunk(env: Envelope, usage: Usage, obj: str = "chat.completion.chunk") -> str:
+def usage_chunk(env: Envelope, usage: Usage, obj: str = "chat.completion.chunk", reasoning_tokens: int = 0) -> str:
     body = env.base(obj)
     body["choices"] = []
-    body["usage"] = usage_body(usage)
+    body["usage"] = usage_body(usage, reasoning_tokens)
     return json.dumps(body, ensure_ascii=False)
 
 
@@ -95,10 +112,13 @@ def completion_response(env: Envelope, text: str, finish_reason: str, usage: Usa
     body = env.base("text_completion")
     body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
     body["usage"] = usage_body(usage)
+    body["timings"] = timings_body(usage)
     return body
 
 
-def completion_chunk(env: Envelope, text: str, finish_reason: str | None = None) -> str:
+def completion_chunk(env: Envelope, text: str, finish_reason: str | None = None, usage: Usage | None = None) -> str:
     body = env.base("text_completion")
     body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    if usage is not None:
+        body["timings"] = timings_body(usage)
     return json.dumps(body, ensure_ascii=False)

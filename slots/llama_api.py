@@ -120,6 +120,9 @@ FLASH_ATTN = {
 
 PARTIAL_ONLY = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
+# token attributes of the tokens llama.cpp splits text around when parsing special tokens
+_SPECIAL_ATTRS = (1 << 0) | (1 << 3) | (1 << 4)  # unknown, control, user-defined
+
 
 class LlamaError(RuntimeError):
     """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
@@ -252,6 +255,12 @@ class Model:
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = True) -> str:
         return b"".join(self.token_piece(t, special=special) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_special(self, token: int) -> bool:
+        """Whether the tokenizer treats the token as special text (control, user-defined or
+        unknown), i.e. splits raw text around it when parsing special tokens."""
+        attr = int(llama_cpp.llama_vocab_get_attr(self.vocab, token))
+        return bool(attr & _SPECIAL_ATTRS)
 
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token]) if 0 <= token < self.n_vocab else False

@@ -3,6 +3,7 @@ shows checkpoints. The real server on the default model (a sliding-window model)
 
 import llama_cpp  # noqa: F401,I001
 
+import json
 import pathlib
 
 import httpx
@@ -141,3 +142,23 @@ def test_slots_show_checkpoints_after_a_prefill_on_a_sliding_window_model(server
     at_end = [c for c in slot["checkpoints"] if c["n_tokens"] == n_prompt]
     assert at_end and at_end[0]["bytes"] > 0 and at_end[0]["logits"]
     assert view["cache"]["budget_bytes"] > 0
+
+
+def test_rewritten_tool_call_is_pinned_to_its_assistant_message(server):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+    def history(city):
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}
+        return [
+            {"role": "system", "content": "Use tools."},
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "user", "content": "And tomorrow?"},
+        ]
+
+    chat(server, history("Paris"), tools=tools)
+    cache = chat(server, history("Lyon"), tools=tools).json()["warmslot"]["cache"]
+    where = cache["divergence"]
+    assert where["message"] == 2 and where["role"] == "assistant"
+    assert "Lyon" in where["new"] and "Paris" in where["old"]

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One GPU benchmark run: write a benchmark model with bench_models.py, then compare warmslot and
+# llama-server on it with bench_gpu.py. The JSON and the whole log go to $OUT.
+#
+# Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
+#   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
+#   WORKLOAD    agent alternating concurrent decode restore (words or comma lists)
+# e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
+#
+# Environment:
+#   OUT            output folder (default bench-out/gpu)
+#   SCALE, LAYERS  bench_models.py --scale (default real) and --layers
+#   TAG            suffix of the output names (several runs of one model and workload)
+#   DEADLINE       seconds from the start by which bench_gpu.py must be done (default 540);
+#                  its --time-budget is what is left after the model is written
+#   CHAT_TEMPLATE  a .jinja for both servers; default: the model family's real template from
+#                  .gpu/templates/ or llama.cpp's models/templates/, if present, else the GGUF's
+#   PYTHON         interpreter (default python)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+start=$SECONDS
+# shellcheck disable=SC1091
+[[ -f .gpu/device-env.sh ]] && source .gpu/device-env.sh
+export PYTHONUNBUFFERED=1
+
+model=${1:?usage: $0 MODEL_NAME WORKLOAD... [-- ARGS]}
+shift
+workloads=()
+while [[ $# -gt 0 && $1 != "--" ]]; do workloads+=("$1"); shift; done
+[[ ${1:-} == "--" ]] && shift
+wl=$(IFS=,; echo "${workloads[*]:-agent,alternating,concurrent,decode,restore}")
+out=${OUT:-bench-out/gpu}
+name="$model-${wl//,/-}${TAG:+-$TAG}"
+mkdir -p "$out" /tmp/models
+gguf="/tmp/models/$model-${SCALE:-real}${LAYERS:+-$LAYERS}.gguf"
+
+template=${CHAT_TEMPLATE:-}
+if [[ -z $template ]]; then
+    case $model in
+        qwen3-8b) tpl=Qwen-Qwen3-0.6B.jinja ;;
+        qwen35-*) tpl=Qwen3.5-4B.jinja ;;
+        *) tpl= ;;
+    esac
+    for dir in .gpu/templates build/src/*/vendor/llama.cpp/models/templates; do
+        if [[ -n $tpl && -f $dir/$tpl ]]; then template=$dir/$tpl; break; fi
+    done
+fi
+vocab=()
+[[ -f .gpu/ggml-vocab-qwen35.gguf ]] && vocab=(--vocab .gpu/ggml-vocab-qwen35.gguf)
+
+set -o pipefail
+{
+    echo "[run_gpu_bench] $name: model $gguf, template ${template:-the GGUF one}"
+    ${PYTHON:-python} scripts/bench_models.py --model "$model" --scale "${SCALE:-real}" \
+        ${LAYERS:+--layers "$LAYERS"} "${vocab[@]}" --out "$gguf"
+    budget=$(( ${DEADLINE:-540} - (SECONDS - start) ))
+    (( budget < 60 )) && budget=60
+    echo "[run_gpu_bench] model ready after $(( SECONDS - start ))s; time budget ${budget}s"
+    ${PYTHON:-python} scripts/bench_gpu.py -m "$gguf" --shape "$model" --workloads "$wl" \
+        --time-budget "$budget" ${template:+--chat-template-file "$template"} --out "$out/$name.json" "$@"
+} 2>&1 | tee "$out/$name.log"
