@@ -173,9 +173,11 @@ class Shape:
 
 
 MODELS: dict[str, Shape] = {
+    # qwen3-8b's context is the YaRN-extended 131072 (native: 40960), so that benchmark
+    # histories longer than 40K fit in llama-server as well
     "qwen3-8b": Shape(
         name="qwen3-8b", arch="qwen3", n_embd=4096, n_layer=36, n_ff=12288,
-        n_head=32, n_head_kv=8, head_dim=128, n_ctx_train=40960, rope_freq_base=1e6,
+        n_head=32, n_head_kv=8, head_dim=128, n_ctx_train=131072, rope_freq_base=1e6,
     ),
     "qwen35-27b": Shape(
         name="qwen35-27b", arch="qwen35", n_embd=5120, n_layer=64, n_ff=17408,

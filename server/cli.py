@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import create_app
 
+    # The engine thread runs Python between llama.cpp calls; a short switch interval lets it
+    # take the GIL back from the event loop quickly (the default 5 ms would stall decoding).
+    sys.setswitchinterval(0.0005)
+
     failed: list[BaseException] = []
     server: uvicorn.Server | None = None
 

@@ -68,6 +68,7 @@ _FLAGS = [
     (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "bytes of checkpoints kept per slot"),
     (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
+    (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: split <think> into reasoning_content; none: leave it in content"),
@@ -139,6 +140,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         checkpoint_bytes=a.checkpoint_ram,
         checkpoint_every=a.checkpoint_every,
         cache_ram=a.cache_ram,
+        park_idle=not a.no_park_idle,
     )
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
     config = ServerConfig(

@@ -121,6 +121,7 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_logits_reused", "Prompts whose last-token logits came from a checkpoint (nothing evaluated)", value=stats.logits_reused)
         yield CounterMetricFamily("warmslot_full_prefills", "Prompts that matched a candidate but could reuse none of it", value=stats.full_prefills)
         yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)
+        yield CounterMetricFamily("warmslot_slots_parked", "Idle slots moved to the prompt cache when another request started", value=stats.parked)
 
     def _cache(self, engine):
         cache = getattr(engine, "cache", None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from slots import Usage
@@ -19,6 +19,7 @@ class Envelope:
     created: int
     model: str
     fingerprint: str
+    _heads: dict[str, str] = field(default_factory=dict)
 
     def base(self, obj: str) -> dict[str, Any]:
         return {
@@ -28,6 +29,13 @@ class Envelope:
             "model": self.model,
             "system_fingerprint": self.fingerprint,
         }
+
+    def head(self, obj: str) -> str:
+        """The JSON text of `base(obj)` without its closing brace (for fast chunks)."""
+        text = self._heads.get(obj)
+        if text is None:
+            text = self._heads[obj] = json.dumps(self.base(obj), ensure_ascii=False)[:-1]
+        return text
 
 
 def usage_body(usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
@@ -78,11 +86,10 @@ def chat_response(env: Envelope, message: dict, finish_reason: str, usage: Usage
 
 
 def chat_chunk(env: Envelope, delta: dict, finish_reason: str | None = None, usage: Usage | None = None) -> str:
-    body = env.base("chat.completion.chunk")
-    body["choices"] = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
-    if usage is not None:
-        body["timings"] = timings_body(usage)
-    return json.dumps(body, ensure_ascii=False)
+    # one chunk per streamed delta: assembled from a cached head rather than a dict per token
+    choice = json.dumps({"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}, ensure_ascii=False)
+    tail = f', "timings": {json.dumps(timings_body(usage))}' if usage is not None else ""
+    return f'{env.head("chat.completion.chunk")}, "choices": [{choice}]{tail}}}'
 
 
 def usage_chunk(env: Envelope, usage: Usage, obj: str = "chat.completion.chunk", reasoning_tokens: int = 0) -> str:

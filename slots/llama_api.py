@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -84,6 +85,104 @@ def supports_gpu_offload() -> bool:
 
 def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+class HostBuffers:
+    """Host memory for sequence states (checkpoints, prompt-cache entries).
+
+    When the model runs on a CUDA GPU the buffers are page-locked (pinned) through ggml's CUDA
+    host buffer type, so state copies between RAM and VRAM run at bus speed instead of being
+    staged through pageable memory. Freed buffers go back to a pool by size class and are
+    reused; at most `keep_free` bytes stay pooled. Without CUDA, buffers are plain numpy arrays.
+    Thread-safe: buffers may be released from any thread.
+    """
+
+    def __init__(self, pinned: bool, keep_free: int = 2 << 30) -> None:
+        self._lib = _cuda_host_allocator() if pinned else None
+        self.pinned = self._lib is not None
+        self._free: dict[int, list[tuple[int, int]]] = {}  # size class -> [(handle, address)]
+        self._free_bytes = 0
+        self._keep_free = keep_free
+        self._lock = threading.Lock()
+        self.allocated_bytes = 0  # pinned bytes allocated and not yet released to the OS
+
+    def empty(self, size: int) -> np.ndarray:
+        """An uninitialized uint8 array of `size` bytes."""
+        if self._lib is None or size < _PINNED_MIN:
+            return np.empty(size, dtype=np.uint8)
+        cls = _size_class(size)
+        with self._lock:
+            pooled = self._free.get(cls)
+            block = pooled.pop() if pooled else None
+            if block is not None:
+                self._free_bytes -= cls
+        if block is None:
+            block = self._allocate(cls)
+            if block is None:
+                return np.empty(size, dtype=np.uint8)
+        handle, address = block
+        raw = (ctypes.c_uint8 * cls).from_address(address)
+        weakref.finalize(raw, self._release, handle, address, cls)
+        return np.frombuffer(raw, dtype=np.uint8, count=size)
+
+    def _allocate(self, size: int) -> tuple[int, int] | None:
+        lib = self._lib
+        handle = lib.alloc(lib.buft, size)
+        if not handle:
+            return None
+        address = lib.base(handle)
+        with self._lock:
+            self.allocated_bytes += size
+        return handle, address
+
+    def _release(self, handle: int, address: int, size: int) -> None:
+        with self._lock:
+            if self._free_bytes + size <= self._keep_free:
+                self._free.setdefault(size, []).append((handle, address))
+                self._free_bytes += size
+                return
+            self.allocated_bytes -= size
+        self._lib.free(handle)
+
+
+_PINNED_MIN = 1 << 20  # smaller states (logits, tiny models) gain nothing from pinning
+
+
+def _size_class(size: int) -> int:
+    """Round up to 1/16 of the next power of two (at most 6.25% waste), at least 1 MiB."""
+    step = max(1 << 20, 1 << max(0, size.bit_length() - 4))
+    return -(-size // step) * step
+
+
+class _CudaHost:
+    def __init__(self, cuda: ctypes.CDLL, base: ctypes.CDLL) -> None:
+        cuda.ggml_backend_cuda_host_buffer_type.restype = ctypes.c_void_p
+        cuda.ggml_backend_cuda_host_buffer_type.argtypes = []
+        base.ggml_backend_buft_alloc_buffer.restype = ctypes.c_void_p
+        base.ggml_backend_buft_alloc_buffer.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        base.ggml_backend_buffer_get_base.restype = ctypes.c_void_p
+        base.ggml_backend_buffer_get_base.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_buffer_free.restype = None
+        base.ggml_backend_buffer_free.argtypes = [ctypes.c_void_p]
+        self.buft = cuda.ggml_backend_cuda_host_buffer_type()
+        self.alloc = base.ggml_backend_buft_alloc_buffer
+        self.base = base.ggml_backend_buffer_get_base
+        self.free = base.ggml_backend_buffer_free
+
+
+def _cuda_host_allocator() -> _CudaHost | None:
+    """ggml's CUDA pinned host allocator, when llama.cpp was built with CUDA and sees a GPU."""
+    if not llama_cpp.llama_supports_gpu_offload():
+        return None
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    try:
+        cuda = ctypes.CDLL(os.path.join(lib_dir, "libggml-cuda.so"))
+        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))
+        host = _CudaHost(cuda, base)
+    except (OSError, AttributeError) as exc:
+        log.info("no pinned host memory for states (%s)", exc)
+        return None
+    return host if host.buft else None
 
 
 class MemoryKind(enum.Enum):
@@ -288,6 +387,7 @@ class ContextParams:
     type_v: str = "f16"
     swa_full: bool = False
     kv_unified: bool = True
+    pinned_states: bool = True  # page-locked host memory for states when on a CUDA GPU
 
 
 def default_threads() -> int:
@@ -332,6 +432,7 @@ class Context:
         self.n_threads = threads
         self.n_vocab = model.n_vocab
         self.memory_kind = classify_memory(model.info, params.swa_full)
+        self.host = HostBuffers(pinned=params.pinned_states)
 
     def decode(self, batch: "Batch") -> int:
         """0 ok; 1 no KV space (memory is unchanged); other values are errors."""
@@ -357,7 +458,7 @@ class Context:
         """A copy of a sequence's state: everything, or only its non-truncatable part."""
         flags = PARTIAL_ONLY if partial else 0
         size = int(llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq, flags))
-        buf = np.empty(size, dtype=np.uint8)
+        buf = self.host.empty(size)
         ptr = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         n = int(llama_cpp.llama_state_seq_get_data_ext(self.ptr, ptr, size, seq, flags))
         if n == 0 and size > 0:

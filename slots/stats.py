@@ -72,6 +72,7 @@ class EngineStats:
     logits_reused: int = 0
     full_prefills: int = 0  # prompts that reused nothing although a candidate matched
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
+    parked: int = 0  # idle slots moved to the prompt cache when another request started
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)

@@ -125,7 +125,8 @@ def test_kv_pressure_moves_idle_slots_to_ram_instead_of_failing(tiny_models, kin
     """A pool of 512 cells; slot 0 idles with 420 tokens; slot 1 needs 420 more. Slot 0's
     contents move to the prompt cache, and its conversation later comes back from RAM."""
     path = tiny_models[kind]
-    engine = tiny_engine(path, n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64)
+    # idle slots stay in the pool (no parking), so the pressure shows up in llama_decode
+    engine = tiny_engine(path, n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64, park_idle=False)
     p0, p1 = tokens(40, 400), tokens(41, 400)
     try:
         r0 = generate(engine, p0, max_tokens=20)
@@ -137,6 +138,23 @@ def test_kv_pressure_moves_idle_slots_to_ram_instead_of_failing(tiny_models, kin
             assert engine.stats.kv_evictions >= 1
             assert back.reuse.source == "ram" and back.usage.cached_tokens == len(p0)
         assert back.tokens == r0.tokens
+    finally:
+        engine.stop()
+
+
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+def test_idle_slots_are_parked_in_ram_when_another_request_starts(tiny_models, kind):
+    engine = tiny_engine(tiny_models[kind], n_parallel=2, **ENGINE)
+    try:
+        first = generate(engine, A)
+        generate(engine, tokens(60, 100))  # shares nothing: goes to the empty slot, parks A's
+        view = engine.snapshot()
+        assert engine.stats.parked == 1
+        assert sorted(s["n_tokens"] > 0 for s in view["slots"]) == [False, True]
+        assert any(e["n_tokens"] >= len(A) for e in view["cache"]["entries"])
+        back = generate(engine, A, return_prompt_logits=True)
+        assert back.reuse.source == "ram" and back.usage.cached_tokens == len(A)
+        assert back.tokens == first.tokens
     finally:
         engine.stop()
 
