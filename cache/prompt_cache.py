@@ -158,9 +158,11 @@ class PromptCache:
         return entry
 
     def touch(self, entry: CacheEntry) -> None:
-        """Mark an entry used (after loading it). Mutates LRU order only."""
+        """Mark an entry used (after loading it). Mutates LRU order only; an entry already
+        evicted is left alone."""
         entry.last_used = time.monotonic()
-        self._lru.move_to_end(entry.id)
+        if entry.id in self._lru:
+            self._lru.move_to_end(entry.id)
 
     def remove(self, entry: CacheEntry) -> None:
         trie = self._tries[entry.tenant]

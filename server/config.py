@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from slots.engine import EngineConfig
+from slots.engine import EngineConfig, physical_memory
 
 from .tool_calls import FORMATS
 
@@ -15,7 +15,10 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
-    """Bytes from '8GiB', '512MiB', '2G', '1048576'. K/M/G/T are powers of 1024."""
+    """Bytes from '8GiB', '512MiB', '2G', '1048576'. K/M/G/T are powers of 1024. 'auto' (for
+    --cache-ram): a quarter of the physical memory, at most 32 GiB, at least 1 GiB."""
+    if str(text).strip().lower() == "auto":
+        return max(1 << 30, min(32 << 30, physical_memory() // 4))
     m = _SIZE.match(str(text))
     if not m:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8GiB, 512MiB, 0)")
@@ -23,7 +26,7 @@ def parse_size(text: str) -> int:
     return int(value * (1024 ** " kmgt".index(unit or " ")))
 
 
-DEFAULT_CACHE_RAM = "8GiB"
+DEFAULT_CACHE_RAM = "auto"
 
 
 @dataclass
@@ -35,7 +38,7 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     chat_template: str | None = None
     n_predict: int = -1
-    cache_ram: int = 8 << 30
+    cache_ram: int = 0  # set from --cache-ram
     slots_endpoint: bool = True
     tool_format: str = "auto"
     reasoning_format: str = "auto"
@@ -66,7 +69,7 @@ _FLAGS = [
     (("-ctxcp", "--ctx-checkpoints"), "ctx_checkpoints", int, 32, "checkpoints kept per slot on non-truncatable models"),
     (("--checkpoint-every",), "checkpoint_every", int, 8192, "tokens between checkpoints inside a long prefill (0: only at message starts)"),
     (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "bytes of checkpoints kept per slot"),
-    (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off)"),
+    (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off; auto: a quarter of the RAM, at most 32GiB)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),

@@ -19,6 +19,7 @@ import collections
 import concurrent.futures
 import hashlib
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,16 @@ class EngineConfig:
 
 DEFAULT_MAX_CTX = 32768
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
+# a request that shares all but this many tokens of a slot's previous prompt continues that
+# conversation: the slot's contents are not worth a copy in the prompt cache
+SAVE_MIN_LOSS = 32
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
 
 
 def content_hash(tokens: list[int]) -> str:
@@ -284,6 +295,8 @@ class Engine:
             swa_full=cfg.swa_full,
             kv_unified=True,
             pinned_states=cfg.n_gpu_layers != 0,
+            # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
+            pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
         )
         self.ctx = Context(self.model, params)
         self._batch = Batch(self.ctx.n_batch, self.ctx.n_seq_max)
@@ -327,9 +340,12 @@ class Engine:
         self._admit()
         entries = plan_batch(self.slots, self._batch, self._prefill_budget())
         if entries:
-            self._run(entries)
-        self._flush()
+            self._run(entries)  # flushes the previous step's events once its decode is launched
+        else:
+            self._flush()
         self._take_deferred_checkpoints()
+        if not self._has_work():
+            self._flush()  # nothing will run next: do not hold events back
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s.active is not None for s in self.slots)
@@ -396,7 +412,7 @@ class Engine:
                 log.exception("slot %d: request %s failed to start", route.target.id, req.id)
                 route.target.active = None
                 self.memory.clear(route.target)
-                self._reject(req, EngineError(ErrorKind.INTERNAL, str(exc)))
+                self._reject(req, EngineError(ErrorKind.INTERNAL, f"internal error starting the request: {type(exc).__name__}: {exc}"))
 
     def _want_checkpoint(self, slot: Slot, n: int) -> None:
         """Ask a prefilling slot to stop at n (and checkpoint there) for a request waiting to
@@ -486,12 +502,15 @@ class Engine:
     def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
         """Fill the target slot with the route's source, cut back to what the prompt shares.
 
-        The slot's previous contents go into the prompt cache first when the request will
-        not extend them (it would lose a previous prompt)."""
+        The slot's previous contents go into the prompt cache first when the request goes
+        elsewhere: when it diverges well before the end of the slot's previous prompt (a
+        conversation that only re-renders the tail of the last turn does not pay for a save)."""
         slot, memory = route.target, self.memory
+        if route.entry is not None:
+            self.cache.touch(route.entry)  # most recently used: the save below cannot evict it
         if route.source == "slot":
             plan = memory.plan(slot, req.tokens)
-            if plan.keep < slot.prompt_end:
+            if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
                 memory.save(slot)
             return memory.apply(slot, plan), plan
         if slot.tokens:
@@ -544,15 +563,17 @@ class Engine:
     def _run(self, entries: list[BatchEntry]) -> None:
         t0 = time.monotonic()
         rc = self.ctx.decode(self._batch)
-        dt = time.monotonic() - t0
         if rc == 1:
             self._on_kv_full(entries)
             return
         if rc != 0:
             self._on_decode_error(entries, rc)
             return
+        # the decode runs asynchronously on a GPU: hand the previous step's events to the
+        # HTTP side now, so streaming them overlaps the computation instead of delaying it
+        self._flush()
         self._chunk_cap = 0
-        self._account_step(entries, dt)
+        n_decode = sum(1 for e in entries if e.is_decode)
         for entry in entries:
             slot = entry.slot
             if slot.active is None:
@@ -561,10 +582,8 @@ class Engine:
                 self._after_decode(slot, entry)
             else:
                 self._after_prefill(slot, entry)
-
-    def _account_step(self, entries: list[BatchEntry], dt: float) -> None:
-        n_decode = sum(1 for e in entries if e.is_decode)
-        self.stats.record_step(self._batch.n - n_decode, n_decode, dt)
+        self.ctx.synchronize()
+        self.stats.record_step(self._batch.n - n_decode, n_decode, time.monotonic() - t0)
 
     def _after_decode(self, slot: Slot, entry: BatchEntry) -> None:
         active = slot.active

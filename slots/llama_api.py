@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import llama_cpp  # noqa: I001  (must precede numpy, see the module docstring)
 
+import bisect
 import ctypes
 import enum
 import hashlib
@@ -92,66 +93,116 @@ class HostBuffers:
 
     When the model runs on a CUDA GPU the buffers are page-locked (pinned) through ggml's CUDA
     host buffer type, so state copies between RAM and VRAM run at bus speed instead of being
-    staged through pageable memory. Freed buffers go back to a pool by size class and are
-    reused; at most `keep_free` bytes stay pooled. Without CUDA, buffers are plain numpy arrays.
-    Thread-safe: buffers may be released from any thread.
+    staged through pageable memory. Pinning memory is slow (the kernel must fault in and lock
+    every page), so pinned memory comes from an arena of large chunks that a background
+    thread allocates ahead of need, keeping `reserve` bytes free, up to `limit` bytes in all.
+    Buffers are carved first-fit from the chunks and go back to them when the last array
+    viewing them is collected. Beyond the limit, or without CUDA, buffers are plain numpy
+    arrays. Thread-safe: buffers may be released from any thread.
     """
 
-    def __init__(self, pinned: bool, keep_free: int = 2 << 30) -> None:
+    CHUNK = 1 << 30
+
+    def __init__(self, pinned: bool, limit: int = 16 << 30, reserve: int = 2 << 30) -> None:
         self._lib = _cuda_host_allocator() if pinned else None
         self.pinned = self._lib is not None
-        self._free: dict[int, list[tuple[int, int]]] = {}  # size class -> [(handle, address)]
-        self._free_bytes = 0
-        self._keep_free = keep_free
+        self.limit = limit
+        self.reserve = min(reserve, limit)
+        self.allocated_bytes = 0  # pinned bytes held by the arena
+        self.free_bytes = 0
+        self._chunks: list[_Chunk] = []
         self._lock = threading.Lock()
-        self.allocated_bytes = 0  # pinned bytes allocated and not yet released to the OS
+        self._wake = threading.Event()
+        if self.pinned:
+            threading.Thread(target=self._grow_ahead, name="warmslot-pinned", daemon=True).start()
+            self._wake.set()
 
     def empty(self, size: int) -> np.ndarray:
         """An uninitialized uint8 array of `size` bytes."""
         if self._lib is None or size < _PINNED_MIN:
             return np.empty(size, dtype=np.uint8)
-        cls = _size_class(size)
+        need = -(-size // _PAGE) * _PAGE
         with self._lock:
-            pooled = self._free.get(cls)
-            block = pooled.pop() if pooled else None
-            if block is not None:
-                self._free_bytes -= cls
-        if block is None:
-            block = self._allocate(cls)
-            if block is None:
-                return np.empty(size, dtype=np.uint8)
-        handle, address = block
-        raw = (ctypes.c_uint8 * cls).from_address(address)
-        weakref.finalize(raw, self._release, handle, address, cls)
+            found = self._take(need)
+        if found is None and self._add_chunk(need):
+            with self._lock:
+                found = self._take(need)
+        if self.free_bytes < self.reserve:
+            self._wake.set()
+        if found is None:
+            return np.empty(size, dtype=np.uint8)
+        chunk, offset = found
+        raw = (ctypes.c_uint8 * need).from_address(chunk.address + offset)
+        weakref.finalize(raw, self._give_back, chunk, offset, need)
         return np.frombuffer(raw, dtype=np.uint8, count=size)
 
-    def _allocate(self, size: int) -> tuple[int, int] | None:
-        lib = self._lib
-        handle = lib.alloc(lib.buft, size)
-        if not handle:
-            return None
-        address = lib.base(handle)
-        with self._lock:
-            self.allocated_bytes += size
-        return handle, address
+    def _take(self, size: int) -> tuple["_Chunk", int] | None:
+        for chunk in self._chunks:
+            offset = chunk.take(size)
+            if offset is not None:
+                self.free_bytes -= size
+                return chunk, offset
+        return None
 
-    def _release(self, handle: int, address: int, size: int) -> None:
+    def _give_back(self, chunk: "_Chunk", offset: int, size: int) -> None:
         with self._lock:
-            if self._free_bytes + size <= self._keep_free:
-                self._free.setdefault(size, []).append((handle, address))
-                self._free_bytes += size
-                return
-            self.allocated_bytes -= size
-        self._lib.free(handle)
+            chunk.give_back(offset, size)
+            self.free_bytes += size
+
+    def _add_chunk(self, at_least: int) -> bool:
+        size = max(self.CHUNK, at_least)
+        with self._lock:
+            if self.allocated_bytes + size > self.limit:
+                return False
+            self.allocated_bytes += size  # claimed before the slow allocation
+        handle = self._lib.alloc(self._lib.buft, size)
+        with self._lock:
+            if not handle:
+                self.allocated_bytes -= size
+                return False
+            self._chunks.append(_Chunk(handle, self._lib.base(handle), size))
+            self.free_bytes += size
+        return True
+
+    def _grow_ahead(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self.free_bytes < self.reserve and self._add_chunk(self.CHUNK):
+                pass
+
+
+class _Chunk:
+    """One pinned allocation and its free extents (sorted, merged)."""
+
+    def __init__(self, handle: int, address: int, size: int) -> None:
+        self.handle = handle
+        self.address = address
+        self.free: list[list[int]] = [[0, size]]  # [offset, length]
+
+    def take(self, size: int) -> int | None:
+        for i, extent in enumerate(self.free):
+            if extent[1] >= size:
+                offset = extent[0]
+                if extent[1] == size:
+                    del self.free[i]
+                else:
+                    extent[0] += size
+                    extent[1] -= size
+                return offset
+        return None
+
+    def give_back(self, offset: int, size: int) -> None:
+        i = bisect.bisect_left(self.free, [offset, 0])
+        self.free.insert(i, [offset, size])
+        if i + 1 < len(self.free) and offset + size == self.free[i + 1][0]:
+            self.free[i][1] += self.free.pop(i + 1)[1]
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset:
+            self.free[i - 1][1] += self.free.pop(i)[1]
 
 
 _PINNED_MIN = 1 << 20  # smaller states (logits, tiny models) gain nothing from pinning
-
-
-def _size_class(size: int) -> int:
-    """Round up to 1/16 of the next power of two (at most 6.25% waste), at least 1 MiB."""
-    step = max(1 << 20, 1 << max(0, size.bit_length() - 4))
-    return -(-size // step) * step
+_PAGE = 4096
 
 
 class _CudaHost:
@@ -388,6 +439,7 @@ class ContextParams:
     swa_full: bool = False
     kv_unified: bool = True
     pinned_states: bool = True  # page-locked host memory for states when on a CUDA GPU
+    pinned_limit: int = 16 << 30  # at most this much of it
 
 
 def default_threads() -> int:
@@ -432,11 +484,15 @@ class Context:
         self.n_threads = threads
         self.n_vocab = model.n_vocab
         self.memory_kind = classify_memory(model.info, params.swa_full)
-        self.host = HostBuffers(pinned=params.pinned_states)
+        self.host = HostBuffers(pinned=params.pinned_states, limit=params.pinned_limit)
 
     def decode(self, batch: "Batch") -> int:
         """0 ok; 1 no KV space (memory is unchanged); other values are errors."""
         return int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n)))
+
+    def synchronize(self) -> None:
+        """Wait for the device to finish the work launched so far."""
+        llama_cpp.llama_synchronize(self.ptr)
 
     def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
         return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))

@@ -199,3 +199,19 @@ def test_a_request_can_opt_out_of_reuse(tiny_models):
         assert cold_run.usage.cached_tokens == 0 and cold_run.tokens == warm.tokens
     finally:
         engine.stop()
+
+
+def test_a_conversation_that_rerenders_its_tail_is_not_saved_again(tiny_models):
+    """The next turn diverges a few tokens before the previous prompt's end (a template that
+    re-renders the generation prompt): it continues the conversation, so no copy is made."""
+    engine = tiny_engine(tiny_models["hybrid"], **ENGINE)
+    try:
+        generate(engine, A, boundaries=(len(A) - 4,))
+        saved = engine.cache.stats.saved_bytes
+        r = generate(engine, A[:-2] + tokens(70, 30), return_prompt_logits=True)
+        assert r.usage.cached_tokens == len(A) - 4  # restored the checkpoint before the tail
+        assert engine.cache.stats.saved_bytes == saved
+        other = generate(engine, tokens(71, 50))  # a different conversation: now A is saved
+        assert other.error is None and engine.cache.stats.saved_bytes > saved
+    finally:
+        engine.stop()
