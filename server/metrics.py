@@ -107,6 +107,10 @@ class EngineCollector:
         used = sum(len(s.tokens) for s in engine.slots)
         yield GaugeMetricFamily("warmslot_kv_cells_used", "KV cells held by the slots' contents (a prefix shared between slots counts once per slot)", value=used)
         yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=engine.ctx.n_ctx if engine.ctx else 0)
+        if engine.ctx is not None:
+            host = engine.ctx.host
+            yield GaugeMetricFamily("warmslot_host_pinned_bytes", "Page-locked host memory held for states (CUDA only)", value=host.allocated_bytes)
+            yield GaugeMetricFamily("warmslot_host_pinned_free_bytes", "Pinned host memory not in use", value=host.free_bytes)
 
     def _checkpoints(self, engine, stats):
         yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)

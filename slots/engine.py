@@ -85,6 +85,7 @@ MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its 
 # a request that shares all but this many tokens of a slot's previous prompt continues that
 # conversation: the slot's contents are not worth a copy in the prompt cache
 SAVE_MIN_LOSS = 32
+PINNED_AT_START = 8 << 30  # pinned host memory prepared while the model loads (CUDA only)
 
 
 def physical_memory() -> int:
@@ -300,6 +301,10 @@ class Engine:
         )
         self.ctx = Context(self.model, params)
         self._batch = Batch(self.ctx.n_batch, self.ctx.n_seq_max)
+        host = self.ctx.host
+        if host.pinned:
+            host.prepare(initial=min(PINNED_AT_START, cfg.cache_ram + (1 << 30)))
+            log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
         self.slots = [
             Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(cfg.n_parallel)
         ]
@@ -352,8 +357,11 @@ class Engine:
 
     def _drain_inbox(self) -> None:
         with self._cv:
-            while not self._inbox and not self._stop and not self._has_work():
-                self._cv.wait()
+            if not self._inbox and not self._stop and not self._has_work():
+                self.ctx.host.idle(True)  # a good time to pin more host memory
+                while not self._inbox and not self._stop and not self._has_work():
+                    self._cv.wait()
+                self.ctx.host.idle(False)
             messages = list(self._inbox)
             self._inbox.clear()
         for kind, payload in messages:

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -93,29 +94,46 @@ class HostBuffers:
 
     When the model runs on a CUDA GPU the buffers are page-locked (pinned) through ggml's CUDA
     host buffer type, so state copies between RAM and VRAM run at bus speed instead of being
-    staged through pageable memory. Pinning memory is slow (the kernel must fault in and lock
-    every page), so pinned memory comes from an arena of large chunks that a background
-    thread allocates ahead of need, keeping `reserve` bytes free, up to `limit` bytes in all.
-    Buffers are carved first-fit from the chunks and go back to them when the last array
-    viewing them is collected. Beyond the limit, or without CUDA, buffers are plain numpy
-    arrays. Thread-safe: buffers may be released from any thread.
+    staged through pageable memory. Pinning is slow (the kernel faults in and locks every
+    page), so pinned memory comes from an arena of large chunks: `prepare()` pins `initial`
+    bytes up front (while the model loads), and a background thread adds chunks while the
+    engine is idle (`idle(True)`), keeping `reserve` bytes free, up to `limit` bytes in all.
+    A request for a buffer never waits for pinning: when the arena has no room, it gets a
+    plain numpy array. Buffers are carved first-fit from the chunks and go back to them when
+    the last array viewing them is collected. Thread-safe.
     """
 
-    CHUNK = 1 << 30
+    CHUNK = 4 << 30
 
-    def __init__(self, pinned: bool, limit: int = 16 << 30, reserve: int = 2 << 30) -> None:
+    def __init__(self, pinned: bool, limit: int = 16 << 30, reserve: int = 4 << 30) -> None:
         self._lib = _cuda_host_allocator() if pinned else None
         self.pinned = self._lib is not None
         self.limit = limit
         self.reserve = min(reserve, limit)
         self.allocated_bytes = 0  # pinned bytes held by the arena
         self.free_bytes = 0
+        self.pinning_seconds = 0.0
         self._chunks: list[_Chunk] = []
         self._lock = threading.Lock()
+        self._idle = threading.Event()
         self._wake = threading.Event()
         if self.pinned:
-            threading.Thread(target=self._grow_ahead, name="warmslot-pinned", daemon=True).start()
-            self._wake.set()
+            threading.Thread(target=self._grow_when_idle, name="warmslot-pinned", daemon=True).start()
+
+    def prepare(self, initial: int) -> None:
+        """Pin `initial` bytes now (up to the limit). Blocking; call it before serving."""
+        while self.pinned and self.allocated_bytes < min(initial, self.limit):
+            if not self._add_chunk(min(self.CHUNK, self.limit - self.allocated_bytes)):
+                break
+
+    def idle(self, idle: bool) -> None:
+        """The engine says whether it is idle: pinning more memory only happens then."""
+        if idle:
+            self._idle.set()
+            if self.free_bytes < self.reserve:
+                self._wake.set()
+        else:
+            self._idle.clear()
 
     def empty(self, size: int) -> np.ndarray:
         """An uninitialized uint8 array of `size` bytes."""
@@ -124,12 +142,8 @@ class HostBuffers:
         need = -(-size // _PAGE) * _PAGE
         with self._lock:
             found = self._take(need)
-        if found is None and self._add_chunk(need):
-            with self._lock:
-                found = self._take(need)
-        if self.free_bytes < self.reserve:
-            self._wake.set()
         if found is None:
+            self._wake.set()
             return np.empty(size, dtype=np.uint8)
         chunk, offset = found
         raw = (ctypes.c_uint8 * need).from_address(chunk.address + offset)
@@ -149,13 +163,14 @@ class HostBuffers:
             chunk.give_back(offset, size)
             self.free_bytes += size
 
-    def _add_chunk(self, at_least: int) -> bool:
-        size = max(self.CHUNK, at_least)
+    def _add_chunk(self, size: int) -> bool:
         with self._lock:
-            if self.allocated_bytes + size > self.limit:
+            if size <= 0 or self.allocated_bytes + size > self.limit:
                 return False
             self.allocated_bytes += size  # claimed before the slow allocation
+        t0 = time.monotonic()
         handle = self._lib.alloc(self._lib.buft, size)
+        self.pinning_seconds += time.monotonic() - t0
         with self._lock:
             if not handle:
                 self.allocated_bytes -= size
@@ -164,12 +179,13 @@ class HostBuffers:
             self.free_bytes += size
         return True
 
-    def _grow_ahead(self) -> None:
+    def _grow_when_idle(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
-            while self.free_bytes < self.reserve and self._add_chunk(self.CHUNK):
-                pass
+            while self.free_bytes < self.reserve and self._idle.wait(timeout=1.0):
+                if not self._add_chunk(min(self.CHUNK, self.limit - self.allocated_bytes)):
+                    break
 
 
 class _Chunk:
