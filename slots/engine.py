@@ -85,7 +85,7 @@ MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its 
 # a request that shares all but this many tokens of a slot's previous prompt continues that
 # conversation: the slot's contents are not worth a copy in the prompt cache
 SAVE_MIN_LOSS = 32
-PINNED_AT_START = 8 << 30  # pinned host memory prepared while the model loads (CUDA only)
+PINNED_AT_START = 16 << 30  # pinned host memory prepared while the model loads (CUDA only)
 
 
 def physical_memory() -> int:

@@ -103,7 +103,8 @@ class HostBuffers:
     the last array viewing them is collected. Thread-safe.
     """
 
-    CHUNK = 4 << 30
+    CHUNK = 4 << 30  # pinned while loading
+    IDLE_CHUNK = 2 << 30  # pinned while idle: smaller, so a request arriving meanwhile waits less
 
     def __init__(self, pinned: bool, limit: int = 16 << 30, reserve: int = 4 << 30) -> None:
         self._lib = _cuda_host_allocator() if pinned else None
@@ -184,7 +185,7 @@ class HostBuffers:
             self._wake.wait()
             self._wake.clear()
             while self.free_bytes < self.reserve and self._idle.wait(timeout=1.0):
-                if not self._add_chunk(min(self.CHUNK, self.limit - self.allocated_bytes)):
+                if not self._add_chunk(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes)):
                     break
 
 
