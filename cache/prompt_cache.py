@@ -9,8 +9,10 @@ conversations that alternate on one slot, or share a long system prompt, all com
   an upper bound of the RAM really used. The total never exceeds the budget.
 - Eviction: least recently used first (use = insert or load).
 - Lookup: a token radix tree per tenant (`PrefixTrie`), never a scan of all entries.
-- Redundancy: an entry whose tokens are a strict prefix of another entry of the same tenant
-  is dropped when the longer entry can serve everything it could (see `covers`).
+- Redundancy: an older entry of the same tenant is dropped when a newer one shares its
+  tokens up to the end of its last prompt and can serve that prefix (see `covers`): a strict
+  prefix of the newer entry, or the previous turn of the same conversation (whose generated
+  reply the next turn re-rendered).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class CacheEntry:
     fingerprint: str
     last_used: float = 0.0
     id: int = 0
+    prompt_end: int = 0  # length of the last prompt in it; what follows is a generated reply
 
     @property
     def nbytes(self) -> int:
@@ -139,12 +142,15 @@ class PromptCache:
 
     # -- mutation ----------------------------------------------------------------------
 
-    def insert(self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str) -> CacheEntry | None:
+    def insert(self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str, prompt_end: int | None = None) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
         buffers). Evicts least recently used entries to fit; drops entries this one makes
         redundant. Returns None when the entry alone exceeds the budget. Mutates."""
         state.flags.writeable = False
-        entry = CacheEntry(tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids))
+        entry = CacheEntry(
+            tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
+            prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)),
+        )
         if entry.nbytes > self.budget:
             return None
         self._drop_redundant(entry)
@@ -219,13 +225,29 @@ class PromptCache:
         return (match.depth, found[0]) if found and match.depth > 0 else None
 
     def _drop_redundant(self, entry: CacheEntry) -> None:
-        """Entries that are strict prefixes of `entry` (or the same tokens) and that `entry`
-        covers are redundant."""
+        """Drop older entries of the same tenant that `entry` covers up to their last prompt:
+        a strict prefix of it, or a conversation it continues (what an older entry holds
+        beyond its prompt is a reply that the next turn re-rendered). Scans the tenant's
+        entries; insertions are rare next to lookups."""
         trie = self._tries.get(entry.tenant)
         if trie is None:
             return
-        match = trie.match(entry.tokens)
-        for n, old in match.prefixes:
-            if n == len(entry) or self.covers(entry, n):
+        for old in list(trie.values()):
+            shared = _common_prefix(old.tokens, entry.tokens)
+            point = min(old.prompt_end, shared)
+            if shared >= old.prompt_end and (point == len(entry) or self.covers(entry, point)):
                 self.remove(old)
                 self.stats.dropped_redundant += 1
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], step: int = 512) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n:
+        j = min(n, i + step)
+        if a[i:j] != b[i:j]:
+            while a[i] == b[i]:
+                i += 1
+            return i
+        i = j
+    return n

@@ -112,7 +112,7 @@ class SlotMemory:
             return existing
         t0 = time.monotonic()
         state = self.ctx.state_get(slot.id, partial=False)
-        entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant)
+        entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None)
         self.cache.stats.save_seconds += time.monotonic() - t0
         if entry is not None:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
@@ -129,7 +129,7 @@ class SlotMemory:
         target.tokens = list(entry.tokens)
         target.checkpoints = entry.checkpoints.copy()
         target.tenant = entry.tenant
-        target.prompt_end = 0
+        target.prompt_end = entry.prompt_end
         self.cache.touch(entry)
         self.cache.stats.loaded_bytes += int(entry.state.nbytes)
         self.cache.stats.load_seconds += time.monotonic() - t0

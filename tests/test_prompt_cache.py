@@ -89,3 +89,16 @@ def test_an_entry_larger_than_the_budget_is_not_stored():
     cache = PromptCache(budget=100, fingerprint="m", truncatable=True)
     assert cache.insert([1], state(1000), CheckpointList(4, 1 << 20), tenant="") is None
     assert cache.n_entries == 0 and cache.nbytes == 0
+
+
+def test_the_previous_turn_of_a_conversation_is_dropped_when_the_next_one_is_saved():
+    cache = PromptCache(budget=1 << 20, fingerprint="m", truncatable=True)
+    # turn 1: prompt [1, 2, 3, 4] and a generated reply [7, 8]
+    cache.insert([1, 2, 3, 4, 7, 8], state(10), CheckpointList(4, 1 << 20), tenant="", prompt_end=4)
+    # turn 2 re-rendered the reply ([7, 9]) and added a message: it covers turn 1's prompt
+    cache.insert([1, 2, 3, 4, 7, 9, 5, 6], state(10), CheckpointList(4, 1 << 20), tenant="", prompt_end=8)
+    assert cache.n_entries == 1 and cache.stats.dropped_redundant == 1
+    # another conversation that shares less than the old prompt is kept
+    cache.insert([1, 2, 9], state(10), CheckpointList(4, 1 << 20), tenant="", prompt_end=3)
+    assert cache.n_entries == 2
+    cache.sanity_check()
