@@ -430,58 +430,74 @@ class Engine:
             bisect.insort(active.cuts, n)
 
     def _start(self, route: Route, req: GenerateRequest) -> None:
-        slot = route.target
-        n_prompt = len(req.tokens)
-        if n_prompt >= self.ctx.n_ctx_seq:
-            self._reject(req, EngineError(
-                ErrorKind.CONTEXT,
-                f"the prompt has {n_prompt} tokens; a slot holds {self.ctx.n_ctx_seq}",
-            ))
-            return
-        if min(req.tokens) < 0 or max(req.tokens) >= self.model.n_vocab:
-            self._reject(req, EngineError(ErrorKind.INVALID, f"the prompt has token ids outside the vocabulary (0..{self.model.n_vocab - 1})"))
+        error = self._check(req)
+        if error is not None:
+            self._reject(req, error)
             return
         try:
             sampler = Sampler(self.model, req.sampling)
         except GrammarError as exc:
             self._reject(req, EngineError(ErrorKind.INVALID, str(exc)))
             return
+        try:
+            reuse, plan = self._reuse(route, req)
+            self._activate(route.target, req, sampler, reuse)
+        except BaseException:
+            sampler.close()  # the request never became active
+            raise
+        if reuse.cached == len(req.tokens):
+            self._prompt_done_from_logits(route.target, plan.logits)
+
+    def _check(self, req: GenerateRequest) -> EngineError | None:
+        n_prompt = len(req.tokens)
+        if n_prompt >= self.ctx.n_ctx_seq:
+            return EngineError(ErrorKind.CONTEXT, f"the prompt has {n_prompt} tokens; a slot holds {self.ctx.n_ctx_seq}")
+        if min(req.tokens) < 0 or max(req.tokens) >= self.model.n_vocab:
+            return EngineError(ErrorKind.INVALID, f"the prompt has token ids outside the vocabulary (0..{self.model.n_vocab - 1})")
+        return None
+
+    def _reuse(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
+        """Bring the route's prefix into the target slot, and say what happened."""
         best = route.best_candidate
-        # describe the divergence before taking the prefix: that may cut the candidate's tokens
-        reuse = Reuse(slot=slot.id, matched=best.matched if best else 0)
+        reuse = Reuse(slot=route.target.id, matched=best.matched if best else 0)
         if best is not None:
             reuse.candidate_source = best.source
             reuse.candidate_len = len(best.tokens)
-            if best.matched < min(len(best.tokens), n_prompt):
+            # described before the prefix is taken, which may cut the candidate's tokens
+            if best.matched < min(len(best.tokens), len(req.tokens)):
                 self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
         keep, plan = self._take_prefix(route, req)
-        source = route.source if keep else "none"
-        reuse.source = source
+        reuse.source = route.source if keep else "none"
         reuse.cached = keep
-        reuse.restored_checkpoint = plan.restore.n_tokens if plan is not None and plan.restore is not None and keep else None
-        reuse.used_logits = plan is not None and plan.logits is not None and keep == n_prompt
-        reuse.reason = plan.reason if plan is not None and keep else (best.reason if best else "")
+        if plan is not None and keep:
+            reuse.restored_checkpoint = plan.restore.n_tokens if plan.restore is not None else None
+            reuse.used_logits = plan.logits is not None and keep == len(req.tokens)
+            reuse.reason = plan.reason
+        else:
+            reuse.reason = best.reason if best else ""
         if reuse.matched > 0 and keep == 0:
             self.stats.full_prefills += 1
+        return reuse, plan
+
+    def _activate(self, slot: Slot, req: GenerateRequest, sampler: Sampler, reuse: Reuse) -> None:
+        keep = reuse.cached
         active = Active(
             req=req,
             sampler=sampler,
             text=TextStream(req.stop),
             reuse=reuse,
             cached=keep,
-            sources={source: keep} if keep else {},
+            sources={reuse.source: keep} if keep else {},
             cuts=self._cuts(req, keep),
         )
         slot.active = active
         slot.tenant = req.tenant
-        slot.prompt_end = n_prompt
+        slot.prompt_end = len(req.tokens)
         slot.last_used = time.monotonic()
         self._park_idle(keep=slot)
         active.event().started = True
         active.event().reuse = reuse
-        log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, n_prompt, keep, source, reuse.reason)
-        if keep == n_prompt:
-            self._prompt_done_from_logits(slot, plan.logits)
+        log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, len(req.tokens), keep, reuse.source, reuse.reason)
 
     def _park_idle(self, keep: Slot) -> None:
         """Move the other idle slots' contents to the prompt cache and free their cells.
