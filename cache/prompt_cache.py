@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .checkpoints import CheckpointList
-from .prefix_trie import PrefixTrie
+from .prefix_trie import PrefixTrie, common_prefix
 
 
 EVICTED_REMEMBERED = 256  # evicted keys kept to explain misses
@@ -233,21 +233,9 @@ class PromptCache:
         if trie is None:
             return
         for old in list(trie.values()):
-            shared = _common_prefix(old.tokens, entry.tokens)
+            shared = common_prefix(old.tokens, entry.tokens)
             point = min(old.prompt_end, shared)
             if shared >= old.prompt_end and (point == len(entry) or self.covers(entry, point)):
                 self.remove(old)
                 self.stats.dropped_redundant += 1
 
-
-def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], step: int = 512) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n:
-        j = min(n, i + step)
-        if a[i:j] != b[i:j]:
-            while a[i] == b[i]:
-                i += 1
-            return i
-        i = j
-    return n

@@ -193,11 +193,16 @@ async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
-async def chat_completions(request: Request) -> Response:
+async def _open(request: Request) -> tuple[Warmslot, str, dict]:
+    """The server, the API key used and the JSON body of a generation request."""
     server = _server(request)
     key = server.authorize(request)
     server.require_ready()
-    body = parse_body(await request.body())
+    return server, key, parse_body(await request.body())
+
+
+async def chat_completions(request: Request) -> Response:
+    server, key, body = await _open(request)
     params = parse_chat(body, server.engine.model.n_vocab, None)
     tools = grammars.validate_tools(params.tools) if params.tools is not None else []
     choice = grammars.validate_tool_choice(params.tool_choice, tools)
@@ -236,10 +241,7 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def completions(request: Request) -> Response:
-    server = _server(request)
-    key = server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, key, body = await _open(request)
     params = parse_completion(body, server.engine.model.n_vocab, None)
     if isinstance(params.prompt, str):
         tokens = await asyncio.get_running_loop().run_in_executor(

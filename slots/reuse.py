@@ -13,25 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cache.checkpoints import Checkpoint, CheckpointList
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int], step: int = 512) -> int:
-    """Length of the longest common prefix of two token sequences (of the same type).
-
-    Compares slices of `step` tokens in C and scans only the first unequal slice, which is
-    several times faster than converting long lists to arrays."""
-    if type(a) is not type(b):
-        a, b = list(a), list(b)
-    n = min(len(a), len(b))
-    i = 0
-    while i < n:
-        j = min(n, i + step)
-        if a[i:j] != b[i:j]:
-            while a[i] == b[i]:
-                i += 1
-            return i
-        i = j
-    return n
+from cache.prefix_trie import common_prefix
 
 
 @dataclass(frozen=True, slots=True)
