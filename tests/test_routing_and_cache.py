@@ -215,3 +215,22 @@ def test_a_conversation_that_rerenders_its_tail_is_not_saved_again(tiny_models):
         assert other.error is None and engine.cache.stats.saved_bytes > saved
     finally:
         engine.stop()
+
+
+@pytest.mark.parametrize("kind", ["attention", "recurrent"])
+def test_two_concurrent_requests_both_load_a_cached_prefix(tiny_models, kind):
+    engine = tiny_engine(tiny_models[kind], n_parallel=2, **ENGINE)
+    try:
+        generate(engine, A)
+        generate(engine, tokens(80, 100))  # goes to the other slot: A's slot is parked in RAM
+        assert engine.stats.parked == 1
+        hits = engine.cache.stats.hits
+        sinks = [QueueSink(), QueueSink()]
+        for i, sink in enumerate(sinks):
+            engine.submit(GenerateRequest(f"both{i}", A + tokens(90 + i, 20), sink, SamplingParams(temperature=0), max_tokens=8))
+        results = [s.collect() for s in sinks]
+        assert all(r.usage.cached_tokens >= len(A) - 1 for r in results)
+        assert {r.reuse.source for r in results} <= {"ram", "fork"}
+        assert engine.cache.stats.hits >= hits + 1
+    finally:
+        engine.stop()
