@@ -204,10 +204,6 @@ class Prompt:
     messages: list[tuple[str, int, int]] = field(default_factory=list)
     generation_start: int | None = None  # where the template's generation prompt starts
 
-    @property
-    def content_starts(self) -> tuple[int, ...]:
-        return tuple(start for _, _, start in self.messages)
-
     def message_at(self, token_index: int) -> int:
         """Index of the message that the token at `token_index` belongs to (-1: none)."""
         found = -1

@@ -533,7 +533,7 @@ class Engine:
         if route.entry is not None:
             self.cache.touch(route.entry)  # most recently used: the save below cannot evict it
         if route.source == "slot":
-            plan = memory.plan(slot, req.tokens)
+            plan = route.plan  # the router's plan: nothing changed the slot since
             if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
                 memory.save(slot)
             return memory.apply(slot, plan), plan
