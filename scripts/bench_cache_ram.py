@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
 
 sys.path.insert(0, str(bc.REPO_ROOT))
-from server.config import parse_size  # noqa: E402
+from warmslot.server.config import parse_size  # noqa: E402
 
 
 def rss_bytes(pid: int) -> int:

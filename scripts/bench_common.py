@@ -1,6 +1,6 @@
 """Shared helpers for the benchmark scripts.
 
-The same code drives warmslot (`python -m server`) and llama-server: both are
+The same code drives warmslot (`python -m warmslot.server`) and llama-server: both are
 started as child processes on a free loopback port, polled on /health until
 ready, sent identical streamed OpenAI requests, and stopped again. Nothing here
 imports llama_cpp: the benchmark driver only speaks HTTP (httpx), so it never
@@ -91,7 +91,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def warmslot_command(model: str | os.PathLike, args: Sequence[str] = (), python: str | None = None) -> list[str]:
     """The command line of a warmslot server (without --host/--port, which ServerProcess adds)."""
-    return [python or sys.executable, "-m", "server", "-m", str(model), *args]
+    return [python or sys.executable, "-m", "warmslot.server", "-m", str(model), *args]
 
 
 def llama_server_command(

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from slots import Engine, FinishReason, GenerateRequest
+from warmslot.slots import Engine, FinishReason, GenerateRequest
 
 from . import explain, grammars, metrics, responses, tool_calls
 from .bridge import AsyncSink, ClientGone, Submission
@@ -287,7 +287,7 @@ def _grammar(server: Warmslot, params: ChatParams, tools, choice, reasoning: boo
 def _sampling_grammar(server: Warmslot, spec):
     if spec is None:
         return None
-    from slots.llama_api import GrammarSpec as NativeGrammar
+    from warmslot.slots.llama_api import GrammarSpec as NativeGrammar
 
     trigger_tokens = []
     for text in spec.trigger_tokens:

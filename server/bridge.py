@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import AsyncIterator
 
-from slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull
+from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull
 
 from .errors import ApiError, ContextOverflow, InvalidRequest, ServerError, Unavailable
 

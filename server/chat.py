@@ -40,7 +40,7 @@ BUILTIN_TEMPLATES = ("gemma", "chatml", "llama3", "mistral")
 
 
 def builtin_source(name: str) -> str:
-    return resources.files("server").joinpath("templates", f"{name}.jinja").read_text("utf-8")
+    return resources.files(__package__).joinpath("templates", f"{name}.jinja").read_text("utf-8")
 
 
 def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False, ensure_ascii: bool = False) -> str:

@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from slots.engine import EngineConfig, physical_memory
+from warmslot.slots.engine import EngineConfig, physical_memory
 
 from .tool_calls import FORMATS
 

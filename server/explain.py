@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from slots import Usage
-from slots.requests import Reuse
+from warmslot.slots import Usage
+from warmslot.slots.requests import Reuse
 
 from .chat import Prompt
 

@@ -15,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
-from slots.stats import PROMPT_SOURCES
+from warmslot.slots.stats import PROMPT_SOURCES
 
 ENDPOINTS = {
     "/v1/chat/completions": "chat",

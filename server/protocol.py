@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from slots.llama_api import SamplingParams
+from warmslot.slots.llama_api import SamplingParams
 
 from .errors import InvalidRequest
 

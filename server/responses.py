@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from slots import Usage
+from warmslot.slots import Usage
 
 from .tool_calls import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
 

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cache.checkpoints import CheckpointList
-from cache.prompt_cache import PromptCache
+from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.prompt_cache import PromptCache
 
 from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler
 from .requests import (

@@ -11,8 +11,8 @@ import logging
 import time
 from typing import Callable
 
-from cache.checkpoints import Checkpoint
-from cache.prompt_cache import CacheEntry, PromptCache
+from warmslot.cache.checkpoints import Checkpoint
+from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
 from .llama_api import Context, MemoryKind, Model
 from .reuse import ReusePlan, plan_reuse

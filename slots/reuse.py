@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from cache.checkpoints import Checkpoint, CheckpointList
-from cache.prefix_trie import common_prefix
+from warmslot.cache.checkpoints import Checkpoint, CheckpointList
+from warmslot.cache.prefix_trie import common_prefix
 
 
 @dataclass(frozen=True, slots=True)

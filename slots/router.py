@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from cache.prompt_cache import CacheEntry, PromptCache
+from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
 from .requests import GenerateRequest
 from .reuse import ReusePlan, common_prefix, plan_reuse

@@ -6,7 +6,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from cache.checkpoints import CheckpointList
+from warmslot.cache.checkpoints import CheckpointList
 
 from .llama_api import Sampler
 from .requests import Event, GenerateRequest, Reuse

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from slots import Engine, EngineConfig, GenerateRequest, QueueSink, Result, SamplingParams
+from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, Result, SamplingParams
 from tests.tiny_models import KINDS, write_tiny_model
 
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)

@@ -1,4 +1,4 @@
-"""Start the real server (`python -m server`) on a loopback port for end-to-end tests."""
+"""Start the real server (`python -m warmslot.server`) on a loopback port for end-to-end tests."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class ServerProcess:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="warmslot-", suffix=".log", delete=False)
-        cmd = [sys.executable, "-m", "server", "-m", str(model), "--port", str(self.port), "-t", "2", *args]
+        cmd = [sys.executable, "-m", "warmslot.server", "-m", str(model), "--port", str(self.port), "-t", "2", *args]
         self.proc = subprocess.Popen(
             cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True
         )

@@ -4,8 +4,8 @@ import llama_cpp  # noqa: F401,I001
 
 from starlette.testclient import TestClient
 
-from server.app import create_app
-from server.config import parse_config
+from warmslot.server.app import create_app
+from warmslot.server.config import parse_config
 
 
 def test_health_and_requests_answer_503_while_loading():

@@ -3,7 +3,7 @@
 import pathlib
 import re
 
-from server.config import _FLAGS
+from warmslot.server.config import _FLAGS
 
 README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
 

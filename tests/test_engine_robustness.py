@@ -5,7 +5,7 @@ import llama_cpp  # noqa: F401,I001
 
 import pytest
 
-from slots import ErrorKind, GenerateRequest, QueueFull, QueueSink, SamplingParams
+from warmslot.slots import ErrorKind, GenerateRequest, QueueFull, QueueSink, SamplingParams
 from tests.conftest import generate, tiny_engine
 
 pytestmark = pytest.mark.model

@@ -14,8 +14,8 @@ from decimal import Decimal
 
 import pytest
 
-from server.errors import InvalidRequest
-from server.grammars import (
+from warmslot.server.errors import InvalidRequest
+from warmslot.server.grammars import (
     GrammarSpec,
     ToolChoice,
     gbnf_literal,
@@ -25,7 +25,7 @@ from server.grammars import (
     validate_tool_choice,
     validate_tools,
 )
-from server.tool_calls import OutputParser
+from warmslot.server.tool_calls import OutputParser
 
 FORMATS = ("hermes", "hermes_xml", "llama3", "mistral", "json")
 

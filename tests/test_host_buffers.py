@@ -4,7 +4,7 @@ import llama_cpp  # noqa: F401,I001
 
 import random
 
-from slots.llama_api import HostBuffers, _Chunk
+from warmslot.slots.llama_api import HostBuffers, _Chunk
 
 
 def test_chunk_extents_stay_disjoint_merged_and_complete():

@@ -2,7 +2,7 @@
 
 import random
 
-from cache.prefix_trie import PrefixTrie
+from warmslot.cache.prefix_trie import PrefixTrie
 
 
 def common(a, b):

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from cache.checkpoints import Checkpoint, CheckpointList
-from cache.prompt_cache import PromptCache
+from warmslot.cache.checkpoints import Checkpoint, CheckpointList
+from warmslot.cache.prompt_cache import PromptCache
 
 
 def state(n_bytes: int) -> np.ndarray:

@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
-from cache.checkpoints import Checkpoint, CheckpointList
-from slots.reuse import common_prefix, plan_reuse
+from warmslot.cache.checkpoints import Checkpoint, CheckpointList
+from warmslot.slots.reuse import common_prefix, plan_reuse
 
 
 def state():

@@ -8,7 +8,7 @@ import llama_cpp  # noqa: F401,I001
 
 import pytest
 
-from slots import GenerateRequest, QueueSink, SamplingParams
+from warmslot.slots import GenerateRequest, QueueSink, SamplingParams
 from tests.conftest import generate, tiny_engine
 from tests.test_prefix_reuse import ENGINE, assert_same, cold, tokens
 from tests.tiny_models import KINDS

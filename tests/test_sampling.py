@@ -4,7 +4,7 @@ import llama_cpp  # noqa: F401,I001
 
 import pytest
 
-from slots import SamplingParams
+from warmslot.slots import SamplingParams
 from tests.conftest import generate, tiny_engine
 from tests.tiny_models import EOS_ID
 

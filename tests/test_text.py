@@ -2,7 +2,7 @@
 
 import random
 
-from slots.text import TextStream
+from warmslot.slots.text import TextStream
 
 
 def stream(pieces, stop=()):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from server.tool_calls import (
+from warmslot.server.tool_calls import (
     ContentDelta,
     OutputParser,
     ParsedMessage,
