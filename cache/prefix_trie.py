@@ -90,8 +90,8 @@ class PrefixTrie(Generic[V]):
         return False
 
     def match(self, query: Sequence[int]) -> Match[V]:
-        """The longest shared prefix of `query` with the stored keys. Read-only."""
-        query = tuple(query)
+        """The longest shared prefix of `query` with the stored keys. Read-only; `query` is
+        any sequence of ints and is not copied whole."""
         node = self._root
         i = 0
         prefixes: list[tuple[int, V]] = [(0, v) for v in node.values]
@@ -176,6 +176,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int], step: int = 512) -> int:
     return n
 
 
-def _shared(edge: tuple[int, ...], key: tuple[int, ...], start: int) -> int:
+def _shared(edge: tuple[int, ...], key: Sequence[int], start: int) -> int:
     """How many tokens of `edge` match key[start:]."""
-    return common_prefix(edge, key[start : start + len(edge)])
+    segment = key[start : start + len(edge)]
+    return common_prefix(edge, segment if type(segment) is tuple else tuple(segment))

@@ -21,7 +21,7 @@ import itertools
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -63,11 +63,20 @@ class CacheStats:
     load_seconds: float = 0.0
 
 
-@dataclass(slots=True)
-class Candidate:
+@dataclass(frozen=True, slots=True)
+class EntryMatch:
     entry: CacheEntry
     matched: int  # tokens shared with the query
     usable: int  # tokens a slot keeps after loading the entry
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What the cache knows about a query, from one walk of the tenant's tree."""
+
+    best: EntryMatch | None  # the entry that lets a slot keep the most of the query
+    closest: EntryMatch | None  # when no entry is usable: the one sharing the most tokens
+    evicted: tuple[int, tuple[int, ...]] | None  # (shared tokens, key) of an evicted entry
 
 
 class PromptCache:
@@ -95,25 +104,29 @@ class PromptCache:
 
     # -- lookup (read-only) --------------------------------------------------------------
 
-    def best(self, query: list[int], tenant: str, usable: Callable[[CacheEntry, int], int]) -> Candidate | None:
-        """The entry of `tenant` that lets a slot keep the most of `query`.
+    def lookup(self, query: Sequence[int], tenant: str, usable: Callable[[CacheEntry, int], int]) -> Lookup:
+        """The entry of `tenant` that lets a slot keep the most of `query`, and what explains
+        a miss.
 
         `usable(entry, matched)` says how many tokens a slot would keep after loading the
         entry, given `matched` shared tokens (checkpoints decide this on non-truncatable
-        memory). Ties go to the most recently used entry. Does not mutate the cache."""
+        memory). Ties go to the most recently used entry. O(len(query)) plus the entries on
+        and below the match point. Does not mutate the cache."""
+        best: EntryMatch | None = None
+        closest: EntryMatch | None = None
         trie = self._tries.get(tenant)
-        if trie is None:
-            return None
-        match = trie.match(query)
-        best: Candidate | None = None
-        candidates = [(m, e) for m, e in match.prefixes] + [(match.depth, e) for e in match.extensions()]
-        for matched, entry in candidates:
-            if entry.fingerprint != self.fingerprint or matched == 0:
-                continue
-            keep = usable(entry, matched)
-            if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
-                best = Candidate(entry, matched, keep)
-        return best
+        if trie is not None:
+            match = trie.match(query)
+            found = itertools.chain(match.prefixes, ((match.depth, e) for e in match.extensions()))
+            for matched, entry in found:
+                if entry.fingerprint != self.fingerprint or matched == 0:
+                    continue
+                keep = usable(entry, matched)
+                if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
+                    best = EntryMatch(entry, matched, keep)
+                if closest is None or (matched, entry.last_used) > (closest.matched, closest.entry.last_used):
+                    closest = EntryMatch(entry, matched, keep)
+        return Lookup(best, None if best is not None else closest, self._evicted_match(query, tenant))
 
     def covers(self, longer: CacheEntry | tuple, shorter_len: int) -> bool:
         """Whether an entry (or a (tokens, checkpoints) pair) can serve every prompt that an
@@ -214,7 +227,7 @@ class PromptCache:
             if not len(trie):
                 del self._evicted[tenant]
 
-    def evicted_match(self, query: list[int], tenant: str) -> tuple[int, tuple[int, ...]] | None:
+    def _evicted_match(self, query: Sequence[int], tenant: str) -> tuple[int, tuple[int, ...]] | None:
         """The longest prefix `query` shares with a recently evicted entry of `tenant`, and
         that entry's tokens. Read-only; for explaining misses."""
         trie = self._evicted.get(tenant)

@@ -110,15 +110,6 @@ class Warmslot:
 
     # -- generation --------------------------------------------------------------------
 
-    def limits(self, n_prompt: int, gen: GenerationParams) -> int:
-        n_ctx = self.engine.ctx.n_ctx_seq
-        if n_prompt >= n_ctx:
-            raise ContextOverflow(n_prompt, n_ctx)
-        room = n_ctx - n_prompt
-        default = self.config.n_predict if self.config.n_predict >= 0 else room
-        wanted = gen.max_tokens if gen.max_tokens is not None else default
-        return min(wanted, room)
-
     def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:
         sampling = gen.sampling
         if grammar is not None:
@@ -128,7 +119,8 @@ class Warmslot:
             tokens=tokens,
             sink=AsyncSink(asyncio.get_running_loop()),
             sampling=sampling,
-            max_tokens=self.limits(len(tokens), gen),
+            # the engine stops at the slot's context; None: nothing else stops it
+            max_tokens=gen.max_tokens if gen.max_tokens is not None else (self.config.n_predict if self.config.n_predict >= 0 else None),
             stop=gen.stop,
             ignore_eos=gen.ignore_eos,
             tenant=self.tenant(key, gen.tenant_hint),

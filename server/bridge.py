@@ -11,7 +11,7 @@ import asyncio
 import logging
 from typing import AsyncIterator
 
-from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull
+from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull, Rejected
 
 from .errors import ApiError, ContextOverflow, InvalidRequest, ServerError, Unavailable
 
@@ -71,6 +71,8 @@ class Submission:
             raise Unavailable(f"the server is busy: {exc}; retry later", retry_after=1, code="queue_full") from exc
         except NotReady as exc:
             raise Unavailable(str(exc), retry_after=5, code="loading") from exc
+        except Rejected as exc:
+            raise engine_error(exc.error, len(req.tokens), n_ctx) from None
         return cls(engine, req, sink, n_ctx)
 
     def abort(self) -> None:

@@ -71,6 +71,8 @@ _FLAGS = [
     (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "bytes of checkpoints kept per slot"),
     (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off; auto: a quarter of the RAM, at most 32GiB)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
+    (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
+    (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
     (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
@@ -109,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
             value = _env_bool(env) if env is not None else default
             parser.add_argument(*flags, dest=dest, action="store_true", default=value, help=help_text)
             continue
+        if kind in ("on", "off"):  # one of two flags that set a three-way setting
+            if env is not None and env.strip().lower() not in ("on", "off", "auto"):
+                parser.error(f"{env_name(dest)} must be on, off or auto")
+            value = env.strip().lower() if env is not None else default
+            parser.add_argument(*flags, dest=dest, action="store_const", const=kind, default=value, help=help_text)
+            continue
         convert = parse_size if kind == "size" else kind
         value = env if env is not None else default
         if value is not None and kind == "size":
@@ -144,6 +152,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         checkpoint_every=a.checkpoint_every,
         cache_ram=a.cache_ram,
         park_idle=not a.no_park_idle,
+        kv_unified=a.kv_unified,
     )
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
     config = ServerConfig(

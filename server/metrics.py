@@ -15,7 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
-from warmslot.slots.stats import PROMPT_SOURCES
+from warmslot.slots.stats import PROMPT_SOURCES, CopyCause
 
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
@@ -87,6 +87,7 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_decode_tokens_per_second", "Generation speed over the last 10 s of work", value=decode_rate)
         yield GaugeMetricFamily("warmslot_queue_depth", "Requests waiting for a slot", value=engine.queue_depth)
         yield CounterMetricFamily("warmslot_queue_rejected", "Requests rejected because the queue was full", value=stats.queue_rejected)
+        yield from self._engine_time(stats)
         yield from self._slots(engine)
         yield from self._checkpoints(engine, stats)
         yield from self._cache(engine)
@@ -111,6 +112,18 @@ class EngineCollector:
             host = engine.ctx.host
             yield GaugeMetricFamily("warmslot_host_pinned_bytes", "Page-locked host memory held for states (CUDA only)", value=host.allocated_bytes)
             yield GaugeMetricFamily("warmslot_host_pinned_free_bytes", "Pinned host memory not in use", value=host.free_bytes)
+
+    def _engine_time(self, stats):
+        yield CounterMetricFamily("warmslot_engine_step_seconds", "Engine thread time spent in steps with work", value=stats.step_seconds)
+        yield CounterMetricFamily("warmslot_engine_decode_call_seconds", "Engine thread time inside llama_decode (graph building and launch; all of the compute on a CPU backend)", value=stats.decode_call_seconds)
+        yield CounterMetricFamily("warmslot_engine_device_wait_seconds", "Engine thread time waiting for the device to finish a decode", value=stats.device_wait_seconds)
+        copied = CounterMetricFamily("warmslot_state_copy_bytes", "Sequence state bytes copied between the device and RAM, by cause", labels=["cause"])
+        spent = CounterMetricFamily("warmslot_state_copy_seconds", "Engine thread time spent copying sequence states, by cause", labels=["cause"])
+        for cause in CopyCause:
+            copied.add_metric([cause.value], stats.copy_bytes.get(cause, 0))
+            spent.add_metric([cause.value], stats.copy_seconds.get(cause, 0.0))
+        yield copied
+        yield spent
 
     def _checkpoints(self, engine, stats):
         yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)

@@ -1,9 +1,9 @@
 """The engine: one thread that owns the llama context and runs N slots with continuous batching."""
 
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
-from .engine import Engine, EngineConfig, NotReady, QueueFull
+from .engine import Engine, EngineConfig, NotReady, QueueFull, Rejected
 from .llama_api import MemoryKind, SamplingParams
-from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Usage
+from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Source, Usage
 
 __all__ = [
     "Engine",
@@ -17,7 +17,9 @@ __all__ = [
     "NotReady",
     "QueueFull",
     "QueueSink",
+    "Rejected",
     "Result",
     "SamplingParams",
+    "Source",
     "Usage",
 ]

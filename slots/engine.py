@@ -28,7 +28,7 @@ from typing import Any, Callable
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.prompt_cache import PromptCache
 
-from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler
+from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler, classify_memory
 from .requests import (
     EngineError,
     ErrorKind,
@@ -36,14 +36,15 @@ from .requests import (
     FinishReason,
     GenerateRequest,
     Reuse,
+    Source,
     Usage,
 )
 from .memory import SlotMemory
 from .reuse import ReusePlan
-from .router import Route, Router
+from .router import Fork, Fresh, KeepSlot, Load, Route, Router, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
-from .stats import EngineStats
+from .stats import CopyCause, EngineStats
 from .text import TextStream
 
 log = logging.getLogger("warmslot.engine")
@@ -55,6 +56,15 @@ class QueueFull(Exception):
 
 class NotReady(Exception):
     """The model is still loading (or failed to load)."""
+
+
+class Rejected(Exception):
+    """The request can never run (a prompt that does not fit a slot, token ids outside the
+    vocabulary); `error` says why."""
+
+    def __init__(self, error: EngineError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 @dataclass(slots=True)
@@ -77,7 +87,8 @@ class EngineConfig:
     checkpoint_bytes: int = 4 << 30  # per slot
     checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
     cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
-    park_idle: bool = True  # move idle slots to the prompt cache when a request starts
+    park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
+    kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see kv_unified()
 
 
 DEFAULT_MAX_CTX = 32768
@@ -93,6 +104,19 @@ def physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 16 << 30
+
+
+def kv_unified(setting: str, kind: MemoryKind, n_parallel: int) -> bool:
+    """Whether the slots share one KV pool (`-kvu`) or each get a stream of n_ctx/n_parallel cells.
+
+    A stream per slot is the default for attention and sliding-window models with several
+    slots: a sequence's attention then spans only its own cells, its state is one contiguous
+    copy, and an idle slot's cells cost the others nothing. A unified pool lets one slot use
+    the whole context; it stays the default for recurrent and hybrid models, whose attention
+    layers are a small part of each step."""
+    if setting in ("on", "off"):
+        return setting == "on"
+    return n_parallel == 1 or kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID)
 
 
 def content_hash(tokens: list[int]) -> str:
@@ -140,12 +164,21 @@ class Engine:
             raise NotReady(f"the model failed to load: {self.load_error}") from self.load_error
 
     def submit(self, req: GenerateRequest) -> None:
+        """Queue a request. Raises NotReady, QueueFull, or Rejected for a request that can
+        never run."""
         if not self.ready.is_set() or self.load_error is not None:
             raise NotReady("the model is loading")
+        error = self._check(req)
+        if error is not None:
+            self.stats.requests[error.kind.value] += 1
+            raise Rejected(error)
         with self._cv:
-            if self._n_queued >= self.config.max_queue:
+            # requests that idle slots will take at the next step are not waiting (a read of
+            # other threads' state: one step stale at worst, and conservative either way)
+            idle = sum(1 for slot in self.slots if slot.active is None)
+            if self._n_queued - idle >= self.config.max_queue:
                 self.stats.queue_rejected += 1
-                raise QueueFull(f"{self._n_queued} requests are waiting for a slot")
+                raise QueueFull(f"{self._n_queued - idle} requests are waiting for a slot")
             self._n_queued += 1
             self._inbox.append(("submit", req))
             self._cv.notify()
@@ -199,7 +232,7 @@ class Engine:
                 "request": None if active is None else {
                     "id": active.req.id,
                     "n_prompt": len(active.prompt),
-                    "n_cached": active.cached,
+                    "n_cached": active.reuse.cached,
                     "n_generated": len(active.generated),
                 },
             })
@@ -262,7 +295,8 @@ class Engine:
             if slot.active is not None:
                 try:
                     self._finish(slot, FinishReason.STOP, error)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - the request still hears that it failed
+                    slot.active.req.sink.push([Event(error=error)])
                     slot.active = None
                 self.memory.clear(slot)
         self._deferred.clear()
@@ -283,6 +317,7 @@ class Engine:
         self.model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
         info = self.model.info
         n_ctx = cfg.n_ctx or min(info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
+        unified = kv_unified(cfg.kv_unified, classify_memory(info, cfg.swa_full), cfg.n_parallel)
         params = ContextParams(
             n_ctx=n_ctx,
             n_batch=cfg.n_batch,
@@ -294,7 +329,7 @@ class Engine:
             type_k=cfg.type_k,
             type_v=cfg.type_v,
             swa_full=cfg.swa_full,
-            kv_unified=True,
+            kv_unified=unified,
             pinned_states=cfg.n_gpu_layers != 0,
             # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
             pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
@@ -312,16 +347,19 @@ class Engine:
         fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}"
         self.cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
         self.memory = SlotMemory(self.ctx, self.model, self.cache, self.stats)
-        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable)
+        # NOTE: a fork between streams is copied at the next decode, after a sliding-window
+        # checkpoint restore into the target would already have been written: no forks there
+        can_fork = unified or kind is not MemoryKind.SWA
+        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable, can_fork)
         log.info(
-            "model %s (%s, %s memory%s): %d slots, context %d tokens shared (up to %d per slot), batch %d/%d, %d threads",
+            "model %s (%s, %s memory%s): %d slots, context %d tokens %s, batch %d/%d, %d threads",
             info.name,
             info.arch,
             self.ctx.memory_kind.value,
             f", window {info.n_swa}" if self.ctx.memory_kind is MemoryKind.SWA else "",
             cfg.n_parallel,
             self.ctx.n_ctx,
-            self.ctx.n_ctx_seq,
+            f"in one pool (up to {self.ctx.n_ctx_seq} per slot)" if unified else f"as a stream of {self.ctx.n_ctx_seq} per slot",
             self.ctx.n_batch,
             self.ctx.n_ubatch,
             self.ctx.n_threads,
@@ -341,16 +379,20 @@ class Engine:
         self._drain_inbox()
         if self._stop:
             return
+        t0 = time.monotonic()
         self._reap_aborts()
         self._admit()
-        entries = plan_batch(self.slots, self._batch, self._prefill_budget())
+        entries = plan_batch(self.slots, self._batch, self._prefill_budget(), by_sequence=not self.ctx.unified)
         if entries:
             self._run(entries)  # flushes the previous step's events once its decode is launched
         else:
             self._flush()
+        if self.memory.fork_pending:
+            self._settle_fork()
         self._take_deferred_checkpoints()
         if not self._has_work():
             self._flush()  # nothing will run next: do not hold events back
+        self.stats.step_seconds += time.monotonic() - t0
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s.active is not None for s in self.slots)
@@ -402,15 +444,15 @@ class Engine:
         """Give waiting requests slots, in arrival order. A request that waits for another
         slot's prefill to pass their shared prefix lets later requests go first."""
         i = 0
-        while i < len(self._waiting):
+        while i < len(self._waiting) and not self.memory.fork_pending:
             req = self._waiting[i]
             route = self.router.route(req)
-            if route.wait_for is not None:
-                self._want_checkpoint(route.wait_for, route.usable)
+            if isinstance(route, Wait):
+                if route.for_slot is None:
+                    return  # no idle slot
+                self._want_checkpoint(route.for_slot, route.shared)
                 i += 1
                 continue
-            if route.target is None:
-                return  # no idle slot
             del self._waiting[i]
             self._dequeued()
             self.stats.queue_wait.observe(time.monotonic() - req.submitted)
@@ -430,10 +472,6 @@ class Engine:
             bisect.insort(active.cuts, n)
 
     def _start(self, route: Route, req: GenerateRequest) -> None:
-        error = self._check(req)
-        if error is not None:
-            self._reject(req, error)
-            return
         try:
             sampler = Sampler(self.model, req.sampling)
         except GrammarError as exc:
@@ -449,6 +487,9 @@ class Engine:
             self._prompt_done_from_logits(route.target, plan.logits)
 
     def _check(self, req: GenerateRequest) -> EngineError | None:
+        """A request runs only if its prompt leaves a slot room for one generated token: the
+        one place the context limit is checked for a prompt (generation stops at the same
+        limit in `_on_token`). Reads only constants; safe on any thread."""
         n_prompt = len(req.tokens)
         if n_prompt >= self.ctx.n_ctx_seq:
             return EngineError(ErrorKind.CONTEXT, f"the prompt has {n_prompt} tokens; a slot holds {self.ctx.n_ctx_seq}")
@@ -458,7 +499,7 @@ class Engine:
 
     def _reuse(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
-        best = route.best_candidate
+        best = route.seen
         reuse = Reuse(slot=route.target.id, matched=best.matched if best else 0)
         if best is not None:
             reuse.candidate_source = best.source
@@ -467,7 +508,7 @@ class Engine:
             if best.matched < min(len(best.tokens), len(req.tokens)):
                 self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
         keep, plan = self._take_prefix(route, req)
-        reuse.source = route.source if keep else "none"
+        reuse.source = route.source if keep else Source.NONE
         reuse.cached = keep
         if plan is not None and keep:
             reuse.restored_checkpoint = plan.restore.n_tokens if plan.restore is not None else None
@@ -486,8 +527,6 @@ class Engine:
             sampler=sampler,
             text=TextStream(req.stop),
             reuse=reuse,
-            cached=keep,
-            sources={reuse.source: keep} if keep else {},
             cuts=self._cuts(req, keep),
         )
         slot.active = active
@@ -506,12 +545,12 @@ class Engine:
         use, so cells that idle slots keep make every running request's decode slower (by
         about a third for one stream next to three idle 16K contexts). An idle slot's contents
         come back from RAM when they are needed again."""
-        if self.cache is None or not self.config.park_idle:
+        if self.cache is None or not self.config.park_idle or not self.ctx.unified:
             return
         for slot in self.slots:
             if slot is keep or slot.active is not None or not slot.tokens:
                 continue
-            self.memory.save(slot)
+            self.memory.save(slot, CopyCause.PARK)
             self.memory.clear(slot)
             self.stats.parked += 1
 
@@ -530,18 +569,18 @@ class Engine:
         elsewhere: when it diverges well before the end of the slot's previous prompt (a
         conversation that only re-renders the tail of the last turn does not pay for a save)."""
         slot, memory = route.target, self.memory
-        if route.entry is not None:
+        if isinstance(route, Load):
             self.cache.touch(route.entry)  # most recently used: the save below cannot evict it
-        if route.source == "slot":
+        if isinstance(route, KeepSlot):
             plan = route.plan  # the router's plan: nothing changed the slot since
             if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
-                memory.save(slot)
+                memory.save(slot, CopyCause.OVERWRITE)
             return memory.apply(slot, plan), plan
         if slot.tokens:
-            memory.save(slot)
-        if route.source == "fork":
+            memory.save(slot, CopyCause.OVERWRITE)
+        if isinstance(route, Fork):
             memory.fork(route.donor, slot, route.usable)
-        elif route.source == "ram":
+        elif isinstance(route, Load):
             # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
             while sum(s.n_past for s in self.slots) + len(route.entry) > self.ctx.n_ctx and self._evict_idle(exclude=slot):
                 pass
@@ -587,6 +626,9 @@ class Engine:
     def _run(self, entries: list[BatchEntry]) -> None:
         t0 = time.monotonic()
         rc = self.ctx.decode(self._batch)
+        t1 = time.monotonic()
+        self.stats.decode_call_seconds += t1 - t0
+        self.memory.fork_pending = False  # llama_decode performs pending stream copies first
         if rc == 1:
             self._on_kv_full(entries)
             return
@@ -597,6 +639,9 @@ class Engine:
         # HTTP side now, so streaming them overlaps the computation instead of delaying it
         self._flush()
         self._chunk_cap = 0
+        t2 = time.monotonic()
+        self.ctx.synchronize()
+        self.stats.device_wait_seconds += time.monotonic() - t2
         n_decode = sum(1 for e in entries if e.is_decode)
         for entry in entries:
             slot = entry.slot
@@ -608,6 +653,20 @@ class Engine:
                 self._after_prefill(slot, entry)
         self.ctx.synchronize()
         self.stats.record_step(self._batch.n - n_decode, n_decode, time.monotonic() - t0)
+
+    def _settle_fork(self) -> None:
+        """A fork between streams is copied by llama.cpp at the next decode, and no decode
+        ran after it (its request finished or left at once). Run a one-token decode into the
+        target so the copy happens before anything writes either sequence, then cut the
+        token (or, on memory that cannot be cut, drop the target's contents)."""
+        target = self.memory.fork_target
+        pos = target.n_past
+        self._batch.clear()
+        self._batch.add((self.model.bos if self.model.bos >= 0 else 0,), pos, target.id, logits_last=False)
+        rc = self.ctx.decode(self._batch)
+        self.memory.fork_pending = False
+        if rc != 0 or not self.ctx.seq_rm(target.id, pos, -1):
+            self.memory.clear(target)
 
     def _after_decode(self, slot: Slot, entry: BatchEntry) -> None:
         active = slot.active
@@ -665,10 +724,15 @@ class Engine:
         event.text += active.text.feed(self.model.token_piece(token, special=False))
         if active.text.stopped_by is not None:
             self._finish(slot, FinishReason.STOP)
-        elif len(active.generated) >= active.req.max_tokens or slot.n_past + 1 >= self.ctx.n_ctx_seq:
+        elif self._out_of_room(active, slot):
             self._finish(slot, FinishReason.LENGTH)
         else:
             active.pending = token
+
+    def _out_of_room(self, active: Active, slot: Slot) -> bool:
+        """max_tokens reached, or the next token would not fit the slot's context."""
+        limit = active.req.max_tokens
+        return (limit is not None and len(active.generated) >= limit) or slot.n_past + 1 >= self.ctx.n_ctx_seq
 
     def _finish(self, slot: Slot, reason: FinishReason, error: EngineError | None = None) -> None:
         active = slot.active
@@ -677,13 +741,12 @@ class Engine:
             event.text += active.text.finish()
         now = time.monotonic()
         n_prompt = len(active.prompt)
-        sources = dict(active.sources)
-        sources["computed"] = n_prompt - active.cached
+        reuse = active.reuse
         usage = Usage(
             prompt_tokens=n_prompt,
-            cached_tokens=active.cached,
+            cached_tokens=reuse.cached,
             completion_tokens=len(active.generated),
-            sources=sources,
+            source=reuse.source,
             queue_s=active.admitted - active.req.submitted,
             prefill_s=(active.first_token_at or now) - active.admitted,
             decode_s=now - active.first_token_at if active.first_token_at else 0.0,
@@ -696,7 +759,7 @@ class Engine:
         else:
             event.finish = reason
             self.stats.requests[reason.value] += 1
-        self.stats.add_prompt(sources)
+        self.stats.add_prompt(reuse.source.value, reuse.cached, usage.computed_tokens)
         self.stats.generated_tokens += len(active.generated)
         active.sampler.close()
         slot.last_used = now
@@ -730,12 +793,14 @@ class Engine:
     def _evict_idle(self, exclude: Slot | None = None) -> bool:
         """Make room in the KV pool: move the least recently used idle slot's contents to
         the prompt cache and clear it. False when no idle slot holds anything."""
+        if not self.ctx.unified:
+            return False  # each slot has a stream of its own: clearing another frees nothing
         idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
         if not idle:
             return False
         victim = min(idle, key=lambda s: s.last_used)
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
-        self.memory.save(victim)
+        self.memory.save(victim, CopyCause.SPILL)
         self.memory.clear(victim)
         self.stats.kv_evictions += 1
         return True

@@ -454,7 +454,7 @@ class ContextParams:
     type_k: str = "f16"
     type_v: str = "f16"
     swa_full: bool = False
-    kv_unified: bool = True
+    kv_unified: bool = True  # one KV pool for all sequences; False: a stream of n_ctx/n_seq_max cells each
     pinned_states: bool = True  # page-locked host memory for states when on a CUDA GPU
     pinned_limit: int = 16 << 30  # at most this much of it
 
@@ -498,6 +498,7 @@ class Context:
         self.n_batch = int(llama_cpp.llama_n_batch(ctx))
         self.n_ubatch = int(llama_cpp.llama_n_ubatch(ctx))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ctx))
+        self.unified = params.kv_unified
         self.n_threads = threads
         self.n_vocab = model.n_vocab
         self.memory_kind = classify_memory(model.info, params.swa_full)

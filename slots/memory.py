@@ -17,7 +17,7 @@ from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 from .llama_api import Context, MemoryKind, Model
 from .reuse import ReusePlan, plan_reuse
 from .slot import Slot
-from .stats import EngineStats
+from .stats import CopyCause, EngineStats
 
 log = logging.getLogger("warmslot.memory")
 
@@ -29,6 +29,9 @@ class SlotMemory:
         self.cache = cache
         self.stats = stats
         self.kind = ctx.memory_kind
+        # a cross-stream seq_cp was issued into fork_target; llama.cpp performs it at the next decode
+        self.fork_pending = False
+        self.fork_target: Slot | None = None
 
     # -- what can be kept -----------------------------------------------------------------
 
@@ -80,11 +83,25 @@ class SlotMemory:
     def fork(self, donor: Slot, target: Slot, upto: int) -> None:
         """Copy the donor's sequence into the target with seq_cp (no host round trip).
 
-        Attention memory copies [0, upto) only. Other memory copies everything (its state
-        is one piece) and the caller's plan then restores a checkpoint and cuts."""
+        In a unified pool the copy shares cells: attention memory copies [0, upto) only,
+        other memory copies everything (its state is one piece) and the caller's plan then
+        restores a checkpoint and cuts. With a stream per sequence, llama.cpp copies the
+        donor's whole stream on the device at the next decode, and attention memory is cut
+        back to `upto` here.
+
+        NOTE: with streams, the copy is pending until the next decode, so until then
+        nothing may write the donor's or the target's state (see `fork_pending`)."""
         assert donor is not target
         self.ctx.seq_clear(target.id)
-        if self.kind.truncatable:
+        if not self.ctx.unified:
+            self.ctx.seq_cp(donor.id, target.id, -1, -1)
+            target.tokens = list(donor.tokens)
+            if self.kind.truncatable and upto < len(target.tokens):
+                self.ctx.seq_rm(target.id, upto, -1)
+                del target.tokens[upto:]
+            self.fork_pending = True
+            self.fork_target = target
+        elif self.kind.truncatable:
             self.ctx.seq_cp(donor.id, target.id, 0, upto)
             target.tokens = donor.tokens[:upto]
         else:
@@ -101,7 +118,7 @@ class SlotMemory:
         target.tenant = donor.tenant
         target.prompt_end = 0
 
-    def save(self, slot: Slot) -> CacheEntry | None:
+    def save(self, slot: Slot, cause: CopyCause) -> CacheEntry | None:
         """Copy the slot's contents and checkpoints into the prompt cache (unless an entry
         already serves everything they could). The slot is unchanged."""
         if self.cache is None or not slot.tokens:
@@ -113,7 +130,9 @@ class SlotMemory:
         t0 = time.monotonic()
         state = self.ctx.state_get(slot.id, partial=False)
         entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None)
-        self.cache.stats.save_seconds += time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        self.cache.stats.save_seconds += seconds
+        self.stats.add_copy(cause, int(state.nbytes), seconds)
         if entry is not None:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
         return entry
@@ -131,8 +150,10 @@ class SlotMemory:
         target.tenant = entry.tenant
         target.prompt_end = entry.prompt_end
         self.cache.touch(entry)
+        seconds = time.monotonic() - t0
         self.cache.stats.loaded_bytes += int(entry.state.nbytes)
-        self.cache.stats.load_seconds += time.monotonic() - t0
+        self.cache.stats.load_seconds += seconds
+        self.stats.add_copy(CopyCause.LOAD, int(entry.state.nbytes), seconds)
         return True
 
     def checkpoint(self, slot: Slot, n: int, logits) -> None:

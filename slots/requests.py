@@ -24,6 +24,17 @@ class FinishReason(str, enum.Enum):
     ABORT = "abort"  # the client went away
 
 
+class Source(str, enum.Enum):
+    """Where the reused part of a prompt came from."""
+
+    SLOT = "slot"  # the slot already held it
+    FORK = "fork"  # copied from another slot on the device (seq_cp)
+    RAM = "ram"  # loaded from the RAM prompt cache
+    DISK = "disk"  # loaded from the disk tier
+    NONE = "none"  # nothing was reused
+    EVICTED = "evicted"  # only as a miss explanation's candidate: a cache entry evicted earlier
+
+
 class ErrorKind(str, enum.Enum):
     INVALID = "invalid"  # the request itself is bad (a grammar llama.cpp rejects)
     CONTEXT = "context"  # the prompt cannot fit a slot
@@ -49,7 +60,7 @@ class GenerateRequest:
     tokens: list[int]
     sink: Sink
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens: int = 256
+    max_tokens: int | None = 256  # None: until the slot's context is full
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     tenant: str = ""
@@ -61,21 +72,21 @@ class GenerateRequest:
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"
-        assert self.max_tokens >= 0
+        assert self.max_tokens is None or self.max_tokens >= 0
 
 
 @dataclass(slots=True)
 class Reuse:
     """Where a request's prompt came from, and why not more of it (for the miss explanation)."""
 
-    source: str = "none"  # "slot", "fork", "ram" or "none"
+    source: Source = Source.NONE
     slot: int = -1
     matched: int = 0  # common token prefix with the best candidate (of any source)
     cached: int = 0  # tokens not evaluated
     restored_checkpoint: int | None = None  # checkpoint position restored, if any
     used_logits: bool = False  # the last prompt token's logits came from a checkpoint
     candidate_len: int = 0  # how many tokens the best candidate holds
-    candidate_source: str = "none"  # where the best candidate was (slot, fork, ram or evicted)
+    candidate_source: Source = Source.NONE  # where the best candidate was
     # around the first token where the best candidate and the prompt differ:
     context_text: str = ""  # the shared text just before it
     old_text: str = ""  # the candidate's text from there
@@ -88,8 +99,7 @@ class Usage:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int = 0
-    # prompt tokens by where they came from: slot, fork, ram, computed
-    sources: dict[str, int] = field(default_factory=dict)
+    source: Source = Source.NONE  # where the cached tokens came from; the rest was computed
     queue_s: float = 0.0
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -97,6 +107,11 @@ class Usage:
 
     def __post_init__(self) -> None:
         assert 0 <= self.cached_tokens <= self.prompt_tokens
+        assert self.cached_tokens == 0 or self.source not in (Source.NONE, Source.EVICTED)
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
 
 
 @dataclass(slots=True)

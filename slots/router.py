@@ -2,53 +2,101 @@
 
 Sources, by how many prompt tokens a slot keeps after using them:
 - **slot**: an idle slot's own contents (nothing copied);
-- **fork**: another slot's contents, copied with llama.cpp's `seq_cp` (on the GPU), busy
+- **fork**: another slot's contents, copied with llama.cpp's `seq_cp` (on the device), busy
   or idle; on non-truncatable memory only up to one of its checkpoints or its end;
 - **ram**: a prompt-cache entry, copied from RAM.
 
 The longest usable prefix wins; ties prefer slot, then fork, then ram. A cache load or a
 fork goes into an empty idle slot, else the least recently used one. A busy slot is never
-taken. A request whose prefix another slot is about to compute waits for it (see `defer`).
+taken. A request whose prefix another slot is about to compute waits for it (`Wait`).
+
+A route is one of `KeepSlot`, `Fork`, `Load`, `Fresh` or `Wait`: each carries exactly what
+applying it needs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
-from .requests import GenerateRequest
+from .requests import GenerateRequest, Source
 from .reuse import ReusePlan, common_prefix, plan_reuse
 from .slot import Slot
 
 # a prefix this long, being computed by another slot right now, is worth waiting for
 MIN_SHARED_TO_WAIT = 32
 
-_RANK = {"slot": 2, "fork": 1, "ram": 0}
+_RANK = {Source.SLOT: 2, Source.FORK: 1, Source.RAM: 0}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """The candidate sharing the longest prefix with a prompt, usable or not (diagnostics)."""
 
-    source: str
+    source: Source
     matched: int
-    tokens: list[int]
+    tokens: Sequence[int]
     usable: int
     reason: str = ""
 
 
-@dataclass(slots=True)
-class Route:
-    target: Slot | None  # None: wait (no idle slot, or deferred)
-    source: str = "none"  # slot, fork, ram or none
-    usable: int = 0  # prompt tokens the target is expected to keep
-    plan: ReusePlan | None = None  # for source == "slot"
-    donor: Slot | None = None  # for source == "fork"
-    entry: CacheEntry | None = None  # for source == "ram"
-    wait_for: Slot | None = None  # deferred until this slot's prefill passes the shared prefix
-    best_candidate: Candidate | None = None
+@dataclass(frozen=True, slots=True)
+class KeepSlot:
+    """The target already holds the prefix: apply `plan` to it."""
+
+    target: Slot
+    plan: ReusePlan
+    seen: Candidate | None = None
+    source = Source.SLOT
+
+    @property
+    def usable(self) -> int:
+        return self.plan.keep
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """Copy `donor`'s sequence into the target on the device; `usable` tokens are kept."""
+
+    target: Slot | None
+    donor: Slot
+    usable: int
+    seen: Candidate | None = None
+    source = Source.FORK
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Copy a prompt-cache entry into the target; `usable` tokens are kept."""
+
+    target: Slot | None
+    entry: CacheEntry
+    usable: int
+    seen: Candidate | None = None
+    source = Source.RAM
+
+
+@dataclass(frozen=True, slots=True)
+class Fresh:
+    """Nothing to reuse: the target starts empty."""
+
+    target: Slot
+    seen: Candidate | None = None
+    source = Source.NONE
+    usable = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Not now: no idle slot, or `for_slot` is about to compute `shared` prompt tokens."""
+
+    for_slot: Slot | None = None
+    shared: int = 0
+
+
+Route = Union[KeepSlot, Fork, Load, Fresh, Wait]
 
 
 class Router:
@@ -58,77 +106,88 @@ class Router:
         cache: PromptCache | None,
         cutter: Callable[[Slot], Callable[[int], bool]],
         truncatable: bool,
+        can_fork: bool = True,
     ) -> None:
         self.slots = slots
         self.cache = cache
         self.cutter = cutter
         self.truncatable = truncatable
+        self.can_fork = can_fork
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
         idle = [s for s in self.slots if s.active is None]
+        if not idle:
+            return Wait()
         if not req.reuse_prefix:
-            return Route(self._receiver(idle, exclude=None)) if idle else Route(None)
-        prompt = req.tokens
-        best = Route(None)
-        best_matched: Candidate | None = None
+            return Fresh(self._receiver(idle, exclude=None))
+        best, seen = self._best(req)
+        waiting = self._worth_waiting(req, best.usable if best else 0)
+        if waiting is not None:
+            return waiting
+        if best is None or best.usable == 0:
+            return Fresh(self._receiver(idle, exclude=None), seen)
+        if isinstance(best, KeepSlot):
+            return KeepSlot(best.target, best.plan, seen)
+        if isinstance(best, Fork):
+            return Fork(self._receiver(idle, exclude=best.donor), best.donor, best.usable, seen)
+        return Load(self._receiver(idle, exclude=None), best.entry, best.usable, seen)
 
-        def consider(route: Route, matched: int, tokens: list[int], reason: str = "") -> None:
-            nonlocal best, best_matched
-            if best_matched is None or (matched, route.usable) > (best_matched.matched, best_matched.usable):
-                best_matched = Candidate(route.source, matched, tokens, route.usable, reason)
-            if (route.usable, _RANK[route.source]) > (best.usable, _RANK.get(best.source, -1)):
+    def _best(self, req: GenerateRequest) -> tuple[KeepSlot | Fork | Load | None, Candidate | None]:
+        """The source that keeps the most of the prompt, and the candidate that shared the
+        most with it (for the miss explanation), over the tenant's slots and cache entries."""
+        prompt = req.tokens
+        best: KeepSlot | Fork | Load | None = None
+        seen: Candidate | None = None
+
+        def consider(route, candidate: Candidate) -> None:
+            nonlocal best, seen
+            if seen is None or (candidate.matched, candidate.usable) > (seen.matched, seen.usable):
+                seen = candidate
+            if route is not None and (best is None or (route.usable, _RANK[route.source]) > (best.usable, _RANK[best.source])):
                 best = route
 
         for slot in self.slots:
             if slot.tenant != req.tenant or not slot.tokens:
                 continue
             plan = plan_reuse(slot.tokens, slot.checkpoints, prompt, self.cutter(slot))
+            source = Source.SLOT if slot.active is None else Source.FORK
+            candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason)
             if slot.active is None:
-                consider(Route(slot, "slot", plan.keep, plan=plan), plan.matched, slot.tokens, plan.reason)
-            if plan.keep > 0:
-                consider(Route(None, "fork", plan.keep, donor=slot), plan.matched, slot.tokens, plan.reason)
+                consider(KeepSlot(slot, plan), candidate)
+            if plan.keep > 0 and self.can_fork:
+                consider(Fork(None, slot, plan.keep), candidate)
         if self.cache is not None:
-            cand = self.cache.best(prompt, req.tenant, self._entry_usable(prompt))
-            if cand is not None:
-                consider(Route(None, "ram", cand.usable, entry=cand.entry), cand.matched, list(cand.entry.tokens))
-            elif best.usable == 0:
-                self._note_cache_miss(req, consider)
-        if self.cache is not None:
-            evicted = self.cache.evicted_match(prompt, req.tenant)
-            if evicted is not None and evicted[0] > max(best.usable, best_matched.matched if best_matched else 0):
-                best_matched = Candidate("evicted", evicted[0], list(evicted[1]), 0,
-                                         f"a prompt-cache entry sharing {evicted[0]} tokens was evicted (raise --cache-ram)")
-        waiting = self._worth_waiting(req, best.usable)
-        if waiting is not None:
-            slot, shared = waiting
-            return Route(None, usable=shared, wait_for=slot)
-        if not idle:
-            return Route(None)
-        if best.source == "none" or best.usable == 0:
-            best = Route(None)
-        if best.source != "slot":
-            best.target = self._receiver(idle, exclude=best.donor)
-        best.best_candidate = best_matched
-        return best
+            self._consider_cache(req, consider)
+        return best, seen
 
-    def _note_cache_miss(self, req: GenerateRequest, consider) -> None:
-        """No entry was usable; still name the one that shared the most, for the diagnosis."""
-        cand = self.cache.best(req.tokens, req.tenant, lambda entry, matched: 1)
-        if cand is not None:
-            consider(Route(None, "ram", 0, entry=cand.entry), cand.matched, list(cand.entry.tokens),
-                     "the prompt cache entry has no checkpoint at or before the divergence")
+    def _consider_cache(self, req: GenerateRequest, consider) -> None:
+        """The cache's best entry, or the entry that shared the most (unusable, for the
+        explanation), or a recently evicted entry that would have served."""
+        lookup = self.cache.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
+        if lookup.best is not None:
+            e = lookup.best
+            consider(Load(None, e.entry, e.usable), Candidate(Source.RAM, e.matched, e.entry.tokens, e.usable))
+        elif lookup.closest is not None:
+            e = lookup.closest
+            consider(None, Candidate(Source.RAM, e.matched, e.entry.tokens, 0,
+                                     "the prompt cache entry has no checkpoint at or before the divergence"))
+        if lookup.evicted is not None:
+            matched, tokens = lookup.evicted
+            consider(None, Candidate(Source.EVICTED, matched, tokens, 0,
+                                     f"a prompt-cache entry sharing {matched} tokens was evicted (raise --cache-ram)"))
 
-    def _entry_usable(self, prompt: list[int]) -> Callable[[CacheEntry, int], int]:
+    def _entry_usable(self, prompt: Sequence[int]) -> Callable[[CacheEntry, int], int]:
+        # after a load the memory ends at the entry's end; only attention memory can be cut
+        # anywhere (an SWA window position is unknown until the load, so be strict)
+        can_cut = (lambda n: True) if self.truncatable else (lambda n: False)
+
         def usable(entry: CacheEntry, matched: int) -> int:
-            # after a load the memory ends at the entry's end; only attention memory can be
-            # cut anywhere (an SWA window position is unknown until the load, so be strict)
-            can_cut = (lambda n: True) if self.truncatable else (lambda n: False)
             return plan_reuse(entry.tokens, entry.checkpoints, prompt, can_cut).keep
 
         return usable
 
-    def _worth_waiting(self, req: GenerateRequest, usable: int) -> tuple[Slot, int] | None:
+    def _worth_waiting(self, req: GenerateRequest, usable: int) -> Wait | None:
         """A slot now prefilling a prompt that shares a long prefix with `req` beyond what
         is usable elsewhere: waiting for it beats computing the same tokens twice."""
         for slot in self.slots:
@@ -137,7 +196,7 @@ class Router:
                 continue
             shared = min(common_prefix(active.prompt, req.tokens), len(req.tokens) - 1)
             if shared >= usable + MIN_SHARED_TO_WAIT and slot.n_past < shared:
-                return slot, shared
+                return Wait(slot, shared)
         return None
 
     @staticmethod

@@ -27,33 +27,50 @@ class BatchEntry:
         return self.slot.active is not None and self.slot.active.prefill_done
 
 
-def plan_batch(slots: Sequence[Slot], batch: Batch, prefill_budget: int) -> list[BatchEntry]:
-    """Fill `batch` for one step. Mutates the batch only."""
+def plan_batch(slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False) -> list[BatchEntry]:
+    """Fill `batch` for one step. Mutates the batch only.
+
+    NOTE: with a KV stream per sequence (`by_sequence`), llama.cpp splits a batch into
+    micro-batches of consecutive sequence ids that each add the same number of tokens. Laid
+    out in sequence order, a step costs one micro-batch for every decoding slot (with the
+    first token of each prefill chunk) plus one per prefill chunk; decode tokens first and
+    chunks after would break the run of ids at every prefilling slot. In a unified pool the
+    batch is cut in order, so decode tokens go first."""
     batch.clear()
-    entries: list[BatchEntry] = []
+    picks: list[tuple[Slot, int]] = []  # (slot, tokens to add)
     for slot in slots:
         active = slot.active
         if active is not None and active.prefill_done and active.pending is not None:
-            index = batch.add((active.pending,), slot.n_past, slot.id, logits_last=True)
-            entries.append(BatchEntry(slot, slot.n_past, 1, index))
-    budget = min(prefill_budget, batch.free)
+            picks.append((slot, 1))
+    budget = min(prefill_budget, batch.free - len(picks))
     prefilling = [s for s in slots if s.active is not None and not s.active.prefill_done]
     for slot in sorted(prefilling, key=lambda s: s.active.admitted):
         if budget <= 0:
             break
-        entry = _prefill_chunk(slot, batch, budget)
-        entries.append(entry)
-        budget -= entry.n
+        n = _chunk_length(slot, budget)
+        picks.append((slot, n))
+        budget -= n
+    if by_sequence:
+        picks.sort(key=lambda pick: pick[0].id)
+    entries = [_add(slot, n, batch) for slot, n in picks]
     _check(entries, batch)
     return entries
 
 
-def _prefill_chunk(slot: Slot, batch: Batch, budget: int) -> BatchEntry:
+def _chunk_length(slot: Slot, budget: int) -> int:
+    """Prompt tokens of the slot's next prefill chunk: up to its next checkpoint position."""
     active = slot.active
-    prompt = active.prompt
+    stop = active.cuts[0] if active.cuts else len(active.prompt)
+    return min(budget, stop - slot.n_past)
+
+
+def _add(slot: Slot, n: int, batch: Batch) -> BatchEntry:
+    active = slot.active
     start = slot.n_past
-    stop = active.cuts[0] if active.cuts else len(prompt)
-    n = min(budget, stop - start)
+    if active.prefill_done:
+        index = batch.add((active.pending,), start, slot.id, logits_last=True)
+        return BatchEntry(slot, start, 1, index)
+    prompt = active.prompt
     last = start + n == len(prompt)
     # [start, start+n) of the prompt goes in; logits only for the prompt's last token
     index = batch.add(prompt[start : start + n], start, slot.id, logits_last=last)

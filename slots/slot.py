@@ -26,9 +26,7 @@ class Active:
     req: GenerateRequest
     sampler: Sampler
     text: TextStream
-    reuse: Reuse
-    cached: int  # prompt tokens not evaluated
-    sources: dict[str, int]  # cached prompt tokens by source
+    reuse: Reuse  # what was reused: reuse.cached prompt tokens are not evaluated
     cuts: list[int]  # prompt positions where the prefill stops for a checkpoint, ascending
     admitted: float = field(default_factory=time.monotonic)
     generated: list[int] = field(default_factory=list)

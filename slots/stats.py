@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import enum
 import threading
 import time
 from collections import Counter
@@ -19,7 +20,16 @@ LATENCY_BUCKETS = (
     1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0,
 )
 
-PROMPT_SOURCES = ("slot", "fork", "ram", "disk", "computed")
+PROMPT_SOURCES = ("slot", "fork", "ram", "disk", "computed")  # labels of prompt tokens by origin
+
+
+class CopyCause(str, enum.Enum):
+    """Why a sequence state was copied between the device and RAM."""
+
+    OVERWRITE = "overwrite"  # a slot's contents saved before another conversation takes the slot
+    PARK = "park"  # idle slots moved to RAM when a request starts (unified KV pool)
+    SPILL = "spill"  # idle slots moved to RAM because the KV pool was full
+    LOAD = "load"  # a prompt-cache entry copied into a slot
 
 
 class Histogram:
@@ -73,6 +83,14 @@ class EngineStats:
     full_prefills: int = 0  # prompts that reused nothing although a candidate matched
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
     parked: int = 0  # idle slots moved to the prompt cache when another request started
+    copy_bytes: Counter = field(default_factory=Counter)  # by CopyCause
+    copy_seconds: Counter = field(default_factory=Counter)  # by CopyCause
+    # where the engine thread's time goes while it has work: inside llama_decode (graph
+    # building and launch; the whole computation on a CPU backend), waiting for the device
+    # to finish, and the rest of each step (Python: admission, sampling, streaming)
+    step_seconds: float = 0.0
+    decode_call_seconds: float = 0.0
+    device_wait_seconds: float = 0.0
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)
@@ -100,7 +118,13 @@ class EngineStats:
                 pn, ps, dn, ds = pn + a, ps + b, dn + c, ds + d
         return (pn / ps if ps else 0.0, dn / ds if ds else 0.0)
 
-    def add_prompt(self, sources: dict[str, int]) -> None:
-        for source, n in sources.items():
-            assert source in PROMPT_SOURCES, source
-            self.prompt_tokens[source] += n
+    def add_prompt(self, source: str, cached: int, computed: int) -> None:
+        """Count a finished request's prompt: `cached` tokens from `source`, `computed` evaluated."""
+        if cached:
+            assert source in PROMPT_SOURCES and source != "computed", source
+            self.prompt_tokens[source] += cached
+        self.prompt_tokens["computed"] += computed
+
+    def add_copy(self, cause: CopyCause, nbytes: int, seconds: float) -> None:
+        self.copy_bytes[cause] += nbytes
+        self.copy_seconds[cause] += seconds

@@ -18,7 +18,6 @@ class TextStream:
         self._stop = [s for s in stop if s]
         self._held = ""  # decoded text not yet emitted (a possible stop-string prefix)
         self.stopped_by: str | None = None
-        self.text = ""  # everything emitted so far
 
     def feed(self, piece: bytes) -> str:
         """Add a token's bytes; return the text that can be emitted now."""
@@ -32,13 +31,11 @@ class TextStream:
             return ""
         pending = self._held + self._decoder.decode(b"", final=True)
         self._held = ""
-        self.text += pending
         return pending
 
     def _release(self, pending: str) -> str:
         if not self._stop:
             self._held = ""
-            self.text += pending
             return pending
         cut = self._first_stop(pending)
         if cut is not None:
@@ -46,11 +43,9 @@ class TextStream:
             self.stopped_by = stop
             self._held = ""
             out = pending[:index]
-            self.text += out
             return out
         keep = self._partial_stop_suffix(pending)
         out, self._held = pending[: len(pending) - keep], pending[len(pending) - keep :]
-        self.text += out
         return out
 
     def _first_stop(self, text: str) -> tuple[int, str] | None:

@@ -44,7 +44,7 @@ def test_lookup_and_load_do_not_consume_the_entry():
     cache.insert([1, 2, 3, 4, 5], state(1000), CheckpointList(4, 1 << 20), tenant="")
     before = (cache.n_entries, cache.nbytes)
     for _ in range(3):
-        cand = cache.best([1, 2, 3, 9], "", usable_truncatable)
+        cand = cache.lookup([1, 2, 3, 9], "", usable_truncatable).best
         assert cand is not None and cand.matched == 3 and cand.usable == 3
         cache.touch(cand.entry)
     assert (cache.n_entries, cache.nbytes) == before
@@ -53,9 +53,9 @@ def test_lookup_and_load_do_not_consume_the_entry():
 def test_tenants_never_see_each_others_entries():
     cache = PromptCache(budget=1 << 20, fingerprint="m", truncatable=True)
     cache.insert([1, 2, 3], state(10), CheckpointList(4, 1 << 20), tenant="alice")
-    assert cache.best([1, 2, 3, 4], "bob", usable_truncatable) is None
-    assert cache.best([1, 2, 3, 4], "", usable_truncatable) is None
-    assert cache.best([1, 2, 3, 4], "alice", usable_truncatable).matched == 3
+    assert cache.lookup([1, 2, 3, 4], "bob", usable_truncatable).best is None
+    assert cache.lookup([1, 2, 3, 4], "", usable_truncatable).best is None
+    assert cache.lookup([1, 2, 3, 4], "alice", usable_truncatable).best.matched == 3
 
 
 def test_a_strict_prefix_of_a_newer_entry_is_dropped_when_covered():
@@ -82,7 +82,7 @@ def test_entries_of_another_model_are_ignored():
     cache = PromptCache(budget=1 << 20, fingerprint="m1", truncatable=True)
     cache.insert([1, 2, 3], state(10), CheckpointList(4, 1 << 20), tenant="")
     cache.fingerprint = "m2"
-    assert cache.best([1, 2, 3, 4], "", usable_truncatable) is None
+    assert cache.lookup([1, 2, 3, 4], "", usable_truncatable).best is None
 
 
 def test_an_entry_larger_than_the_budget_is_not_stored():

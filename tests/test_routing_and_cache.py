@@ -55,14 +55,19 @@ def test_alternating_conversations_share_prefix(tiny_models, kind):
     assert_same(b_again, cold(path, B + tokens(15, 10), boundaries=(len(B),)))
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_a_busy_slot_shares_its_prefix_through_seq_cp(tiny_models, kind):
+# forks between KV streams are not made on sliding-window memory (see Engine._load)
+FORKING = [(kind, mode) for kind in KINDS for mode in ("on", "off") if (kind, mode) != ("swa", "off")]
+
+
+@pytest.mark.parametrize("kind,unified", FORKING)
+def test_a_busy_slot_shares_its_prefix_through_seq_cp(tiny_models, kind, unified):
     """Slot 0 is generating a long reply for A; a request sharing A's prompt goes to slot 1
-    and copies the prefix from slot 0 on the device instead of recomputing it."""
+    and copies the prefix from slot 0 on the device instead of recomputing it (cells shared
+    in a unified pool, a stream copy otherwise)."""
     path = tiny_models[kind]
     prompt = A + tokens(16, 30)
     ref = cold(path, prompt, boundaries=(len(A),))
-    engine = tiny_engine(path, n_parallel=2, **ENGINE)
+    engine = tiny_engine(path, n_parallel=2, kv_unified=unified, **ENGINE)
     try:
         long_sink = QueueSink()
         engine.submit(GenerateRequest("long", A, long_sink, SamplingParams(temperature=0), max_tokens=400))
@@ -73,15 +78,15 @@ def test_a_busy_slot_shares_its_prefix_through_seq_cp(tiny_models, kind):
         assert warm.reuse.source == "fork"
         assert warm.reuse.slot == 1
         assert warm.usage.cached_tokens == len(A)
-        assert warm.usage.sources == {"fork": len(A), "computed": 30}
+        assert (warm.usage.source, warm.usage.cached_tokens, warm.usage.computed_tokens) == ("fork", len(A), 30)
         long_sink.collect()
     finally:
         engine.stop()
     assert_same(warm, ref)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_concurrent_requests_with_a_shared_prefix_compute_it_once(tiny_models, kind):
+@pytest.mark.parametrize("kind,unified", FORKING)
+def test_concurrent_requests_with_a_shared_prefix_compute_it_once(tiny_models, kind, unified):
     """Two requests sharing a 1K-token prefix arrive together on two slots. The second waits
     for the first to pass the shared prefix, then forks it; both answers equal cold runs."""
     path = tiny_models[kind]
@@ -89,7 +94,7 @@ def test_concurrent_requests_with_a_shared_prefix_compute_it_once(tiny_models, k
     p1, p2 = shared + tokens(21, 20), shared + tokens(22, 20)
     big = dict(n_ctx=4096, n_batch=128, n_ubatch=128)
     refs = [cold(path, p, engine_args=big, boundaries=(len(shared),)) for p in (p1, p2)]
-    engine = tiny_engine(path, n_parallel=2, **big)
+    engine = tiny_engine(path, n_parallel=2, kv_unified=unified, **dict(big, n_ctx=8192 if unified == "off" else 4096))
     try:
         sinks = [QueueSink(), QueueSink()]
         for i, (p, sink) in enumerate(zip((p1, p2), sinks)):
@@ -97,9 +102,9 @@ def test_concurrent_requests_with_a_shared_prefix_compute_it_once(tiny_models, k
         results = [s.collect() for s in sinks]
     finally:
         engine.stop()
-    computed = sorted(r.usage.sources.get("computed") for r in results)
+    computed = sorted(r.usage.computed_tokens for r in results)
     assert computed == [20, len(p1)]  # the shared 1000 tokens were evaluated once
-    second = min(results, key=lambda r: r.usage.sources["computed"])
+    second = min(results, key=lambda r: r.usage.computed_tokens)
     assert second.reuse.source == "fork" and second.usage.cached_tokens == len(shared)
     for r, ref in zip(results, refs):
         assert_same(r, ref)
@@ -126,7 +131,7 @@ def test_kv_pressure_moves_idle_slots_to_ram_instead_of_failing(tiny_models, kin
     contents move to the prompt cache, and its conversation later comes back from RAM."""
     path = tiny_models[kind]
     # idle slots stay in the pool (no parking), so the pressure shows up in llama_decode
-    engine = tiny_engine(path, n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64, park_idle=False)
+    engine = tiny_engine(path, n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64, park_idle=False, kv_unified="on")
     p0, p1 = tokens(40, 400), tokens(41, 400)
     try:
         r0 = generate(engine, p0, max_tokens=20)
@@ -144,7 +149,7 @@ def test_kv_pressure_moves_idle_slots_to_ram_instead_of_failing(tiny_models, kin
 
 @pytest.mark.parametrize("kind", ["attention", "hybrid"])
 def test_idle_slots_are_parked_in_ram_when_another_request_starts(tiny_models, kind):
-    engine = tiny_engine(tiny_models[kind], n_parallel=2, **ENGINE)
+    engine = tiny_engine(tiny_models[kind], n_parallel=2, kv_unified="on", **ENGINE)
     try:
         first = generate(engine, A)
         generate(engine, tokens(60, 100))  # shares nothing: goes to the empty slot, parks A's
@@ -162,7 +167,7 @@ def test_idle_slots_are_parked_in_ram_when_another_request_starts(tiny_models, k
 def test_nothing_idle_left_fails_only_the_newest_request(tiny_models):
     """Two requests that together need more cells than the pool: the newer one fails with
     a clear error, the older one finishes, and the engine keeps serving."""
-    engine = tiny_engine(tiny_models["attention"], n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64)
+    engine = tiny_engine(tiny_models["attention"], n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64, kv_unified="on")
     try:
         sinks = [QueueSink(), QueueSink()]
         for i, sink in enumerate(sinks):
@@ -219,7 +224,7 @@ def test_a_conversation_that_rerenders_its_tail_is_not_saved_again(tiny_models):
 
 @pytest.mark.parametrize("kind", ["attention", "recurrent"])
 def test_two_concurrent_requests_both_load_a_cached_prefix(tiny_models, kind):
-    engine = tiny_engine(tiny_models[kind], n_parallel=2, **ENGINE)
+    engine = tiny_engine(tiny_models[kind], n_parallel=2, kv_unified="on", **ENGINE)
     try:
         generate(engine, A)
         generate(engine, tokens(80, 100))  # goes to the other slot: A's slot is parked in RAM
