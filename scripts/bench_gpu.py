@@ -60,6 +60,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc
+import server_process as sp
 
 WARMSLOT = "warmslot"
 LLAMA_SERVER = "llama-server"
@@ -699,8 +700,8 @@ class Run:
     def command(self, server: str, np_: int, ctx: int, extra: list[str] | None = None) -> list[str]:
         flags = self.flags(server, np_, ctx, extra)
         if server == WARMSLOT:
-            return bc.warmslot_command(self.a.model, flags, python=self.a.python)
-        return bc.llama_server_command(self.a.model, flags,
+            return sp.warmslot_command(self.a.model, flags, python=self.a.python)
+        return sp.llama_server_command(self.a.model, flags,
                                        binary=self.llama_server or self.a.llama_server or "llama-server")
 
 
@@ -710,7 +711,7 @@ class Served:
     def __init__(self, run: Run, server: str, np_: int, ctx: int, label: str, extra: list[str] | None = None) -> None:
         self.run, self.server, self.label = run, server, label
         self.cmd = run.command(server, np_, ctx, extra)
-        self.proc: bc.ServerProcess | None = None
+        self.proc: sp.ServerProcess | None = None
         self.info: dict[str, Any] = {"command": self.cmd, "np": np_, "ctx": ctx}
 
     def __enter__(self) -> Served:
@@ -721,7 +722,7 @@ class Served:
         log_path = run.log_dir / f"{self.label}-{self.server}.log" if run.log_dir else None
         run.log(f"starting {self.server} ({self.label}): {shlex.join(self.cmd)}")
         try:
-            self.proc = bc.ServerProcess(self.server, self.cmd, log_path=log_path,
+            self.proc = sp.ServerProcess(self.server, self.cmd, log_path=log_path,
                                          ready_timeout=min(run.a.ready_timeout, max(30.0, run.budget.left())))
             self.info["load_s"] = round(self.proc.load_s or 0, 2)
             run.log(f"{self.server} ready in {self.proc.load_s:.1f}s on {self.proc.url}")
@@ -1394,7 +1395,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    bc.install_signal_handlers()
+    sp.install_signal_handlers()
     run = Run(a)
     model = Path(a.model)
     if not model.is_file():
