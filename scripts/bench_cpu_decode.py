@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_common as bc
+import cpu_contention
 import server_process as sp
 import httpx
 
@@ -149,9 +150,9 @@ def run_server(name: str, a: argparse.Namespace, model: str, round_no: int) -> d
                 time.sleep(a.pause)
                 idle = None
                 if a.wait_idle:
-                    idle = bc.wait_for_idle([srv.pgid], threshold=a.idle_threshold, timeout=a.idle_timeout,
+                    idle = cpu_contention.wait_for_idle([srv.pgid], threshold=a.idle_threshold, timeout=a.idle_timeout,
                                             log=lambda m: print(m, flush=True))
-                with bc.CpuMonitor([srv.pgid]) as cpu:
+                with cpu_contention.CpuMonitor([srv.pgid]) as cpu:
                     r = bc.stream_request(srv.url, "/v1/completions", request_body(a, base + 1 + rep),
                                           client=client, keep_chunk_times=False)
                 if not r.ok:
