@@ -126,9 +126,9 @@ def throughput_result():
                             "summary": summarise_profile(PROFILE.read_text())}
         return r
     return {"settings": {"clients": 4, "requests": 4, "prompt_tokens": 40, "gen_tokens": 8, "ctx": 4096},
-            "servers": {LLAMA_SERVER: {"server": LLAMA_SERVER, "runs": {"1": run(1, 100.0), "4": run(4, 300.0)}},
-                        WARMSLOT: {"server": WARMSLOT, "runs": {"1": run(1, 110.0), "4": run(4, 240.0, True)}},
-                        "warmslot --cache-ram 0": {"server": WARMSLOT, "runs": {"1": run(1, 90.0),
+            "servers": {LLAMA_SERVER: {"name": LLAMA_SERVER, "runs": {"1": run(1, 100.0), "4": run(4, 300.0)}},
+                        WARMSLOT: {"name": WARMSLOT, "runs": {"1": run(1, 110.0), "4": run(4, 240.0, True)}},
+                        "warmslot --cache-ram 0": {"name": WARMSLOT, "runs": {"1": run(1, 90.0),
                                                                                  "4": {"np": 4, "skipped": "time"}}}}}
 
 

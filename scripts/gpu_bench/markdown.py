@@ -56,7 +56,7 @@ def counter_value(name: str, value: float) -> str:
         return f"{value / 1e6:,.1f} MB"
     if "seconds" in name:
         return f"{value:,.3f} s"
-    return fmt(value)
+    return f"{int(value):,}" if float(value).is_integer() else fmt(value)
 
 
 def counters_table(columns: dict[str, dict[str, float]]) -> str:

@@ -22,10 +22,10 @@ def line_chart(series: Series, stem: Path, title: str, xlabel: str, ylabel: str)
     series = {name: sorted(points) for name, points in series.items() if points}
     if not series:
         return None
-    try:
-        return png_chart(series, stem.with_suffix(".png"), title, xlabel, ylabel)
+    try:  # appended, not with_suffix: a stem like "model.gguf-throughput" keeps its name
+        return png_chart(series, stem.with_name(stem.name + ".png"), title, xlabel, ylabel)
     except ImportError:
-        return svg_chart(series, stem.with_suffix(".svg"), title, xlabel, ylabel)
+        return svg_chart(series, stem.with_name(stem.name + ".svg"), title, xlabel, ylabel)
 
 
 def _log_x(series: Series) -> bool:
@@ -76,9 +76,11 @@ def svg_chart(series: Series, path: Path, title: str, xlabel: str, ylabel: str) 
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def sx(x: float) -> float:
+        """Points stay 5% clear of the frame's sides."""
         lo, hi = (math.log2(xs[0]), math.log2(xs[-1])) if log else (xs[0], xs[-1])
         v = math.log2(x) if log else x
-        return LEFT + (plot_w * (v - lo) / (hi - lo) if hi > lo else plot_w / 2)
+        inner = plot_w * 0.9
+        return LEFT + plot_w * 0.05 + (inner * (v - lo) / (hi - lo) if hi > lo else inner / 2)
 
     def sy(y: float) -> float:
         return TOP + plot_h * (1 - y / ticks[-1])

@@ -40,8 +40,11 @@ def multiagent_section(w: dict[str, Any]) -> str:
             f"every reply (at most {st.get('gen_tokens')} tokens) is echoed back with a tool result of about "
             f"{st.get('tool_tokens')} tokens. Wall: the first send to the last answer.\n\n"
             + agents_table(servers) + "\n\n" + ratios_line(servers))
+    warning = ((servers.get(LLAMA_SERVER) or {}).get("server") or {}).get("warning")
+    if warning:
+        text += f"\n\nllama-server: {warning}."
     counters = counters_table({server: res.get("counters_delta") or {} for server, res in servers.items()
                                if res.get("summary")})
     if counters:
-        text += "\n\nCounters over the run (warmslot's state copies: bytes and seconds):\n\n" + counters
+        text += "\n\nCounters over the run (warmslot's include its state copies: bytes and seconds):\n\n" + counters
     return text

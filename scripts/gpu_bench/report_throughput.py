@@ -43,7 +43,7 @@ def rates_table(w: dict[str, Any]) -> str:
 def warmslot_counters(w: dict[str, Any]) -> str:
     servers = w.get("servers") or {}
     columns = {f"{label} -np {np_}": r.get("counters_delta") or {} for label, np_, r in _runs(w)
-               if (servers.get(label) or {}).get("server") == WARMSLOT and r.get("summary")}
+               if (servers.get(label) or {}).get("name") == WARMSLOT and r.get("summary")}
     return counters_table(columns)
 
 

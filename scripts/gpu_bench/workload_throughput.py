@@ -171,7 +171,7 @@ def workload_throughput(run: Run) -> dict[str, Any]:
         "variants": [v.label for v in variants], "profile_seconds": a.profile_warmslot,
         "profiled_variant": profiled.label if profiled else None}, "servers": {}}
     for v in variants:
-        out["servers"][v.label] = {"server": v.server, "flags": list(v.flags), "runs": {}}
+        out["servers"][v.label] = {"name": v.server, "flags": list(v.flags), "runs": {}}
     run.result["workloads"]["throughput"] = out  # each run.save() below writes what is measured so far
     for np_ in a.tp_np:
         for v in variants:
