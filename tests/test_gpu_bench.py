@@ -168,3 +168,14 @@ def test_multiagent_report_ratios():
     assert "computed prompt tokens 0.25x, wall 0.50x, latency p50 0.50x, TTFT p50 1.00x" in text
     assert "| llama-server | 4/4 |" in text and "5.0 MB" in text
     json.dumps(w)  # plain data all along
+
+
+def test_without_py_spy_the_run_notes_it_and_the_report_says_so(monkeypatch, tmp_path):
+    import gpu_bench.profiling as profiling
+
+    monkeypatch.setattr(profiling, "find_py_spy", lambda *interpreters: None)
+    profiler, note = profiling.record_profile(123, 5, 100, tmp_path / "p.txt", "/venv/bin/python")
+    assert profiler is None and "py-spy is not on PATH" in note["skipped"]
+    w = throughput_result()
+    w["servers"][WARMSLOT]["runs"]["4"]["profile"] = note
+    assert "No profile of warmslot at -np 4: py-spy is not on PATH" in throughput_section(w)

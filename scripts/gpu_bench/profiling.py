@@ -23,22 +23,26 @@ _THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)(?::\s*(?P<name>.*))?$")
 _LINE_NUMBER = re.compile(r":\d+\)$")
 
 
-def find_py_spy() -> str | None:
-    """py-spy on PATH, else beside this interpreter (a virtualenv that is not activated)."""
+def find_py_spy(*interpreters: str) -> str | None:
+    """py-spy on PATH, else beside this interpreter or one of `interpreters` (a virtualenv
+    that is not activated, such as the one --python runs warmslot from)."""
     found = shutil.which("py-spy")
     if found:
         return found
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.is_file() else None
+    for python in (sys.executable, *interpreters):
+        beside = Path(python).parent / "py-spy"
+        if beside.is_file():
+            return str(beside)
+    return None
 
 
 class Profiler:
     """One `py-spy record` of a process, stopped early (and written) when the run ends first."""
 
-    def __init__(self, pid: int, seconds: float, rate: int, out: Path) -> None:
+    def __init__(self, binary: str, pid: int, seconds: float, rate: int, out: Path) -> None:
         self.out = out
         self.log = out.with_suffix(".log")
-        self.cmd = [find_py_spy() or "py-spy", "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
+        self.cmd = [binary, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
                     "--rate", str(rate), "--format", "raw", "--threads", "--idle", "--function",
                     "--output", str(out)]
         self.proc: subprocess.Popen | None = None
@@ -68,13 +72,15 @@ class Profiler:
         return info
 
 
-def record_profile(pid: int | None, seconds: float, rate: int, out: Path) -> tuple[Profiler | None, dict[str, Any]]:
+def record_profile(pid: int | None, seconds: float, rate: int, out: Path,
+                   python: str = "") -> tuple[Profiler | None, dict[str, Any]]:
     """A started Profiler, or None and the reason in the note (py-spy missing, no process)."""
-    if find_py_spy() is None:
+    binary = find_py_spy(*([python] if python else []))
+    if binary is None:
         return None, {"skipped": "py-spy is not on PATH (pip install py-spy)"}
     if pid is None:
         return None, {"skipped": "no warmslot process"}
-    profiler = Profiler(pid, seconds, rate, out)
+    profiler = Profiler(binary, pid, seconds, rate, out)
     try:
         profiler.start()
     except OSError as exc:

@@ -60,6 +60,8 @@ def profile_tables(w: dict[str, Any]) -> str:
         head = (f"Where the engine thread's time goes: py-spy, {label} at -np {np_}, {summary['samples']:,} samples "
                 f"of the `{summary['thread']}` thread (idle time included; profile `{Path(note['file']).name}`). "
                 "Sampling slows the profiled run a little.")
+        if note.get("warning"):
+            head += f" py-spy could not keep its rate (`{note['warning']}`): the shares are rougher."
         parts = [head]
         for key, title in (("self", "self (the innermost frame)"), ("cumulative", "cumulative (anywhere on the stack)")):
             rows = [[f"`{e['function']}`", e["samples"], f"{e['share'] * 100:.1f}%"]

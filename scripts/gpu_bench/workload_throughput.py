@@ -130,7 +130,7 @@ def profile_path(run: Run, np_: int) -> Path:
 def measure(run: Run, srv: Served, prompts: list[str], profile: bool) -> dict[str, Any]:
     """One run: the requests, their summary, the state counters around it and, if asked, a profile."""
     profiler, note = (record_profile(srv.pid, run.a.profile_warmslot, run.a.profile_rate,
-                                     profile_path(run, srv.info["np"])) if profile else (None, {}))
+                                     profile_path(run, srv.info["np"]), run.a.python) if profile else (None, {}))
     before = srv.state_counters()
     rows = send_all(run, srv, prompts)
     after = srv.state_counters()
