@@ -49,6 +49,8 @@ if [[ -z $template ]]; then
         if [[ -n $tpl && -f $dir/$tpl ]]; then template=$dir/$tpl; break; fi
     done
 fi
+# The tokenizer: .gpu/'s copy if there is one, else bench_models.py takes it out of the pinned
+# llama-cpp-python sdist (scripts/vocab.py: ~/.cache/warmslot, build/, or pip download).
 vocab=()
 [[ -f .gpu/ggml-vocab-qwen35.gguf ]] && vocab=(--vocab .gpu/ggml-vocab-qwen35.gguf)
 
