@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_common as bc  # noqa: E402
+import server_process as sp  # noqa: E402
 
 sys.path.insert(0, str(bc.REPO_ROOT))
 from warmslot.server.config import parse_size  # noqa: E402
@@ -66,7 +67,7 @@ def main() -> int:
     convos = [conversation(i, rng) for i in range(args.conversations)]
     flags = ["-np", "1", "-c", "4096", "-t", str(args.threads), "--cache-ram", args.budget]
     rows = []
-    with bc.ServerProcess("warmslot", bc.warmslot_command(model, flags)) as server:
+    with sp.ServerProcess("warmslot", sp.warmslot_command(model, flags)) as server:
         pid = server.proc.pid
         client = httpx.Client(base_url=server.url, timeout=300)
         for i in range(args.requests):

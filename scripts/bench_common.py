@@ -1,14 +1,14 @@
-"""Shared helpers for the benchmark scripts.
+"""Shared helpers for the benchmark scripts: streamed requests, statistics, machine info, JSON.
 
 The same code drives warmslot (`python -m warmslot.server`) and llama-server: both are
-started as child processes on a free loopback port, polled on /health until
-ready, sent identical streamed OpenAI requests, and stopped again. Nothing here
-imports llama_cpp: the benchmark driver only speaks HTTP (httpx), so it never
-competes with the servers for the CPU beyond reading their streams.
+started by `server_process.ServerProcess`, sent identical streamed OpenAI requests, and
+stopped again. Nothing here imports llama_cpp: the benchmark driver only speaks HTTP (httpx),
+so it never competes with the servers for the CPU beyond reading their streams.
 
 Typical use:
 
-    from bench_common import ServerProcess, warmslot_command, llama_server_command, stream_request
+    from bench_common import stream_request
+    from server_process import ServerProcess, warmslot_command
 
     cmd = warmslot_command(model, ["-np", "1", "-c", "4096"])
     with ServerProcess("warmslot", cmd) as srv:
@@ -18,7 +18,6 @@ Typical use:
 
 from __future__ import annotations
 
-import atexit
 import datetime as _dt
 import importlib.metadata
 import json
@@ -27,12 +26,9 @@ import os
 import platform
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,184 +37,7 @@ from typing import Any
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LLAMA_SERVER = REPO_ROOT / "build" / "llama.cpp" / "bin" / "llama-server"
-
-
-# -- processes ------------------------------------------------------------------------------
-
-_live: set[subprocess.Popen] = set()
-
-
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for proc in list(_live):
-        if proc.poll() is None:
-            _kill_group(proc, signal.SIGKILL)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-        _live.discard(proc)
-
-
-def _on_signal(signum, frame):
-    _kill_leftovers()
-    raise SystemExit(128 + signum)
-
-
-def install_signal_handlers() -> None:
-    """Make SIGTERM/SIGHUP stop the child servers too (SIGINT already unwinds via KeyboardInterrupt)."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        try:
-            signal.signal(sig, _on_signal)
-        except (ValueError, OSError):  # not the main thread, or unsupported
-            pass
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def warmslot_command(model: str | os.PathLike, args: Sequence[str] = (), python: str | None = None) -> list[str]:
-    """The command line of a warmslot server (without --host/--port, which ServerProcess adds)."""
-    return [python or sys.executable, "-m", "warmslot.server", "-m", str(model), *args]
-
-
-def llama_server_command(
-    model: str | os.PathLike, args: Sequence[str] = (), binary: str | os.PathLike | None = None
-) -> list[str]:
-    """The command line of a llama-server (without --host/--port, which ServerProcess adds)."""
-    return [str(binary or DEFAULT_LLAMA_SERVER), "-m", str(model), *args]
-
-
-class ServerProcess:
-    """One server process on a free loopback port; a context manager that always stops it.
-
-    `cmd` must accept `--host H --port P` (both warmslot and llama-server do). Output goes to a
-    log file (kept at `log_path` when given, else a temporary file removed on stop).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        cmd: Sequence[str],
-        *,
-        host: str = "127.0.0.1",
-        port: int | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | os.PathLike | None = None,
-        log_path: str | os.PathLike | None = None,
-        ready_timeout: float = 300.0,
-        start: bool = True,
-    ) -> None:
-        self.name = name
-        self.host = host
-        self.port = port or free_port(host)
-        self.url = f"http://{host}:{self.port}"
-        self.cmd = [*cmd, "--host", host, "--port", str(self.port)]
-        self.env = {**os.environ, **(env or {})}
-        self.cwd = str(cwd or REPO_ROOT)
-        self._keep_log = log_path is not None
-        if log_path is not None:
-            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-            self.log_path = Path(log_path)
-        else:
-            fd, tmp = tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(tmp)
-        self.ready_timeout = ready_timeout
-        self.proc: subprocess.Popen | None = None
-        self.load_s: float | None = None
-        if start:
-            self.start()
-
-    def start(self) -> ServerProcess:
-        t0 = time.perf_counter()
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=self.cwd,
-                start_new_session=True,  # own process group: stop() takes every child with it
-            )
-        _live.add(self.proc)
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.load_s = time.perf_counter() - t0
-        return self
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + self.ready_timeout
-        assert self.proc is not None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self.proc.returncode} before it was ready:\n{self.output_tail()}"
-                )
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.name} was not ready after {self.ready_timeout:.0f}s:\n{self.output_tail()}")
-
-    @property
-    def pgid(self) -> int | None:
-        """The server's process group (it leads its own session): for CpuMonitor."""
-        return self.proc.pid if self.proc is not None else None
-
-    def output(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def output_tail(self, n: int = 40) -> str:
-        return "\n".join(self.output().splitlines()[-n:])
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            _kill_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc, signal.SIGKILL)
-                proc.wait(5)
-        else:
-            _kill_group(proc, signal.SIGKILL)  # stray children of an exited leader
-        _live.discard(proc)
-        if not self._keep_log:
-            try:
-                self.log_path.unlink()
-            except FileNotFoundError:
-                pass
-        return proc.returncode
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+from server_process import DEFAULT_LLAMA_SERVER, REPO_ROOT
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -369,139 +188,6 @@ def get_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
     except (httpx.HTTPError, ValueError):
         pass
     return None
-
-
-# -- CPU contention -------------------------------------------------------------------------
-#
-# On a shared machine other processes can steal the cores a benchmark relies on (llama.cpp
-# threads degrade badly when oversubscribed). These helpers measure how much CPU everything
-# *else* used during a request, and can wait until the machine is quiet before one.
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _system_jiffies() -> tuple[int, int] | None:
-    """(busy, steal) jiffies summed over all CPUs, from /proc/stat."""
-    line = _read("/proc/stat").split("\n", 1)[0]
-    if not line.startswith("cpu "):
-        return None
-    v = [int(x) for x in line.split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = v[:7]
-    steal = v[7] if len(v) > 7 else 0
-    return user + nice + system + irq + softirq, steal
-
-
-def _group_jiffies(pgids: set[int], pids: set[int]) -> int:
-    """utime+stime of every process whose process group is in pgids or whose pid is in pids."""
-    total = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        text = _read(f"/proc/{entry}/stat")
-        if not text:
-            continue
-        # the command name may contain spaces: split after its closing parenthesis
-        rest = text[text.rfind(")") + 2:].split()
-        try:
-            pgrp = int(rest[2])
-            utime, stime = int(rest[11]), int(rest[12])
-        except (IndexError, ValueError):
-            continue
-        if pgrp in pgids or int(entry) in pids:
-            total += utime + stime
-    return total
-
-
-class CpuMonitor:
-    """CPU used by this benchmark (its own process and the servers' process groups) and by the rest.
-
-    `with CpuMonitor(pgids) as m: ...` then `m.result` is a dict with, in CPUs (cores busy on
-    average): `ours`, `foreign` (everything else, including the kernel) and `steal` (time the
-    hypervisor gave to other guests), over `wall_s` seconds. Linux only; elsewhere result is None.
-    """
-
-    def __init__(self, pgids: Iterable[int] = ()) -> None:
-        self.pgids = set(pgids)
-        self.pids = {os.getpid()}
-        self.result: dict[str, float] | None = None
-        self._start: tuple | None = None
-
-    def _sample(self) -> tuple | None:
-        sysj = _system_jiffies()
-        if sysj is None:
-            return None
-        return time.perf_counter(), sysj[0], sysj[1], _group_jiffies(self.pgids, self.pids)
-
-    def start(self) -> None:
-        self._start = self._sample()
-
-    def stop(self) -> dict[str, float] | None:
-        end = self._sample()
-        if self._start is None or end is None:
-            return None
-        wall = end[0] - self._start[0]
-        if wall <= 0:
-            return None
-        busy = (end[1] - self._start[1]) / _CLK_TCK
-        steal = (end[2] - self._start[2]) / _CLK_TCK
-        ours = (end[3] - self._start[3]) / _CLK_TCK
-        self.result = {
-            "wall_s": round(wall, 3),
-            "ours": round(ours / wall, 3),
-            "foreign": round(max(0.0, busy - ours) / wall, 3),
-            "steal": round(steal / wall, 3),
-        }
-        return self.result
-
-    def __enter__(self) -> CpuMonitor:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def foreign_load(pgids: Iterable[int] = (), window: float = 1.0) -> float | None:
-    """CPUs used by other processes over the next `window` seconds."""
-    with CpuMonitor(pgids) as m:
-        time.sleep(window)
-    return m.result["foreign"] if m.result else None
-
-
-def wait_for_idle(
-    pgids: Iterable[int] = (),
-    *,
-    threshold: float = 0.15,
-    quiet_windows: int = 2,
-    window: float = 1.0,
-    timeout: float = 900.0,
-    log=None,
-) -> dict[str, Any]:
-    """Block until other processes use less than `threshold` CPUs for `quiet_windows` windows in a row.
-
-    Gives up after `timeout` seconds. Returns {"waited_s", "foreign" (last window), "idle" (bool)}.
-    """
-    pgids = list(pgids)
-    t0 = time.monotonic()
-    quiet = 0
-    last = None
-    announced = False
-    while True:
-        last = foreign_load(pgids, window)
-        if last is None:  # not measurable here
-            return {"waited_s": 0.0, "foreign": None, "idle": True}
-        quiet = quiet + 1 if last < threshold else 0
-        if quiet >= quiet_windows:
-            return {"waited_s": round(time.monotonic() - t0, 1), "foreign": last, "idle": True}
-        if time.monotonic() - t0 > timeout:
-            return {"waited_s": round(time.monotonic() - t0, 1), "foreign": last, "idle": False}
-        if log and not announced and quiet == 0:
-            log(f"  waiting for other processes to go quiet (they use {last:.2f} CPUs) ...")
-            announced = True
 
 
 # -- statistics -----------------------------------------------------------------------------

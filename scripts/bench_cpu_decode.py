@@ -39,6 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_common as bc
+import cpu_contention
+import server_process as sp
 import httpx
 
 PROMPT = (
@@ -56,7 +58,7 @@ LLAMA_SERVER = "llama-server"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--llama-server", default=str(bc.DEFAULT_LLAMA_SERVER), help="llama-server binary")
+    p.add_argument("--llama-server", default=str(sp.DEFAULT_LLAMA_SERVER), help="llama-server binary")
     p.add_argument("--model", "-m", default=None, help="GGUF model (default: the embedded Gemma 3 270M)")
     p.add_argument("--n-predict", type=int, default=256, help="tokens generated per request")
     p.add_argument("--reps", type=int, default=5, help="measured requests per server and round")
@@ -103,8 +105,8 @@ def common_flags(a: argparse.Namespace) -> list[str]:
 def server_command(name: str, a: argparse.Namespace, model: str) -> list[str]:
     flags = common_flags(a)
     if name == WARMSLOT:
-        return bc.warmslot_command(model, [*flags, *a.warmslot_args.split()], python=a.python)
-    return bc.llama_server_command(model, [*flags, *a.llama_server_args.split()], binary=a.llama_server)
+        return sp.warmslot_command(model, [*flags, *a.warmslot_args.split()], python=a.python)
+    return sp.llama_server_command(model, [*flags, *a.llama_server_args.split()], binary=a.llama_server)
 
 
 def request_body(a: argparse.Namespace, index: int) -> dict:
@@ -136,7 +138,7 @@ def run_server(name: str, a: argparse.Namespace, model: str, round_no: int) -> d
     log_path = Path(a.log_dir) / f"{name}-round{round_no}.log"
     print(f"[round {round_no}] starting {name} ...", flush=True)
     runs = []
-    with bc.ServerProcess(name, cmd, log_path=log_path) as srv, httpx.Client(timeout=600) as client:
+    with sp.ServerProcess(name, cmd, log_path=log_path) as srv, httpx.Client(timeout=600) as client:
         print(f"[round {round_no}] {name} ready in {srv.load_s:.1f}s", flush=True)
         warm = bc.stream_request(srv.url, "/v1/completions", request_body(a, base), client=client,
                                  keep_chunk_times=False)
@@ -148,9 +150,9 @@ def run_server(name: str, a: argparse.Namespace, model: str, round_no: int) -> d
                 time.sleep(a.pause)
                 idle = None
                 if a.wait_idle:
-                    idle = bc.wait_for_idle([srv.pgid], threshold=a.idle_threshold, timeout=a.idle_timeout,
+                    idle = cpu_contention.wait_for_idle([srv.pgid], threshold=a.idle_threshold, timeout=a.idle_timeout,
                                             log=lambda m: print(m, flush=True))
-                with bc.CpuMonitor([srv.pgid]) as cpu:
+                with cpu_contention.CpuMonitor([srv.pgid]) as cpu:
                     r = bc.stream_request(srv.url, "/v1/completions", request_body(a, base + 1 + rep),
                                           client=client, keep_chunk_times=False)
                 if not r.ok:
@@ -238,7 +240,7 @@ def same_output(blocks: list[dict], servers: list[str]) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    bc.install_signal_handlers()
+    sp.install_signal_handlers()
     servers = [a.only] if a.only else [WARMSLOT, LLAMA_SERVER]
     if LLAMA_SERVER in servers and not Path(a.llama_server).is_file():
         print(f"llama-server not found at {a.llama_server}; run scripts/build_llama_server.sh first", file=sys.stderr)

@@ -28,6 +28,7 @@ Tokenizer: every ``tokenizer.*`` key of the vocab file (``ggml-vocab-qwen35.gguf
 llama.cpp's ``models/``: gpt2 BPE, pre-tokenizer ``qwen35``, 151,936 tokens, merges, special
 ids, a ChatML chat template) is copied; n_vocab is its token count, and ``token_embd`` and
 ``output`` are {E, n_vocab}. A vocab file without a template gets ``FALLBACK_CHAT_TEMPLATE``.
+Without ``--vocab``, the file comes from the pinned llama-cpp-python sdist (``vocab.py``).
 
 Weights: Q4_0 blocks are written directly (32 weights in 18 bytes: a float16 scale ``d``,
 then 16 bytes of 4-bit values q, weight = d * (q - 8)). The nibbles are uniform random and
@@ -73,13 +74,9 @@ from typing import Any
 
 import gguf
 import numpy as np
+from vocab import VocabUnavailable, qwen35_vocab
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 VOCAB_NAME = "ggml-vocab-qwen35.gguf"
-VOCAB_DIRS = (
-    REPO_ROOT / "build" / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "models",
-    pathlib.Path("/work/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/models"),
-)
 SPEC_KEY = "warmslot.bench.spec"
 GENERATOR_VERSION = 1
 SEED = 0
@@ -327,16 +324,16 @@ def tensor_plan(s: Shape, n_vocab: int) -> list[TensorSpec]:
 
 
 def find_vocab(vocab: str | os.PathLike | None = None) -> pathlib.Path:
-    """The vocab GGUF: `vocab` if given, else the first VOCAB_NAME found in VOCAB_DIRS."""
+    """The vocab GGUF: `vocab` if given, else llama.cpp's VOCAB_NAME from the pinned sdist."""
     if vocab is not None:
         p = pathlib.Path(vocab)
         if not p.is_file():
             raise FileNotFoundError(f"vocab file not found: {p}")
         return p
-    for d in VOCAB_DIRS:
-        if (d / VOCAB_NAME).is_file():
-            return d / VOCAB_NAME
-    raise FileNotFoundError(f"{VOCAB_NAME} not found in {', '.join(map(str, VOCAB_DIRS))}; pass --vocab PATH")
+    try:
+        return qwen35_vocab()
+    except VocabUnavailable as exc:
+        raise FileNotFoundError(f"{exc}\npass --vocab PATH") from exc
 
 
 # GGUF value types (gguf.GGUFValueType)
@@ -708,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", choices=SCALES, default="real")
     ap.add_argument("--layers", type=int, default=None, help="override the layer count (keeps the layer pattern)")
     ap.add_argument("--vocab", default=None, help=f"vocab-only GGUF with the tokenizer (default: {VOCAB_NAME} "
-                    "from llama.cpp's models/ in build/src or /work/sdist)")
+                    "from the pinned llama-cpp-python sdist, cached under ~/.cache/warmslot)")
     ap.add_argument("--out", help="output .gguf (kept if it already records the same parameters)")
     ap.add_argument("--force", action="store_true", help="rewrite --out even if it is up to date")
     ap.add_argument("--dry-run", action="store_true", help="print tensor shapes, types and the file size; write nothing")

@@ -25,6 +25,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_common as bc  # noqa: E402
+import server_process as sp  # noqa: E402
 
 WORDS = "the agent reads the file then calls a tool with json arguments and waits for the result of the build".split()
 
@@ -56,7 +57,7 @@ def main() -> int:
     rng = random.Random(0)
     messages = history(args.tokens, rng)
     flags = ["-np", "1", "-c", "32768", "-t", str(args.threads)]
-    with bc.ServerProcess("warmslot", bc.warmslot_command(model, flags)) as server:
+    with sp.ServerProcess("warmslot", sp.warmslot_command(model, flags)) as server:
         client = httpx.Client(base_url=server.url, timeout=600)
         body = {"messages": messages, "max_tokens": 0}
         first = client.post("/v1/chat/completions", json=body).json()

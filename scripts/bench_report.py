@@ -8,9 +8,11 @@ Usage:
 Results are grouped by model (the `--shape` name given to bench_gpu.py, else the file name);
 when several files hold the same workload for the same model, the most recent one wins. The
 report has, per model and workload, the two servers side by side with warmslot/llama-server
-ratios, and a section that checks the targets. Plots (matplotlib, if installed) go next to
-the report: TTFT per turn of the agent replay (one panel per mode) and TTFT per request of
-the alternating workload.
+ratios, and a section that checks the targets. Plots go next to the report: TTFT per turn of
+the agent replay (one panel per mode) and TTFT per request of the alternating workload
+(matplotlib, if installed), and generated tokens/s against -np of the throughput workload
+(a PNG with matplotlib, else an SVG). The throughput and multiagent sections are in
+gpu_bench/report_throughput.py and gpu_bench/report_multiagent.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_common as bc
+from gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
+from gpu_bench.report_multiagent import multiagent_section  # noqa: E402
+from gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
 
 WARMSLOT = "warmslot"
 LLAMA_SERVER = "llama-server"
@@ -104,50 +108,6 @@ def memory_kind(entry: dict[str, Any], name: str) -> str:
     if "gemma3" in name:
         return "swa"
     return "dense"
-
-
-# -- formatting ------------------------------------------------------------------------------
-
-
-def fmt(v: Any, digits: int = 2) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        if v.is_integer() and abs(v) >= 1:
-            return f"{int(v):,}"
-        if abs(v) >= 1000:
-            return f"{v:,.0f}"
-        if abs(v) >= 100:
-            return f"{v:.0f}"
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:,.0f}"
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return bc.ratio(a, b)
-
-
-def rx(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def table(headers: list[str], rows: list[list[Any]]) -> str:
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    for row in rows:
-        out.append("| " + " | ".join(c if isinstance(c, str) else fmt(c) for c in row) + " |")
-    return "\n".join(out)
-
-
-def verdict(ok: bool | None) -> str:
-    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
 
 
 # -- per workload ----------------------------------------------------------------------------
@@ -465,6 +425,7 @@ def setup_lines(entry: dict[str, Any]) -> list[str]:
     model = r.get("model") or {}
     meta = model.get("meta") or {}
     st = r.get("settings") or {}
+    kvu = st.get("llama_server_kvu", st.get("kv_unified", False))  # older results: kv_unified, on by default
     flags = (f"-c {st.get('ctx_size')} -fa {st.get('flash_attn')} -ctk {st.get('cache_type_k')} "
              f"-ctv {st.get('cache_type_v')} -b {st.get('batch_size')} -ub {st.get('ubatch_size')} "
              f"-ngl {st.get('n_gpu_layers')}" + (f" -t {st.get('threads')}" if st.get("threads") else ""))
@@ -476,10 +437,21 @@ def setup_lines(entry: dict[str, Any]) -> list[str]:
         f"; warmslot's llama-cpp-python {lcp.get('version', '-')}"
         + (f" (llama.cpp {lcp['llama_cpp_commit'][:7]})" if lcp.get("llama_cpp_commit") else ""),
         f"- warmslot commit: {(wg.get('commit') or '-')[:12]}{' (with local changes)' if wg.get('dirty') else ''}",
-        (f"- flags for both: `{flags}`; llama-server adds `--jinja --metrics --slots` (and `-kvu` with -np > 1); "
+        (f"- flags for both: `{flags}`; llama-server adds `--jinja --metrics --slots`"
+         f"{' (and `-kvu` with -np > 1)' if kvu else ' (no `-kvu`: with -np > 1 each slot gets ctx/np)'}; "
         f"chat template: {st.get('chat_template_file') or 'the GGUF one'}"),
         f"- results: {', '.join('`' + Path(x['_path']).name + '`' for x in entry['runs'])}",
     ]
+
+
+def server_starts(res: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(where, server info) of every server start a workload recorded for one server: its
+    `server` and `server_nocache`, or one per run (-np) of the throughput workload."""
+    if not isinstance(res, dict):
+        return []
+    found = [("", res.get(k)) for k in ("server", "server_nocache")]
+    found += [(f" -np {np_}", r.get("server")) for np_, r in (res.get("runs") or {}).items() if isinstance(r, dict)]
+    return [(where, info) for where, info in found if isinstance(info, dict)]
 
 
 def build_report(models: dict[str, dict[str, Any]], out_dir: Path, plots: bool) -> str:
@@ -540,16 +512,26 @@ def build_report(models: dict[str, dict[str, Any]], out_dir: Path, plots: bool) 
             body += ["### Restore", "", text, ""]
             target_rows.append(["restore", "RAM to GPU >= 10 GB/s", "-" if gbs is None else f"{gbs:.1f} GB/s",
                                 verdict(None if gbs is None else gbs >= 10)])
+        if "throughput" in wl:
+            w, _ = wl["throughput"]
+            body += ["### Throughput of distinct requests", "", throughput_section(w), ""]
+            if plots:
+                drawn = plot_throughput(w, out_dir / f"{name}-throughput", name)
+                if drawn:
+                    body += [f"![generated tokens/s against -np]({drawn.name})", ""]
+        if "multiagent" in wl:
+            w, _ = wl["multiagent"]
+            body += ["### Agents sharing slots", "", multiagent_section(w), ""]
         errors = [e for r in entry["runs"] for e in r.get("errors") or []]
         server_errors = []
         for wname, (w, _) in wl.items():
             for server, res in (w.get("servers") or {}).items():
-                for key in ("server", "server_nocache"):
-                    err = (res.get(key) or {}).get("error") if isinstance(res, dict) else None
+                for where, info in server_starts(res):
+                    err = info.get("error")
                     if err:
                         lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
                         text = lines[0][:300] + (f" ... {lines[-1][:300]}" if len(lines) > 1 else "")
-                        server_errors.append(f"{wname} / {server}: {text}")
+                        server_errors.append(f"{wname} / {server}{where}: {text}")
         if errors or server_errors:
             body += ["### Errors", ""]
             body += [f"- {e['workload']}: {e['error'][:300]}" for e in errors]

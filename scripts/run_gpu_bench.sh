@@ -4,8 +4,12 @@
 #
 # Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
 #   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
-#   WORKLOAD    agent alternating concurrent decode restore (words or comma lists)
+#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent (words or
+#               comma lists; default: the first five)
+#     throughput  distinct requests from 32 clients, -np 1,4,8,16 (--tp-* flags, --profile-warmslot S)
+#     multiagent  8 agents looping at once on -np 4 (--ma-* flags)
 # e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
+#      scripts/run_gpu_bench.sh qwen3-8b throughput multiagent -- --profile-warmslot 12
 #
 # Environment:
 #   OUT            output folder (default bench-out/gpu)
@@ -45,6 +49,8 @@ if [[ -z $template ]]; then
         if [[ -n $tpl && -f $dir/$tpl ]]; then template=$dir/$tpl; break; fi
     done
 fi
+# The tokenizer: .gpu/'s copy if there is one, else bench_models.py takes it out of the pinned
+# llama-cpp-python sdist (scripts/vocab.py: ~/.cache/warmslot, build/, or pip download).
 vocab=()
 [[ -f .gpu/ggml-vocab-qwen35.gguf ]] && vocab=(--vocab .gpu/ggml-vocab-qwen35.gguf)
 

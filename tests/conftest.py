@@ -1,16 +1,37 @@
-"""Shared fixtures: tiny models per memory kind, the default model, and engine helpers."""
+"""Shared fixtures: tiny models per memory kind, the default model, the Qwen3.5 vocabulary.
+
+pytest imports this module before any test module, so it is where llama_cpp gets imported
+ahead of numpy (see slots/llama_api.py's docstring), once for the whole run. It also puts
+scripts/ on sys.path: the tests use its stdlib-only modules (server processes, the
+vocabulary file) and test the benchmark scripts.
+"""
 
 import llama_cpp  # noqa: F401,I001  -- llama_cpp must be imported before numpy
 
 import logging
 import pathlib
+import sys
 
 import pytest
 
-from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, Result, SamplingParams
-from tests.tiny_models import KINDS, write_tiny_model
+SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+from tests.tiny_models import KINDS, write_tiny_model  # noqa: E402
+from vocab import VocabUnavailable, qwen35_vocab as fetch_qwen35_vocab  # noqa: E402
 
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)
+
+# Fixtures that hand a test a GGUF file: a test using any of them loads a model.
+MODEL_FIXTURES = {"tiny_models", "default_model", "qwen35_vocab"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every test that uses a model fixture `model`, so `-m "not model"` leaves it out
+    even where its module mixes model tests with pure ones."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
 
 
 @pytest.fixture(scope="session")
@@ -26,34 +47,12 @@ def default_model() -> pathlib.Path:
     return pathlib.Path(assemble())
 
 
-def tiny_engine(path, **overrides) -> Engine:
-    """An engine on a tiny model, with settings that keep numerics reproducible: F32 KV and
-    no flash attention, so the order in which cells are summed barely matters."""
-    config = EngineConfig(
-        model_path=str(path),
-        n_parallel=overrides.pop("n_parallel", 1),
-        n_ctx=overrides.pop("n_ctx", 1024),
-        n_batch=overrides.pop("n_batch", 512),
-        n_ubatch=overrides.pop("n_ubatch", 512),
-        n_threads=2,
-        flash_attn=overrides.pop("flash_attn", "off"),
-        type_k="f32",
-        type_v="f32",
-        **overrides,
-    )
-    engine = Engine(config)
-    engine.start()
-    engine.wait_ready(60)
-    return engine
-
-
-_ids = iter(range(10**9))
-
-
-def generate(engine: Engine, tokens, *, max_tokens=16, **kw) -> Result:
-    """Submit a greedy request and wait for its result."""
-    sink = QueueSink()
-    sampling = kw.pop("sampling", None) or SamplingParams(temperature=0.0)
-    req = GenerateRequest(f"t{next(_ids)}", list(tokens), sink, sampling, max_tokens=max_tokens, **kw)
-    engine.submit(req)
-    return sink.collect()
+@pytest.fixture(scope="session")
+def qwen35_vocab() -> pathlib.Path:
+    """llama.cpp's ggml-vocab-qwen35.gguf, taken from the pinned sdist on first use; a test
+    that needs it fails when it cannot be had, so a missing file never passes unnoticed."""
+    try:
+        return fetch_qwen35_vocab()
+    except VocabUnavailable as exc:
+        reason = str(exc)
+    pytest.fail(reason, pytrace=False)

@@ -2,15 +2,13 @@
 streamed), structured output, and prefix reuse across a growing tool-using history, and
 conversations that alternate on one slot."""
 
-import llama_cpp  # noqa: F401,I001
-
 import json
 
 import jsonschema
 import openai
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.helpers import warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -45,7 +43,7 @@ SYSTEM = {"role": "system", "content": "You are an agent. Use the tools to answe
 
 @pytest.fixture(scope="module")
 def server(default_model):
-    proc = ServerProcess(default_model, "-np", "1", "-c", "8192")
+    proc = warmslot_server(default_model, "-np", "1", "-c", "8192")
     yield proc
     proc.stop()
 

@@ -1,7 +1,5 @@
 """Before the model is ready, every endpoint that needs it answers 503 with Retry-After."""
 
-import llama_cpp  # noqa: F401,I001
-
 from starlette.testclient import TestClient
 
 from warmslot.server.app import create_app

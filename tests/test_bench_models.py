@@ -2,26 +2,20 @@
 
 Every model is written at ``--scale tiny`` with few layers (real tokenizer, template, layer
 pattern and head dimensions; small widths), loaded with llama.cpp and decoded for a few
-tokens. The real sizes are only planned (no file is written). Skipped where llama.cpp's
-``ggml-vocab-qwen35.gguf`` is not at hand (it ships in the llama-cpp-python sdist).
+tokens. The real sizes are only planned (no file is written). The tokenizer is llama.cpp's
+``ggml-vocab-qwen35.gguf``, from the pinned llama-cpp-python sdist (the `qwen35_vocab` fixture).
 """
 
-import llama_cpp  # noqa: I001  -- must be imported before numpy (and gguf)
-
 import ctypes
-import importlib.util
 import pathlib
 import struct
-import sys
 
+import bench_models
+import llama_cpp
 import numpy as np
 import pytest
 
-_SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "bench_models.py"
-_spec = importlib.util.spec_from_file_location("bench_models", _SCRIPT)
-bench_models = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("bench_models", bench_models)
-_spec.loader.exec_module(bench_models)
+pytestmark = pytest.mark.model
 
 # few layers, but each pattern present: qwen35 3 DeltaNet + 1 attention, gemma3 5 SWA + 1 global
 LAYERS = {"qwen3-8b": 2, "qwen35-27b": 4, "qwen35-9b": 4, "gemma3-4b": 6}
@@ -31,11 +25,8 @@ PROMPT = "<|im_start|>user\nTell me about lighthouses.<|im_end|>\n<|im_start|>as
 
 
 @pytest.fixture(scope="module")
-def vocab_path() -> pathlib.Path:
-    try:
-        return bench_models.find_vocab()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
+def vocab_path(qwen35_vocab) -> pathlib.Path:
+    return qwen35_vocab
 
 
 @pytest.fixture(scope="module")

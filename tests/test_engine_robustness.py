@@ -1,12 +1,10 @@
 """The engine outlives failures: a broken step fails only the running requests, bad token ids
 are rejected, aborts free the slot, and the queue bound holds."""
 
-import llama_cpp  # noqa: F401,I001
-
 import pytest
 
 from warmslot.slots import ErrorKind, GenerateRequest, QueueFull, QueueSink, Rejected, SamplingParams
-from tests.conftest import generate, tiny_engine
+from tests.helpers import generate, tiny_engine
 
 pytestmark = pytest.mark.model
 

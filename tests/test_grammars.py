@@ -1,17 +1,15 @@
 """Grammars for tool_choice and response_format: validation, llama.cpp acceptance, matching."""
 
-import llama_cpp  # noqa: F401,I001  -- llama_cpp must be imported before numpy
-
 import ctypes
 import json
 import math
-import os
 import pathlib
 import random
 import re
 import sys
 from decimal import Decimal
 
+import llama_cpp
 import pytest
 
 from warmslot.server.errors import InvalidRequest
@@ -639,14 +637,6 @@ def lazy_sampler(vocab, spec: GrammarSpec, trigger_ids=()):
     )
 
 
-VOCAB_FILE = pathlib.Path(
-    os.environ.get(
-        "WARMSLOT_TEST_VOCAB",
-        "/work/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf",
-    )
-)
-
-
 class Vocab:
     """A vocabulary-only llama.cpp model, for running grammars over real tokens."""
 
@@ -692,10 +682,8 @@ class Vocab:
 
 
 @pytest.fixture(scope="module")
-def vocab():
-    if not VOCAB_FILE.is_file():
-        pytest.skip(f"no vocabulary file at {VOCAB_FILE} (set WARMSLOT_TEST_VOCAB)")
-    model = Vocab(VOCAB_FILE)
+def vocab(qwen35_vocab):
+    model = Vocab(qwen35_vocab)
     yield model
     llama_cpp.llama_model_free(model.model)
 

@@ -1,7 +1,5 @@
 """The pinned-memory arena's extent bookkeeping (pure logic; CUDA is not needed)."""
 
-import llama_cpp  # noqa: F401,I001
-
 import random
 
 from warmslot.slots.llama_api import HostBuffers, _Chunk

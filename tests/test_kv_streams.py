@@ -12,8 +12,7 @@ from warmslot.slots.slot import Active, Slot
 from warmslot.slots.text import TextStream
 from warmslot.slots.requests import Reuse
 
-from tests.conftest import generate, tiny_engine
-from tests.test_prefix_reuse import ENGINE, assert_same, cold, tokens
+from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 
 
 def test_auto_gives_each_slot_a_stream_on_attention_models_only():
@@ -60,8 +59,8 @@ def test_a_fork_between_streams_is_copied_even_when_no_decode_follows(tiny_model
     changes; attention memory then cuts that token off, memory that cannot be cut drops the
     target's contents rather than keep a state one token ahead."""
     path = tiny_models[kind]
-    A = tokens(1, 120)
-    engine = tiny_engine(path, n_parallel=2, kv_unified="off", **ENGINE)
+    A = random_tokens(1, 120)
+    engine = tiny_engine(path, n_parallel=2, kv_unified="off", **REUSE_ENGINE)
     try:
         generate(engine, A, max_tokens=1)
         (donor,) = {s.id for s in engine.slots if s.tokens}
@@ -75,10 +74,10 @@ def test_a_fork_between_streams_is_copied_even_when_no_decode_follows(tiny_model
             assert held == []
             return
         assert held[: len(A)] == A
-        prompt = held + tokens(2, 20)
+        prompt = held + random_tokens(2, 20)
         warm = generate(engine, prompt, return_prompt_logits=True)
         assert warm.reuse.source == "slot" and warm.reuse.slot == target
         assert warm.usage.cached_tokens == len(held)
     finally:
         engine.stop()
-    assert_same(warm, cold(path, prompt))
+    assert_same_answer(warm, cold_run(path, prompt))

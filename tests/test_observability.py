@@ -1,8 +1,6 @@
 """Metrics agree with usage; misses are explained at the right message and token; /slots
 shows checkpoints. The real server on the default model (a sliding-window model)."""
 
-import llama_cpp  # noqa: F401,I001
-
 import json
 import pathlib
 
@@ -10,7 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server_process import ServerProcess
+from tests.helpers import warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -19,7 +17,7 @@ README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
 
 @pytest.fixture(scope="module")
 def server(default_model):
-    proc = ServerProcess(default_model, "-np", "1", "-c", "4096")
+    proc = warmslot_server(default_model, "-np", "1", "-c", "4096")
     yield proc
     proc.stop()
 

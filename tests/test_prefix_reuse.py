@@ -7,49 +7,22 @@ It checks that the answer equals the cold run (logits of the last prompt token w
 restore counters).
 """
 
-import llama_cpp  # noqa: F401,I001
-
-import numpy as np
 import pytest
 
-from tests.conftest import generate, tiny_engine
+from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 from tests.tiny_models import KINDS
 
 pytestmark = pytest.mark.model
 
-# small batches keep the sliding-window cache small enough that long prompts evict it
-ENGINE = dict(n_batch=64, n_ubatch=64, n_ctx=1024)
-
-
-def tokens(seed: int, n: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
-
-
-P = tokens(1, 300)
-Q = tokens(2, 40)
-
-
-def cold(path, prompt, engine_args=ENGINE, **kw):
-    engine = tiny_engine(path, **engine_args)
-    try:
-        return generate(engine, prompt, return_prompt_logits=True, **kw)
-    finally:
-        engine.stop()
-
-
-def assert_same(warm, ref):
-    assert warm.error is None and ref.error is None
-    diff = float(np.abs(warm.prompt_logits - ref.prompt_logits).max())
-    assert diff < 1e-3, diff
-    assert warm.tokens == ref.tokens
-    assert len(warm.tokens) == 16
+P = random_tokens(1, 300)
+Q = random_tokens(2, 40)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_history_that_diverges_right_after_the_prompt_reuses_all_of_it(tiny_models, kind):
     path = tiny_models[kind]
-    ref = cold(path, P + Q, boundaries=(len(P),))
-    engine = tiny_engine(path, **ENGINE)
+    ref = cold_run(path, P + Q, boundaries=(len(P),))
+    engine = tiny_engine(path, **REUSE_ENGINE)
     try:
         # a long reply moves the sliding window well past the end of P
         generate(engine, P, max_tokens=300)
@@ -65,16 +38,16 @@ def test_history_that_diverges_right_after_the_prompt_reuses_all_of_it(tiny_mode
             assert warm.reuse.restored_checkpoint == len(P)
     finally:
         engine.stop()
-    assert_same(warm, ref)
+    assert_same_answer(warm, ref)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_divergence_inside_the_prompt_restores_the_message_checkpoint(tiny_models, kind):
     """P = A + B with a message boundary at len(A); the next history keeps A, replaces B."""
     path = tiny_models[kind]
-    a, b, c = P[:200], P[200:], tokens(3, 50)
-    ref = cold(path, a + c, boundaries=(len(a),))
-    engine = tiny_engine(path, **ENGINE)
+    a, b, c = P[:200], P[200:], random_tokens(3, 50)
+    ref = cold_run(path, a + c, boundaries=(len(a),))
+    engine = tiny_engine(path, **REUSE_ENGINE)
     try:
         generate(engine, a + b, boundaries=(len(a),), max_tokens=300)
         restored = engine.stats.checkpoints_restored
@@ -85,14 +58,14 @@ def test_divergence_inside_the_prompt_restores_the_message_checkpoint(tiny_model
             assert warm.reuse.restored_checkpoint == len(a)
     finally:
         engine.stop()
-    assert_same(warm, ref)
+    assert_same_answer(warm, ref)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_exact_repeat_reuses_the_whole_prompt_with_saved_logits(tiny_models, kind):
     path = tiny_models[kind]
-    ref = cold(path, P)
-    engine = tiny_engine(path, **ENGINE)
+    ref = cold_run(path, P)
+    engine = tiny_engine(path, **REUSE_ENGINE)
     try:
         first = generate(engine, P, return_prompt_logits=True)
         reused = engine.stats.logits_reused
@@ -103,8 +76,8 @@ def test_exact_repeat_reuses_the_whole_prompt_with_saved_logits(tiny_models, kin
         assert engine.stats.logits_reused == reused + 1
     finally:
         engine.stop()
-    assert_same(first, ref)
-    assert_same(warm, ref)
+    assert_same_answer(first, ref)
+    assert_same_answer(warm, ref)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -112,11 +85,11 @@ def test_echoed_reply_continues_without_any_restore(tiny_models, kind):
     """The client sends back exactly what was generated, plus more: nothing is cut, even on
     recurrent state, because the slot ends exactly where the shared prefix ends."""
     path = tiny_models[kind]
-    engine = tiny_engine(path, **ENGINE)
+    engine = tiny_engine(path, **REUSE_ENGINE)
     try:
         first = generate(engine, P)
         history = P + first.tokens + Q
-        ref = cold(path, history, boundaries=(len(P),))
+        ref = cold_run(path, history, boundaries=(len(P),))
         restored = engine.stats.checkpoints_restored
         warm = generate(engine, history, return_prompt_logits=True)
         # the last generated token was sampled but never decoded, so it is evaluated again
@@ -124,14 +97,14 @@ def test_echoed_reply_continues_without_any_restore(tiny_models, kind):
         assert engine.stats.checkpoints_restored == restored
     finally:
         engine.stop()
-    assert_same(warm, ref)
+    assert_same_answer(warm, ref)
 
 
 def test_sliding_window_without_checkpoint_falls_back_to_full_prefill(tiny_models):
     """Checkpoints are what makes SWA reuse work once the window has moved on: with a single
     checkpoint slot that only holds the end of the prompt, an earlier divergence recomputes."""
     path = tiny_models["swa"]
-    engine = tiny_engine(path, ctx_checkpoints=1, checkpoint_every=0, **ENGINE)
+    engine = tiny_engine(path, ctx_checkpoints=1, checkpoint_every=0, **REUSE_ENGINE)
     try:
         generate(engine, P, max_tokens=300)
         warm = generate(engine, P[:150] + Q, return_prompt_logits=True)
@@ -140,4 +113,4 @@ def test_sliding_window_without_checkpoint_falls_back_to_full_prefill(tiny_model
         assert engine.stats.full_prefills == 1
     finally:
         engine.stop()
-    assert_same(warm, cold(path, P[:150] + Q))
+    assert_same_answer(warm, cold_run(path, P[:150] + Q))

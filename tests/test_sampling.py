@@ -1,11 +1,9 @@
 """Native sampler chains through the engine: seed, logit_bias, penalties, EOG and stops."""
 
-import llama_cpp  # noqa: F401,I001
-
 import pytest
 
 from warmslot.slots import SamplingParams
-from tests.conftest import generate, tiny_engine
+from tests.helpers import generate, tiny_engine
 from tests.tiny_models import EOS_ID
 
 pytestmark = pytest.mark.model

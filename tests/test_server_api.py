@@ -1,7 +1,5 @@
 """End to end: the real server on the default model, driven by the official OpenAI client."""
 
-import llama_cpp  # noqa: F401,I001
-
 import concurrent.futures
 import json
 import time
@@ -10,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.helpers import warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -19,7 +17,7 @@ HELLO = [{"role": "user", "content": "Write one short sentence about the sea."}]
 
 @pytest.fixture(scope="module")
 def server(default_model):
-    proc = ServerProcess(default_model, "-np", "2", "-c", "4096", "--max-queue", "8")
+    proc = warmslot_server(default_model, "-np", "2", "-c", "4096", "--max-queue", "8")
     yield proc
     proc.stop()
 
@@ -220,7 +218,7 @@ def test_server_keeps_serving_after_bad_input(client, server):
 
 
 def test_full_queue_answers_503_with_retry_after(default_model):
-    proc = ServerProcess(default_model, "-np", "1", "-c", "2048", "--max-queue", "1")
+    proc = warmslot_server(default_model, "-np", "1", "-c", "2048", "--max-queue", "1")
     try:
         body = {"messages": HELLO, "max_tokens": 400, "temperature": 0, "ignore_eos": True}
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
@@ -239,7 +237,7 @@ def test_full_queue_answers_503_with_retry_after(default_model):
 
 
 def test_api_key_is_required_when_set(default_model):
-    proc = ServerProcess(default_model, "-np", "1", "-c", "1024", "--api-key", "sekret")
+    proc = warmslot_server(default_model, "-np", "1", "-c", "1024", "--api-key", "sekret")
     try:
         r = httpx.post(proc.url + "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2})
         assert r.status_code == 401

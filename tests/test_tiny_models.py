@@ -1,18 +1,15 @@
 """The tiny GGUF models load, run and are classified as expected by llama.cpp."""
 
-import llama_cpp  # noqa: I001  -- must be imported before numpy (and gguf)
-
 import ctypes
 import pathlib
 
+import llama_cpp
 import numpy as np
 import pytest
 
-try:
-    from tests.tiny_models import ARCHS, EOS_ID, GEMMA3, IM_END_ID, KINDS, N_VOCAB, write_tiny_model
-except ImportError:  # tests/ itself is on sys.path (pytest's default rootdir-less import mode)
-    from tiny_models import ARCHS, EOS_ID, GEMMA3, IM_END_ID, KINDS, N_VOCAB, write_tiny_model
+from tests.tiny_models import ARCHS, EOS_ID, GEMMA3, IM_END_ID, KINDS, N_VOCAB, write_tiny_model
 
+pytestmark = pytest.mark.model
 
 N_PROMPT = 20
 N_GEN = 16

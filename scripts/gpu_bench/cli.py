@@ -1,0 +1,252 @@
+"""Side-by-side benchmark of warmslot and llama-server on one model: agent workloads, decode.
+
+Both servers run the same model with the same context size, slots (-np), KV cache types,
+batch sizes, flash attention and GPU layers; they are started one at a time, on a free
+loopback port, and always stopped. Each keeps its own defaults otherwise: llama-server its
+prompt caching (`--cache-ram`, `--ctx-checkpoints`) and, with -np > 1, a KV cache split
+evenly between the slots (`--llama-server-kvu` passes -kvu for one shared pool, as warmslot
+has); warmslot its own. Every request is a streamed OpenAI request with a timeout; a server
+that fails to start or a request that fails is recorded as an error and the run moves on.
+The result is ONE JSON file (`--out`), rewritten after every server run, so a run cut short
+still leaves what it measured.
+
+Workloads (`--workloads`, comma-separated):
+
+  agent        An agent session replayed through /v1/chat/completions: a system prompt of about
+               --system-tokens (instructions; the tool schemas go in `tools`, or into the text
+               with --tools-in text), a user task, then --turns requests; after each, the
+               assistant turn and a tool result of 0.5K-4K tokens are appended. Modes:
+               echo (append the text the server generated), rerender (append a recorded tool
+               call, as agents that rebuild their history do), nocache (the rerender history
+               with `cache_prompt: false`, the first --nocache-turns requests).
+  alternating  Three conversations sharing a --alt-shared-tokens prefix, each with
+               --alt-own-tokens of its own, sent A,B,C,A,B,C,... for --alt-rounds rounds
+               (a round is one request of each) on one slot; a return appends the previous
+               answer and a short user message.
+  concurrent   -np 4: four clients, each an agent replay (rerender) of --conc-turns requests
+               on a shared --conc-system-tokens system prompt, all at once.
+  decode       -np 4: --decode-tokens generated tokens (ignore_eos) by 1 stream and by 4
+               concurrent streams, after prompts of each --decode-contexts length.
+  restore      From the alternating run's /metrics and /slots (run it if not selected):
+               prompt-cache bytes loaded and load time (GB/s), saves, checkpoint restores.
+  throughput   Distinct requests: --tp-clients clients drain a queue of --tp-requests
+               /v1/completions requests, each a different prompt of --tp-prompt-tokens
+               and --tp-gen-tokens generated tokens (ignore_eos, default sampling), for each
+               -np of --tp-np, with -c --tp-ctx-size; the servers restart per -np, and every
+               --tp-variants entry (server + extra flags) runs too. Aggregate generated
+               tokens/s, TTFT percentiles, warmslot's state counters. --profile-warmslot S
+               samples warmslot with py-spy for S seconds at the largest -np.
+  multiagent   --ma-agents agents run their loops at once on -np --ma-np: a shared system
+               prompt and --ma-tools tools (about --ma-system-tokens in all), --ma-turns
+               turns each; every reply (--ma-gen-tokens) is echoed back and a tool result of
+               --ma-tool-tokens appended. Computed prompt tokens, wall time, latencies,
+               warmslot's state counters.
+
+Typical use (GPU machine, binaries on PATH):
+
+    python scripts/bench_gpu.py -m /tmp/models/qwen3-8b.gguf --shape qwen3-8b \\
+        --workloads agent,alternating,restore --out $OUT/qwen3-8b.json
+
+A CPU dry run on a tiny model:
+
+    python scripts/bench_gpu.py -m tiny.gguf -ngl 0 -t 2 -c 4096 --system-tokens 600 --turns 4 \\
+        --gen-tokens 8 --tool-tokens 60,200 --n-tools 4 --alt-shared-tokens 300 \\
+        --alt-own-tokens 100 --alt-rounds 2 --decode-tokens 32 --decode-contexts 200 \\
+        --conc-system-tokens 300 --conc-turns 3 --out /tmp/bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import bench_common as bc
+import server_process as sp
+
+from . import LLAMA_SERVER, SERVERS
+from .agent import TOOLS
+from .servers import Run
+from .summary import print_summary
+from .workload_agent import AGENT_MODES, workload_agent
+from .workload_alternating import workload_alternating, workload_restore
+from .workload_concurrent import workload_concurrent
+from .workload_decode import workload_decode
+from .workload_multiagent import workload_multiagent
+from .workload_throughput import VariantError, parse_variants, workload_throughput
+
+WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent")
+DEFAULT_WORKLOADS = "agent,alternating,concurrent,decode,restore"
+RUNNERS = {"agent": workload_agent, "alternating": workload_alternating, "concurrent": workload_concurrent,
+           "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("-m", "--model", required=True, help="GGUF model")
+    p.add_argument("--shape", default=None, help="name of the model's shape (e.g. qwen3-8b), recorded in the JSON")
+    p.add_argument("--out", required=True, help="result JSON")
+    p.add_argument("--workloads", default=DEFAULT_WORKLOADS,
+                   help=f"comma-separated: {','.join(WORKLOADS)}")
+    p.add_argument("--servers", default=",".join(SERVERS), help="comma-separated, run in this order")
+    p.add_argument("--llama-server", default=None, help="llama-server binary (default: PATH, then build/llama.cpp/bin)")
+    p.add_argument("--python", default=sys.executable, help="interpreter that runs warmslot")
+    # server flags, the same for both
+    p.add_argument("-c", "--ctx-size", type=int, default=65536, help="context for agent and alternating")
+    p.add_argument("-fa", "--flash-attn", default="on", choices=("on", "off", "auto"))
+    p.add_argument("-ctk", "--cache-type-k", default="f16")
+    p.add_argument("-ctv", "--cache-type-v", default="f16")
+    p.add_argument("-b", "--batch-size", type=int, default=2048)
+    p.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    p.add_argument("-ngl", "--n-gpu-layers", type=int, default=99)
+    p.add_argument("-t", "--threads", type=int, default=0, help="-t and -tb for both (0: each server's default)")
+    p.add_argument("--chat-template-file", default=None,
+                   help="Jinja chat template for both servers (default: the GGUF's)")
+    p.add_argument("--template-kwargs", default=None, type=json.loads,
+                   help='chat_template_kwargs sent with every chat request, e.g. \'{"enable_thinking": false}\'')
+    p.add_argument("--llama-server-kvu", action="store_true",
+                   help="pass -kvu to llama-server when -np > 1: one KV pool shared by the slots, as warmslot "
+                        "has (default: llama-server's own, each slot gets ctx/np)")
+    p.add_argument("--warmslot-args", default="", help="extra warmslot flags (one string)")
+    p.add_argument("--llama-server-args", default="", help="extra llama-server flags (one string)")
+    # agent
+    p.add_argument("--system-tokens", type=int, default=8000)
+    p.add_argument("--turns", type=int, default=20, help="requests per replay")
+    p.add_argument("--gen-tokens", type=int, default=32, help="max_tokens of agent/alternating/concurrent requests")
+    p.add_argument("--tool-tokens", default="500,4000", help="MIN,MAX tokens of a tool result")
+    p.add_argument("--n-tools", type=int, default=20, help="tool schemas (at most 20)")
+    p.add_argument("--tools-in", default="api", choices=("api", "text"),
+                   help="api: send the schemas as `tools`; text: write them into the system prompt")
+    p.add_argument("--agent-modes", default="echo,rerender,nocache")
+    p.add_argument("--nocache-turns", type=int, default=None, help="requests of the no-cache baseline (default: --turns)")
+    p.add_argument("--no-ideal", dest="ideal", action="store_false",
+                   help="skip rendering each prompt to tokens for the ideal computed-token count")
+    # alternating
+    p.add_argument("--alt-shared-tokens", type=int, default=8000)
+    p.add_argument("--alt-own-tokens", type=int, default=4000)
+    p.add_argument("--alt-rounds", type=int, default=9, help="rounds of A,B,C")
+    # concurrent
+    p.add_argument("--conc-clients", type=int, default=4)
+    p.add_argument("--conc-system-tokens", type=int, default=4000)
+    p.add_argument("--conc-turns", type=int, default=8)
+    p.add_argument("--conc-ctx-size", type=int, default=0, help="0: enough for every client's whole replay")
+    p.add_argument("--conc-distinct-system", action="store_true", help="a different system prompt per client")
+    # decode
+    p.add_argument("--decode-tokens", type=int, default=512)
+    p.add_argument("--decode-contexts", default="1000,16000", help="prompt lengths in tokens")
+    p.add_argument("--decode-streams", type=int, default=4)
+    p.add_argument("--decode-ctx-size", type=int, default=0, help="0: streams x (longest prompt + decode + 256)")
+    add_throughput_arguments(p)
+    add_multiagent_arguments(p)
+    # robustness
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for a server to load")
+    p.add_argument("--time-budget", type=float, default=0.0,
+                   help="seconds for the whole run; workloads stop early when it is spent (0: none)")
+    p.add_argument("--log-dir", default=None, help="keep server logs here (default: temporary, tail in the JSON)")
+    a = p.parse_args(argv)
+    a.workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
+    bad = [w for w in a.workloads if w not in WORKLOADS]
+    if bad:
+        p.error(f"unknown workloads {bad}; choose from {WORKLOADS}")
+    a.servers = [s.strip() for s in a.servers.split(",") if s.strip()]
+    if any(s not in SERVERS for s in a.servers):
+        p.error(f"--servers takes {SERVERS}")
+    a.agent_modes = [m.strip() for m in a.agent_modes.split(",") if m.strip()]
+    if any(m not in AGENT_MODES for m in a.agent_modes):
+        p.error(f"--agent-modes takes {AGENT_MODES}")
+    lo, hi = (int(x) for x in a.tool_tokens.split(","))
+    a.tool_tokens = (lo, hi)
+    a.decode_contexts = [int(x) for x in a.decode_contexts.split(",") if x.strip()]
+    a.nocache_turns = min(a.nocache_turns or a.turns, a.turns)
+    a.n_tools = max(0, min(a.n_tools, len(TOOLS)))
+    a.tp_np = [int(x) for x in a.tp_np.split(",") if x.strip()]
+    try:
+        a.tp_variants = parse_variants(a.tp_variants)
+    except VariantError as exc:
+        p.error(str(exc))
+    a.ma_tools = max(0, min(a.ma_tools, len(TOOLS)))
+    return a
+
+
+def add_throughput_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tp-clients", type=int, default=32, help="concurrent clients (requests in flight)")
+    p.add_argument("--tp-requests", type=int, default=96, help="requests per run, each with its own prompt")
+    p.add_argument("--tp-prompt-tokens", type=int, default=530)
+    p.add_argument("--tp-gen-tokens", type=int, default=128, help="generated tokens per request (ignore_eos)")
+    p.add_argument("--tp-np", default="1,4,8,16", help="-np values, one server run each")
+    p.add_argument("--tp-ctx-size", type=int, default=65536, help="-c of every throughput run")
+    p.add_argument("--tp-variants", default="",
+                   help="extra runs per -np, ';'-separated SERVER:FLAGS, e.g. "
+                        "'warmslot:--cache-ram 0;llama-server:-kvu;llama-server:--cache-ram 0'")
+    p.add_argument("--profile-warmslot", type=float, default=0.0, metavar="SECONDS",
+                   help="sample warmslot with py-spy for SECONDS during its throughput run at the largest -np")
+    p.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
+
+
+def add_multiagent_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ma-agents", type=int, default=8, help="agents running at once")
+    p.add_argument("--ma-np", type=int, default=4, help="-np of the multiagent run")
+    p.add_argument("--ma-turns", type=int, default=6, help="requests per agent")
+    p.add_argument("--ma-system-tokens", type=int, default=2800, help="shared system prompt and tools, in all")
+    p.add_argument("--ma-tools", type=int, default=8, help="tool schemas")
+    p.add_argument("--ma-tool-tokens", type=int, default=530, help="tokens of each tool result (about 400 words)")
+    p.add_argument("--ma-gen-tokens", type=int, default=32, help="max_tokens of each request")
+    p.add_argument("--ma-ctx-size", type=int, default=0, help="0: -np x one agent's whole conversation, +20%%")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    sp.install_signal_handlers()
+    run = Run(a)
+    model = Path(a.model)
+    if not model.is_file():
+        print(f"model not found: {model}", file=sys.stderr)
+        return 2
+    if LLAMA_SERVER in a.servers and run.llama_server is None:
+        print("llama-server not found; pass --llama-server (its failure is recorded, warmslot still runs)",
+              file=sys.stderr)
+    run.result = {
+        "benchmark": "gpu-side-by-side",
+        "started": bc.now_iso(),
+        "finished": None,
+        "machine": bc.machine_info(),
+        "llama_server": bc.llama_server_build_info(run.llama_server) if run.llama_server else None,
+        "llama_cpp_python": bc.llama_cpp_python_info(),
+        "model": {**bc.file_info(model), "shape": a.shape},
+        "settings": {k: v for k, v in vars(a).items()},
+        "workloads": {},
+        "errors": [],
+    }
+    run.save()
+    order = [w for w in WORKLOADS if w in a.workloads]
+    if "restore" in order and "alternating" not in order:
+        order.insert(order.index("restore"), "alternating")
+    for name in order:
+        if run.budget.spent():
+            run.result["workloads"][name] = {"skipped": "time budget spent"}
+            continue
+        run.log(f"=== workload {name}")
+        t0 = time.perf_counter()
+        try:
+            if name == "restore":
+                run.result["workloads"][name] = workload_restore(run, run.result["workloads"].get("alternating", {}))
+            else:
+                run.result["workloads"][name] = {"running": True}
+                run.result["workloads"][name] = RUNNERS[name](run)
+        except Exception as exc:  # noqa: BLE001 - one workload's failure does not end the run
+            run.result["errors"].append({"workload": name, "error": f"{type(exc).__name__}: {exc}",
+                                         "traceback": traceback.format_exc()[-4000:]})
+            run.log(f"workload {name} failed: {exc}")
+        if isinstance(run.result["workloads"].get(name), dict):
+            run.result["workloads"][name]["wall_s"] = round(time.perf_counter() - t0, 2)
+        run.result["model"]["meta"] = run.model_meta
+        run.save()
+    run.save()
+    print_summary(run.result)
+    print(f"\nwrote {a.out}")
+    return 0

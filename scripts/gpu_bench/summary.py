@@ -1,0 +1,84 @@
+"""The console summary printed at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bench_common as bc
+
+from . import WARMSLOT
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    w = result.get("workloads") or {}
+    rows = []
+    for server, res in ((w.get("agent") or {}).get("servers") or {}).items():
+        for mode, m in (res.get("modes") or {}).items():
+            s = m["summary"]
+            rows.append([server, mode, s["turns_ok"], s["prompt_tokens_total"], s["computed_tokens_total"],
+                         s["ideal_computed_total"], (s["ttft_s_p50_turn2plus"] or 0) * 1000, s["wall_s"],
+                         s.get("wall_s_first_k")])
+    if rows:
+        print("\nagent replay")
+        print(bc.format_table(["server", "mode", "turns", "prompt", "computed", "ideal", "TTFT p50 2+ ms",
+                               "wall s", "wall first k"], rows))
+    rows = []
+    for server, res in ((w.get("alternating") or {}).get("servers") or {}).items():
+        s = res.get("summary") or {}
+        rows.append([server, s.get("ok"), (s.get("ttft_s_p50_first") or 0) * 1000,
+                     (s.get("ttft_s_p50_returns") or 0) * 1000, s.get("computed_tokens_returns")])
+    if rows:
+        print("\nalternating")
+        print(bc.format_table(["server", "requests", "TTFT p50 first ms", "TTFT p50 returns ms",
+                               "computed on returns"], rows))
+    rows = []
+    for server, res in ((w.get("concurrent") or {}).get("servers") or {}).items():
+        s = res.get("summary") or {}
+        rows.append([server, s.get("ok"), res.get("wall_s"), s.get("generated_tokens_per_wall_s"),
+                     s.get("decode_tps_per_request_p50"), (s.get("ttft_s_p50") or 0) * 1000,
+                     (s.get("ttft_s_p95") or 0) * 1000])
+    if rows:
+        print("\nconcurrent")
+        print(bc.format_table(["server", "requests", "wall s", "gen tok/wall s", "decode p50", "TTFT p50 ms",
+                               "TTFT p95 ms"], rows))
+    rows = []
+    for server, res in ((w.get("decode") or {}).get("servers") or {}).items():
+        for c, e in (res.get("contexts") or {}).items():
+            many = next((v for k, v in e.items() if k.startswith("streams_") and k != "streams_1"), {})
+            rows.append([server, c, (e.get("streams_1") or {}).get("decode_tps"), many.get("aggregate_tps"),
+                         many.get("per_stream_decode_tps_p50")])
+    if rows:
+        print("\ndecode")
+        print(bc.format_table(["server", "context", "1 stream tok/s", "N streams aggregate", "per stream"], rows))
+    r = (w.get("restore") or {}).get("servers", {}).get(WARMSLOT)
+    if r:
+        print(f"\nrestore (warmslot): loaded {r.get('prompt_cache_loaded_bytes')} B in "
+              f"{r.get('prompt_cache_load_seconds')} s = {r.get('load_gb_per_s')} GB/s; checkpoints restored "
+              f"{r.get('checkpoints_restored')}")
+    print_throughput(w.get("throughput") or {})
+    print_multiagent(w.get("multiagent") or {})
+
+
+def print_throughput(w: dict[str, Any]) -> None:
+    rows = []
+    for label, res in (w.get("servers") or {}).items():
+        for np_, r in (res.get("runs") or {}).items():
+            s = r.get("summary") or {}
+            rows.append([label, np_, f"{s.get('ok')}/{s.get('requests')}" if s else r.get("skipped") or "error",
+                         s.get("tokens_per_s"), (s.get("ttft_s_p50") or 0) * 1000, (s.get("ttft_s_p95") or 0) * 1000])
+    if rows:
+        print("\nthroughput")
+        print(bc.format_table(["server", "np", "requests", "gen tok/s", "TTFT p50 ms", "TTFT p95 ms"], rows))
+
+
+def print_multiagent(w: dict[str, Any]) -> None:
+    rows = []
+    for server, res in (w.get("servers") or {}).items():
+        s = res.get("summary") or {}
+        rows.append([server, f"{s.get('ok')}/{s.get('requests')}" if s else res.get("skipped") or "error",
+                     s.get("computed_tokens_total"), s.get("wall_s"), s.get("latency_s_p50"),
+                     (s.get("ttft_s_p50") or 0) * 1000])
+    if rows:
+        print("\nmultiagent")
+        print(bc.format_table(["server", "requests", "computed tokens", "wall s", "latency p50 s", "TTFT p50 ms"],
+                              rows))

@@ -1,0 +1,76 @@
+"""Helpers the test modules share: tiny engines, greedy requests, cold reference runs, servers.
+
+Test modules import these from here, never from each other or from conftest.py, so that a
+module's tests can move or go without breaking another module's imports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from server_process import ServerProcess, warmslot_command
+from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, Result, SamplingParams
+
+# Small batches keep the sliding-window cache small enough that long prompts evict it.
+REUSE_ENGINE = dict(n_batch=64, n_ubatch=64, n_ctx=1024)
+
+
+def tiny_engine(path, **overrides) -> Engine:
+    """An engine on a tiny model, with settings that keep numerics reproducible: F32 KV and
+    no flash attention, so the order in which cells are summed barely matters."""
+    config = EngineConfig(
+        model_path=str(path),
+        n_parallel=overrides.pop("n_parallel", 1),
+        n_ctx=overrides.pop("n_ctx", 1024),
+        n_batch=overrides.pop("n_batch", 512),
+        n_ubatch=overrides.pop("n_ubatch", 512),
+        n_threads=2,
+        flash_attn=overrides.pop("flash_attn", "off"),
+        type_k="f32",
+        type_v="f32",
+        **overrides,
+    )
+    engine = Engine(config)
+    engine.start()
+    engine.wait_ready(60)
+    return engine
+
+
+_ids = iter(range(10**9))
+
+
+def generate(engine: Engine, tokens, *, max_tokens=16, **kw) -> Result:
+    """Submit a greedy request and wait for its result."""
+    sink = QueueSink()
+    sampling = kw.pop("sampling", None) or SamplingParams(temperature=0.0)
+    req = GenerateRequest(f"t{next(_ids)}", list(tokens), sink, sampling, max_tokens=max_tokens, **kw)
+    engine.submit(req)
+    return sink.collect()
+
+
+def random_tokens(seed: int, n: int) -> list[int]:
+    """Token ids of the tiny models' byte vocabulary, the same for a given seed."""
+    return [int(t) for t in np.random.default_rng(seed).integers(0, 256, n)]
+
+
+def cold_run(path, prompt, engine_args=REUSE_ENGINE, **kw) -> Result:
+    """The reference answer: `prompt` on a fresh engine that has nothing to reuse."""
+    engine = tiny_engine(path, **engine_args)
+    try:
+        return generate(engine, prompt, return_prompt_logits=True, **kw)
+    finally:
+        engine.stop()
+
+
+def assert_same_answer(warm: Result, ref: Result) -> None:
+    """A reused prefix changed nothing: last-prompt-token logits within 1e-3, same 16 tokens."""
+    assert warm.error is None and ref.error is None
+    diff = float(np.abs(warm.prompt_logits - ref.prompt_logits).max())
+    assert diff < 1e-3, diff
+    assert warm.tokens == ref.tokens
+    assert len(warm.tokens) == 16
+
+
+def warmslot_server(model, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
+    """A started `python -m warmslot.server` on 2 threads; the caller stops it."""
+    return ServerProcess("warmslot", warmslot_command(model, ["-t", "2", *args]), env=env, ready_timeout=180)
