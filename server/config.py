@@ -26,6 +26,11 @@ def parse_size(text: str) -> int:
     return int(value * (1024 ** " kmgt".index(unit or " ")))
 
 
+def parse_vram(text: str) -> int | None:
+    """--cache-vram: a size, or 'auto' (None: the engine decides from free device memory)."""
+    return None if str(text).strip().lower() == "auto" else parse_size(text)
+
+
 DEFAULT_CACHE_RAM = "auto"
 
 
@@ -70,6 +75,7 @@ _FLAGS = [
     (("--checkpoint-every",), "checkpoint_every", int, 8192, "tokens between checkpoints inside a long prefill (0: only at message starts)"),
     (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "bytes of checkpoints kept per slot"),
     (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off; auto: a quarter of the RAM, at most 32GiB)"),
+    (("--cache-vram",), "cache_vram", "vram", "auto", "device memory for spare KV streams that keep idle conversations on the GPU (a stream per slot, attention models), e.g. 8GiB (0: none; auto: up to one per slot, in free device memory)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
@@ -117,10 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
             value = env.strip().lower() if env is not None else default
             parser.add_argument(*flags, dest=dest, action="store_const", const=kind, default=value, help=help_text)
             continue
-        convert = parse_size if kind == "size" else kind
+        convert = {"size": parse_size, "vram": parse_vram}.get(kind, kind)
         value = env if env is not None else default
-        if value is not None and kind == "size":
-            value = parse_size(value)
+        if value is not None and kind in ("size", "vram"):
+            value = convert(value)
         elif value is not None and env is not None:
             value = convert(value)
         parser.add_argument(*flags, dest=dest, type=convert, default=value, choices=_CHOICES.get(dest), help=help_text)
@@ -153,6 +159,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cache_ram=a.cache_ram,
         park_idle=not a.no_park_idle,
         kv_unified=a.kv_unified,
+        cache_vram=a.cache_vram,
     )
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
     config = ServerConfig(

@@ -28,7 +28,9 @@ from typing import Any, Callable
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.prompt_cache import PromptCache
 
+from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler, classify_memory
+from .sampling import BatchSampler, sampling_threads
 from .requests import (
     EngineError,
     ErrorKind,
@@ -88,10 +90,10 @@ class EngineConfig:
     checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
     cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
-    kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see kv_unified()
+    kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
+    cache_vram: int | None = None  # device memory for spare sequences (streams only); None: auto
 
 
-DEFAULT_MAX_CTX = 32768
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
 # a request that shares all but this many tokens of a slot's previous prompt continues that
 # conversation: the slot's contents are not worth a copy in the prompt cache
@@ -104,19 +106,6 @@ def physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 16 << 30
-
-
-def kv_unified(setting: str, kind: MemoryKind, n_parallel: int) -> bool:
-    """Whether the slots share one KV pool (`-kvu`) or each get a stream of n_ctx/n_parallel cells.
-
-    A stream per slot is the default for attention and sliding-window models with several
-    slots: a sequence's attention then spans only its own cells, its state is one contiguous
-    copy, and an idle slot's cells cost the others nothing. A unified pool lets one slot use
-    the whole context; it stays the default for recurrent and hybrid models, whose attention
-    layers are a small part of each step."""
-    if setting in ("on", "off"):
-        return setting == "on"
-    return n_parallel == 1 or kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID)
 
 
 def content_hash(tokens: list[int]) -> str:
@@ -147,6 +136,8 @@ class Engine:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._batch: Batch | None = None
+        self.sampling: BatchSampler | None = None
+        self._fill_gaps = False  # streams of attention memory: filler tokens keep micro-batches whole
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
         self._deferred: list[tuple[Slot, int, Any]] = []  # checkpoints to take after flushing
         self._pending_events: list[tuple[Any, list[Event]]] = []  # finished requests' events
@@ -175,7 +166,7 @@ class Engine:
         with self._cv:
             # requests that idle slots will take at the next step are not waiting (a read of
             # other threads' state: one step stale at worst, and conservative either way)
-            idle = sum(1 for slot in self.slots if slot.active is None)
+            idle = self.config.n_parallel - sum(1 for slot in self.slots if slot.active is not None)
             if self._n_queued - idle >= self.config.max_queue:
                 self.stats.queue_rejected += 1
                 raise QueueFull(f"{self._n_queued - idle} requests are waiting for a slot")
@@ -316,13 +307,18 @@ class Engine:
         log.info("loading %s", cfg.model_path)
         self.model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
         info = self.model.info
-        n_ctx = cfg.n_ctx or min(info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
-        unified = kv_unified(cfg.kv_unified, classify_memory(info, cfg.swa_full), cfg.n_parallel)
+        layout = plan_layout(
+            self.model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=cfg.n_ctx,
+            kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
+            on_gpu=cfg.n_gpu_layers != 0,
+        )
+        self.layout = layout
+        unified = layout.unified
         params = ContextParams(
-            n_ctx=n_ctx,
-            n_batch=cfg.n_batch,
+            n_ctx=layout.n_ctx,
+            n_batch=max(cfg.n_batch, layout.n_seq),
             n_ubatch=cfg.n_ubatch,
-            n_seq_max=cfg.n_parallel,
+            n_seq_max=layout.n_seq,
             n_threads=cfg.n_threads,
             n_threads_batch=cfg.n_threads_batch,
             flash_attn=cfg.flash_attn,
@@ -336,23 +332,26 @@ class Engine:
         )
         self.ctx = Context(self.model, params)
         self._batch = Batch(self.ctx.n_batch, self.ctx.n_seq_max)
+        self.sampling = BatchSampler(self.ctx, sampling_threads(cfg.n_parallel))
         host = self.ctx.host
         if host.pinned:
             host.prepare(initial=min(PINNED_AT_START, cfg.cache_ram + (1 << 30)))
             log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
         self.slots = [
-            Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(cfg.n_parallel)
+            Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
         ]
         kind = self.ctx.memory_kind
-        fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}"
+        # a saved state records the KV layout (one pool, or its stream count)
+        fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
         self.cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
         self.memory = SlotMemory(self.ctx, self.model, self.cache, self.stats)
         # NOTE: a fork between streams is copied at the next decode, after a sliding-window
         # checkpoint restore into the target would already have been written: no forks there
         can_fork = unified or kind is not MemoryKind.SWA
-        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable, can_fork)
+        self._fill_gaps = not unified and kind is MemoryKind.ATTENTION
+        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel)
         log.info(
-            "model %s (%s, %s memory%s): %d slots, context %d tokens %s, batch %d/%d, %d threads",
+            "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
             info.name,
             info.arch,
             self.ctx.memory_kind.value,
@@ -360,6 +359,7 @@ class Engine:
             cfg.n_parallel,
             self.ctx.n_ctx,
             f"in one pool (up to {self.ctx.n_ctx_seq} per slot)" if unified else f"as a stream of {self.ctx.n_ctx_seq} per slot",
+            f", {layout.n_spare} spare streams keep idle conversations on the device" if layout.n_spare else "",
             self.ctx.n_batch,
             self.ctx.n_ubatch,
             self.ctx.n_threads,
@@ -370,6 +370,8 @@ class Engine:
             if slot.active is not None:
                 self._finish(slot, FinishReason.ABORT)
         self._flush()
+        if self.sampling is not None:
+            self.sampling.close()
         if self.ctx is not None:
             self.ctx.close()
         if self.model is not None:
@@ -382,7 +384,10 @@ class Engine:
         t0 = time.monotonic()
         self._reap_aborts()
         self._admit()
-        entries = plan_batch(self.slots, self._batch, self._prefill_budget(), by_sequence=not self.ctx.unified)
+        entries = plan_batch(
+            self.slots, self._batch, self._prefill_budget(),
+            by_sequence=not self.ctx.unified, fill_gaps=self._fill_gaps,
+        )
         if entries:
             self._run(entries)  # flushes the previous step's events once its decode is launched
         else:
@@ -629,6 +634,11 @@ class Engine:
         t1 = time.monotonic()
         self.stats.decode_call_seconds += t1 - t0
         self.memory.fork_pending = False  # llama_decode performs pending stream copies first
+        if rc != 0:
+            for entry in entries:
+                if entry.filler:
+                    self.ctx.seq_rm(entry.slot.id, entry.start, -1)
+            entries = [e for e in entries if not e.filler]
         if rc == 1:
             self._on_kv_full(entries)
             return
@@ -643,16 +653,26 @@ class Engine:
         self.ctx.synchronize()
         self.stats.device_wait_seconds += time.monotonic() - t2
         n_decode = sum(1 for e in entries if e.is_decode)
+        n_filler = sum(1 for e in entries if e.filler)
+        to_sample: list[BatchEntry] = []
         for entry in entries:
             slot = entry.slot
+            if entry.filler:
+                self.ctx.seq_rm(slot.id, entry.start, -1)
+                continue
             if slot.active is None:
                 continue
             if entry.is_decode:
-                self._after_decode(slot, entry)
-            else:
-                self._after_prefill(slot, entry)
-        self.ctx.synchronize()
-        self.stats.record_step(self._batch.n - n_decode, n_decode, time.monotonic() - t0)
+                slot.tokens.append(slot.active.pending)
+                slot.active.pending = None
+                to_sample.append(entry)
+            elif self._after_prefill(slot, entry):
+                to_sample.append(entry)
+        tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
+        for entry, token in zip(to_sample, tokens):
+            self._on_token(entry.slot, token)
+        self.stats.filler_tokens += n_filler
+        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode, time.monotonic() - t0)
 
     def _settle_fork(self) -> None:
         """A fork between streams is copied by llama.cpp at the next decode, and no decode
@@ -668,13 +688,9 @@ class Engine:
         if rc != 0 or not self.ctx.seq_rm(target.id, pos, -1):
             self.memory.clear(target)
 
-    def _after_decode(self, slot: Slot, entry: BatchEntry) -> None:
-        active = slot.active
-        slot.tokens.append(active.pending)
-        active.pending = None
-        self._on_token(slot, active.sampler.sample(self.ctx, entry.out_index))
-
-    def _after_prefill(self, slot: Slot, entry: BatchEntry) -> None:
+    def _after_prefill(self, slot: Slot, entry: BatchEntry) -> bool:
+        """Account a prefill chunk. True when the prompt is complete and a token is to be
+        sampled from the chunk's last logits."""
         active = slot.active
         slot.tokens.extend(active.prompt[entry.start : entry.start + entry.n])
         n = slot.n_past
@@ -682,7 +698,7 @@ class Engine:
             if active.cuts and active.cuts[0] == n:
                 active.cuts.pop(0)
                 self._deferred.append((slot, n, None))
-            return
+            return False
         # the prompt is in memory: its last token's logits are at out_index
         logits = self.ctx.logits(entry.out_index)
         if active.req.return_prompt_logits:
@@ -691,8 +707,8 @@ class Engine:
         active.prefill_done = True
         if active.req.max_tokens == 0:
             self._finish(slot, FinishReason.LENGTH)
-            return
-        self._on_token(slot, active.sampler.sample(self.ctx, entry.out_index))
+            return False
+        return True
 
     def _prompt_done_from_logits(self, slot: Slot, logits) -> None:
         """The whole prompt was reused with its saved last-token logits: sample from those."""

@@ -253,6 +253,43 @@ def _cuda_host_allocator() -> _CudaHost | None:
     return host if host.buft else None
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    name: str
+    free: int
+    total: int
+
+
+def gpu_memory() -> list[DeviceMemory]:
+    """Free and total memory of each GPU that ggml sees (empty without GPU offload)."""
+    if not llama_cpp.llama_supports_gpu_offload():
+        return []
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    try:
+        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))
+        base.ggml_backend_dev_count.restype = ctypes.c_size_t
+        base.ggml_backend_dev_get.restype = ctypes.c_void_p
+        base.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        base.ggml_backend_dev_type.restype = ctypes.c_int
+        base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_dev_name.restype = ctypes.c_char_p
+        base.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_dev_memory.restype = None
+        base.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    except (OSError, AttributeError) as exc:
+        log.info("cannot read device memory (%s)", exc)
+        return []
+    out = []
+    for i in range(base.ggml_backend_dev_count()):
+        dev = base.ggml_backend_dev_get(i)
+        if base.ggml_backend_dev_type(dev) != 1:  # GGML_BACKEND_DEVICE_TYPE_GPU
+            continue
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        base.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(DeviceMemory(base.ggml_backend_dev_name(dev).decode(), free.value, total.value))
+    return out
+
+
 class MemoryKind(enum.Enum):
     """What the model's sequence memory is made of, which decides how a prefix is reused."""
 
@@ -289,6 +326,13 @@ PARTIAL_ONLY = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 # token attributes of the tokens llama.cpp splits text around when parsing special tokens
 _SPECIAL_ATTRS = (1 << 0) | (1 << 3) | (1 << 4)  # unknown, control, user-defined
+
+
+# bytes per element of each KV cache type (block types: block bytes / 32 elements)
+KV_TYPE_BYTES = {
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
+}
 
 
 class LlamaError(RuntimeError):
@@ -395,6 +439,24 @@ class Model:
             repr((info["path"], stat.st_size, int(stat.st_mtime), arch, info["n_params"])).encode()
         ).hexdigest()[:16]
         return ModelInfo(**info, fingerprint=digest)
+
+    def kv_bytes_per_token(self, type_k: str, type_v: str) -> int | None:
+        """Bytes of attention KV cache one token takes in every layer, from the model's
+        metadata; None when the metadata does not say (per-layer head counts, say)."""
+        arch = self.info.arch
+
+        def number(key: str) -> int | None:
+            value = self.meta(f"{arch}.{key}")
+            return int(value) if value is not None and value.strip().isdigit() else None
+
+        n_layer, n_head, n_head_kv = number("block_count"), number("attention.head_count"), number("attention.head_count_kv")
+        n_embd = number("embedding_length")
+        if None in (n_layer, n_head, n_head_kv, n_embd) or n_head == 0:
+            return None
+        k_len = number("attention.key_length") or n_embd // n_head
+        v_len = number("attention.value_length") or n_embd // n_head
+        per_layer = n_head_kv * (k_len * KV_TYPE_BYTES[type_k] + v_len * KV_TYPE_BYTES[type_v])
+        return int(n_layer * per_layer)
 
     # -- vocabulary (thread-safe: read-only) ------------------------------------------
 
@@ -544,6 +606,11 @@ class Context:
         ptr = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         n = int(llama_cpp.llama_state_seq_set_data_ext(self.ptr, ptr, data.nbytes, seq, flags))
         return n > 0
+
+    def prepare_outputs(self, index: int) -> None:
+        """Settle the outputs of the last decode (llama.cpp reorders its rows on the first
+        read), so that other threads may then read rows side by side."""
+        llama_cpp.llama_get_logits_ith(self.ptr, index)
 
     def logits(self, index: int) -> np.ndarray:
         """A copy of the logits of the batch output at `index`."""

@@ -107,17 +107,20 @@ class Router:
         cutter: Callable[[Slot], Callable[[int], bool]],
         truncatable: bool,
         can_fork: bool = True,
+        n_busy_max: int | None = None,
     ) -> None:
         self.slots = slots
         self.cache = cache
         self.cutter = cutter
         self.truncatable = truncatable
         self.can_fork = can_fork
+        # at most this many sequences run requests; the others only keep their contents
+        self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
         idle = [s for s in self.slots if s.active is None]
-        if not idle:
+        if len(self.slots) - len(idle) >= self.n_busy_max:
             return Wait()
         if not req.reuse_prefix:
             return Fresh(self._receiver(idle, exclude=None))

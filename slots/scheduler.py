@@ -21,21 +21,27 @@ class BatchEntry:
     start: int  # position of the first token this entry adds
     n: int  # tokens added
     out_index: int  # batch index whose logits are read after the decode; -1: none
+    filler: bool = False  # a throwaway token that keeps the batch's sequence ids consecutive
 
     @property
     def is_decode(self) -> bool:
-        return self.slot.active is not None and self.slot.active.prefill_done
+        return not self.filler and self.slot.active is not None and self.slot.active.prefill_done
 
 
-def plan_batch(slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False) -> list[BatchEntry]:
+def plan_batch(
+    slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False, fill_gaps: bool = False
+) -> list[BatchEntry]:
     """Fill `batch` for one step. Mutates the batch only.
 
     NOTE: with a KV stream per sequence (`by_sequence`), llama.cpp splits a batch into
     micro-batches of consecutive sequence ids that each add the same number of tokens. Laid
     out in sequence order, a step costs one micro-batch for every decoding slot (with the
     first token of each prefill chunk) plus one per prefill chunk; decode tokens first and
-    chunks after would break the run of ids at every prefilling slot. In a unified pool the
-    batch is cut in order, so decode tokens go first."""
+    chunks after would break the run of ids at every prefilling slot. A sequence missing in
+    the middle breaks the run too: with `fill_gaps` it gets a filler token that the caller
+    cuts off after the decode (one token of compute instead of a micro-batch more, which
+    would read every weight again). In a unified pool the batch is cut in order, so decode
+    tokens go first."""
     batch.clear()
     picks: list[tuple[Slot, int]] = []  # (slot, tokens to add)
     for slot in slots:
@@ -51,8 +57,12 @@ def plan_batch(slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_s
         picks.append((slot, n))
         budget -= n
     if by_sequence:
+        if fill_gaps and picks:
+            taken = {slot.id for slot, _ in picks}
+            first, last = min(taken), max(taken)
+            picks += [(slot, 0) for slot in slots if first < slot.id < last and slot.id not in taken]
         picks.sort(key=lambda pick: pick[0].id)
-    entries = [_add(slot, n, batch) for slot, n in picks]
+    entries = [_add(slot, n, batch) if n else _filler(slot, batch) for slot, n in picks]
     _check(entries, batch)
     return entries
 
@@ -62,6 +72,11 @@ def _chunk_length(slot: Slot, budget: int) -> int:
     active = slot.active
     stop = active.cuts[0] if active.cuts else len(active.prompt)
     return min(budget, stop - slot.n_past)
+
+
+def _filler(slot: Slot, batch: Batch) -> BatchEntry:
+    index = batch.add((0,), slot.n_past, slot.id, logits_last=False)
+    return BatchEntry(slot, slot.n_past, 1, -1, filler=True)
 
 
 def _add(slot: Slot, n: int, batch: Batch) -> BatchEntry:

@@ -70,6 +70,7 @@ class EngineStats:
     prefill_tokens: int = 0  # tokens evaluated for prompts
     prefill_seconds: float = 0.0
     decode_tokens: int = 0  # generated tokens evaluated
+    filler_tokens: int = 0  # throwaway tokens that kept a micro-batch's sequence ids consecutive
     decode_seconds: float = 0.0
     steps: int = 0
     checkpoints_created: int = 0

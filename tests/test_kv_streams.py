@@ -5,7 +5,7 @@ import pytest
 
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.slots import GenerateRequest, MemoryKind, QueueSink, SamplingParams
-from warmslot.slots.engine import kv_unified
+from warmslot.slots.layout import kv_unified
 from warmslot.slots.llama_api import Batch
 from warmslot.slots.scheduler import plan_batch
 from warmslot.slots.slot import Active, Slot
@@ -81,3 +81,96 @@ def test_a_fork_between_streams_is_copied_even_when_no_decode_follows(tiny_model
     finally:
         engine.stop()
     assert_same_answer(warm, cold_run(path, prompt))
+
+
+@pytest.mark.model
+def test_sampling_on_threads_gives_the_tokens_of_sampling_in_turn(tiny_models):
+    """Four streams sampled side by side on a pool give the same tokens (seeded, not greedy)
+    as the same four sampled one after the other."""
+    from warmslot.slots.sampling import BatchSampler
+
+    prompts = [random_tokens(30 + i, 40) for i in range(4)]
+
+    def run(threads: int) -> list[list[int]]:
+        engine = tiny_engine(tiny_models["attention"], n_parallel=4, kv_unified="off", **REUSE_ENGINE)
+        try:
+            engine.call(lambda e: setattr(e, "sampling", BatchSampler(e.ctx, threads))).result(10)
+            sinks = [QueueSink() for _ in prompts]
+            for i, (p, sink) in enumerate(zip(prompts, sinks)):
+                params = SamplingParams(temperature=0.9, top_k=20, seed=100 + i)
+                engine.submit(GenerateRequest(f"s{i}", p, sink, params, max_tokens=24, ignore_eos=True))
+            return [sink.collect().tokens for sink in sinks]
+        finally:
+            engine.stop()
+
+    assert run(4) == run(0)
+
+
+def _spare_layout_engine(path, n_spare: int, **kw):
+    """An engine with two slots and `n_spare` spare streams (device memory for exactly that)."""
+    from warmslot.slots.llama_api import Model
+
+    n_ctx = kw.pop("n_ctx", 1024)
+    per_token = Model(str(path), n_gpu_layers=0, vocab_only=True).kv_bytes_per_token("f32", "f32")
+    engine = tiny_engine(path, n_parallel=2, n_ctx=n_ctx, kv_unified="off", cache_vram=n_spare * per_token * (n_ctx // 2), **kw)
+    assert engine.layout.n_spare == n_spare and len(engine.slots) == 2 + n_spare
+    return engine
+
+
+def test_spare_streams_are_sized_from_the_memory_given():
+    from warmslot.slots.layout import plan_layout
+    from warmslot.slots.llama_api import Model
+
+    class FakeModel:
+        info = type("Info", (), {"n_ctx_train": 8192})()
+
+        def kv_bytes_per_token(self, type_k, type_v):
+            return 1000
+
+    kw = dict(n_parallel=4, n_ctx=4096, kv_unified_setting="auto", type_k="f16", type_v="f16", on_gpu=False)
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=3 * 1024 * 1000, **kw).n_spare == 3
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU
+    layout = plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=2 * 1024 * 1000, **kw)
+    assert (layout.n_seq, layout.n_ctx) == (6, 6 * 1024)  # each slot keeps its 1024 cells
+    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=1 << 30, **kw).n_spare == 0  # one pool
+    assert plan_layout(FakeModel(), MemoryKind.SWA, cache_vram=1 << 30, **kw).n_spare == 0
+
+
+def test_a_gap_in_the_sequence_ids_gets_a_filler_token():
+    slots = [_slot(0, 5, 10, True), _slot(1, 5, 10, True), _slot(2, 5, 10, True), _slot(3, 5, 10, True)]
+    slots[1].active = None  # idle, holding 10 tokens
+    batch = Batch(64, 4)
+    entries = plan_batch(slots, batch, 32, by_sequence=True, fill_gaps=True)
+    assert [(e.slot.id, e.filler) for e in entries] == [(0, False), (1, True), (2, False), (3, False)]
+    assert entries[1].start == 10 and entries[1].out_index == -1 and not entries[1].is_decode
+    assert [e.slot.id for e in plan_batch(slots, batch, 32, by_sequence=True)] == [0, 2, 3]
+
+
+@pytest.mark.model
+def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_models):
+    """Two slots and two spare streams hold four conversations: each comes back to its own
+    stream with every token reused and nothing copied to or from RAM, even while the slots
+    around it decode (filler tokens in its stream are cut off again)."""
+    path = tiny_models["attention"]
+    convs = [random_tokens(40 + i, 60 + 10 * i) for i in range(4)]
+    engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
+    try:
+        for c in convs:
+            generate(engine, c, max_tokens=8)
+        assert sorted(s.id for s in engine.slots if s.tokens) == [0, 1, 2, 3]
+        # two conversations at once, around an idle one
+        held = {s.id: list(s.tokens) for s in engine.slots}
+        assert all(held[i][: len(c)] == c for i, c in enumerate(convs))  # each in a stream of its own
+        sinks = [QueueSink(), QueueSink()]
+        for i, sink in zip((0, 2), sinks):
+            prompt = held[i] + random_tokens(60 + i, 10)
+            engine.submit(GenerateRequest(f"c{i}", prompt, sink, SamplingParams(temperature=0), max_tokens=12))
+        both = [sink.collect() for sink in sinks]
+        assert engine.stats.filler_tokens > 0  # stream 1 sat between the two busy ones
+        assert all(r.reuse.source == "slot" and r.usage.cached_tokens == len(held[i]) for r, i in zip(both, (0, 2)))
+        again = generate(engine, held[1] + random_tokens(70, 10), return_prompt_logits=True)
+        assert again.reuse.source == "slot" and again.reuse.slot == 1 and again.usage.cached_tokens == len(held[1])
+        assert engine.stats.copy_bytes == {}  # nothing went to or came from RAM
+    finally:
+        engine.stop()
+    assert_same_answer(again, cold_run(path, held[1] + random_tokens(70, 10)))
