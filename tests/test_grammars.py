@@ -15,19 +15,27 @@ from decimal import Decimal
 import pytest
 
 from warmslot.server.errors import InvalidRequest
-from warmslot.server.grammars import (
-    GrammarSpec,
-    ToolChoice,
-    gbnf_literal,
-    grammar_is_valid,
-    response_format_grammar,
-    tool_call_grammar,
-    validate_tool_choice,
-    validate_tools,
-)
-from warmslot.server.tool_calls import OutputParser
+from warmslot.server.gbnf.response_format import json_schema_grammar
+from warmslot.server.gbnf.text import gbnf_literal
+from warmslot.server.gbnf.tools import tool_call_grammar
+from warmslot.server.output.parser import OutputParser
+from warmslot.server.protocol import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from warmslot.slots import GrammarSpec, check_grammar
 
 FORMATS = ("hermes", "hermes_xml", "llama3", "mistral", "json")
+
+
+def grammar_is_valid(grammar: str) -> bool:
+    """Whether llama.cpp accepts `grammar` (no model needed)."""
+    return check_grammar(None, GrammarSpec(grammar)) is None
+
+
+def response_format_grammar(response_format, **options) -> str | None:
+    """The grammar text for an OpenAI `response_format`, as the server builds it."""
+    parsed = parse_response_format(response_format)
+    if parsed is None:
+        return None
+    return json_schema_grammar(parsed.schema, parsed.param, **options).grammar
 
 WEATHER = {
     "type": "function",
@@ -417,7 +425,7 @@ def test_every_tool_grammar_is_accepted_by_llama_cpp(fmt, mode, parallel, reason
         assert sampler, "llama.cpp rejected the lazy grammar or its trigger patterns"
         llama_cpp.llama_sampler_free(sampler)
     else:
-        assert spec.trigger_patterns == [] and spec.trigger_tokens == []
+        assert spec.trigger_patterns == [] and spec.trigger_texts == []
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -547,7 +555,7 @@ def test_lazy_trigger_starts_the_grammar_at_the_call(fmt, reply, call_at):
     starts = [trigger_start(p, reply) for p in spec.trigger_patterns]
     assert call_at in starts
     assert matches(spec.grammar, reply[call_at:])
-    for token in spec.trigger_tokens:
+    for token in spec.trigger_texts:
         assert reply[call_at:].startswith(token), "a trigger token must be the grammar's first text"
 
 
@@ -715,7 +723,7 @@ def test_llama_cpp_lazy_grammar_waits_for_the_call(vocab, fmt, reply, call_at):
     assert vocab.accepts(lazy_sampler(vocab.vocab, spec), reply)
     wrong = reply[:call_at] + WRONG[fmt]
     assert not vocab.accepts(lazy_sampler(vocab.vocab, spec), wrong)
-    marker_ids = [vocab.tokenize(text) for text in spec.trigger_tokens]
+    marker_ids = [vocab.tokenize(text) for text in spec.trigger_texts]
     single = [ids[0] for ids in marker_ids if len(ids) == 1]
     if single:  # the marker is a special token in this vocabulary
         assert vocab.accepts(lazy_sampler(vocab.vocab, spec, single), reply)
