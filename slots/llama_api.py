@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .grammar import GrammarError, GrammarSpec
+from .grammar import GrammarError, GrammarSpec, shape_error
 from .host_buffers import HostBuffers
 from .native_log import NativeLog
 from .sampling import SamplingParams
@@ -515,6 +515,9 @@ class Sampler:
 
     @staticmethod
     def _grammar(model: Model, spec: GrammarSpec):
+        error = shape_error(spec.grammar)
+        if error is not None:
+            raise GrammarError(error)
         smpl = _init_grammar(model, spec)
         if not smpl:
             raise GrammarError("llama.cpp could not parse the grammar")
@@ -577,9 +580,16 @@ def _init_grammar(model: Model | None, spec: GrammarSpec):
 
 def check_grammar(model: Model | None, spec: GrammarSpec) -> str | None:
     """Why llama.cpp would refuse `spec`, or None when it compiles (with `model`'s vocabulary,
-    or none). Thread-safe (it only reads the vocabulary); compiling a large grammar takes a
-    while, so call it off the event loop.
+    or none).
+
+    A grammar beyond the limits of `grammar.shape_error` is refused without calling llama.cpp,
+    whose compiler would otherwise run unbounded or overflow its stack. Thread-safe (it only
+    reads the vocabulary); within the limits compiling takes up to a few tenths of a second,
+    so call it off the event loop.
     """
+    error = shape_error(spec.grammar)
+    if error is not None:
+        return error
     sampler = _init_grammar(model, spec)
     if not sampler:
         return "llama.cpp could not parse the grammar"

@@ -1,6 +1,8 @@
 """Grammar building: GBNF that constrains sampling for tool calls and structured output.
 
 - `text`: GBNF literals, character classes, and a grammar text's rules as a dict.
+- `limits`: the bounds a JSON schema must keep so that its grammar compiles in bounded time
+  and memory (400 beyond them, naming the keyword).
 - `numbers`: exact ranges of JSON integers and plain decimals.
 - `converter`: llama-cpp-python's JSON-schema converter, with the keywords it drops enforced.
 - `patterns`: ``pattern`` regexes made portable, or dropped.

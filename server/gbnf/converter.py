@@ -9,6 +9,7 @@ from typing import Any
 
 from warmslot.slots.json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 
+from .limits import MAX_SCHEMA_VISITS, SchemaTooLarge, count
 from .numbers import integer_range, number_range, numeric_bounds
 from .text import gbnf_literal
 
@@ -29,12 +30,22 @@ class _SchemaConverter(SchemaConverter):
       repetitions (`_counted`), which llama.cpp accepts for any count; the library's nested
       optionals exceed llama.cpp's repetition limit from about 2000 on. ``minItems``/``maxItems``
       also apply to arrays without ``items``.
+    - Visits are counted: past `MAX_SCHEMA_VISITS` the conversion stops (`SchemaTooLarge`),
+      since a type list or an ``allOf`` of references visits a subschema once per use, which
+      multiplies with every level. A type named twice in a list is visited once.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.visits = 0
 
     def _format_literal(self, literal: str) -> str:
         return gbnf_literal(literal)
 
     def visit(self, schema: dict[str, Any], name: str) -> str:
+        self.visits += 1
+        if self.visits > MAX_SCHEMA_VISITS:
+            raise SchemaTooLarge(f"the schema expands to more than {MAX_SCHEMA_VISITS} subschemas")
         if not isinstance(schema, dict) or any(key in schema for key in ("$ref", "oneOf", "anyOf")):
             return super().visit(schema, name)
         rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
@@ -43,7 +54,8 @@ class _SchemaConverter(SchemaConverter):
         if isinstance(kind, list):
             if valued:
                 return super().visit({key: value for key, value in schema.items() if key != "type"}, name)
-            alternatives = [{**schema, "type": each} for each in kind]
+            distinct = [each for i, each in enumerate(kind) if each not in kind[:i]]
+            alternatives = [{**schema, "type": each} for each in distinct]
             return self._add_rule(rule_name, self._generate_union_rule(name, alternatives))
         if valued:
             return super().visit(schema, name)
@@ -61,7 +73,7 @@ class _SchemaConverter(SchemaConverter):
                 raise ValueError(f"no {kind} satisfies the bounds of {json.dumps(schema)}")
             return self._add_rule(rule_name, f"{body} space")
         if kind == "string" and not _has_string_format(schema):
-            low, high = _count(schema, "minLength"), _count(schema, "maxLength")
+            low, high = count(schema, "minLength"), count(schema, "maxLength")
             if low is None and high is None:
                 return super().visit(schema, name)
             char = self._add_primitive("char", PRIMITIVE_RULES["char"])
@@ -69,7 +81,7 @@ class _SchemaConverter(SchemaConverter):
             return self._add_rule(rule_name, " ".join(part for part in ('"\\""', body, '"\\"" space') if part))
         items = schema.get("items", {})
         if kind == "array" and "prefixItems" not in schema and isinstance(items, dict):
-            low, high = _count(schema, "minItems"), _count(schema, "maxItems")
+            low, high = count(schema, "minItems"), count(schema, "maxItems")
             if low is None and high is None:
                 return super().visit(schema, name)
             if "items" in schema:
@@ -93,16 +105,6 @@ def _has_string_format(schema: dict[str, Any]) -> bool:
     """Whether the converter writes this string from its ``pattern`` or a known ``format``."""
     form = schema.get("format") or ""
     return "pattern" in schema or bool(re.match(r"^uuid[1-5]?$", form)) or f"{form}-string" in STRING_FORMAT_RULES
-
-
-def _count(schema: dict[str, Any], key: str) -> int | None:
-    """A length or item count keyword as an int; None when absent or not a count."""
-    value = schema.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float) and not value.is_integer():
-        return None
-    return int(value) if value >= 0 else None
 
 
 # llama.cpp refuses a counted repetition above 2000 (MAX_REPETITION_THRESHOLD in

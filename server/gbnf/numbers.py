@@ -225,8 +225,8 @@ def number_range(low: Decimal | None, low_open: bool, high: Decimal | None, high
         start, start_open = (low, low_open) if low is not None and low >= 0 else (Decimal(0), False)
         alternatives += _magnitudes(start, start_open, high, high_open)
     if low is None or low < 0:
-        start, start_open = (-high, high_open) if high is not None and high < 0 else (Decimal(0), True)
-        negative = _magnitudes(start, start_open, None if low is None else -low, low_open)
+        start, start_open = (high.copy_negate(), high_open) if high is not None and high < 0 else (Decimal(0), True)
+        negative = _magnitudes(start, start_open, None if low is None else low.copy_negate(), low_open)
         if negative:
             alternatives.append('"-" ' + _alternation(negative))
     return _alternation(alternatives) if alternatives else None
