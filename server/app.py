@@ -21,6 +21,7 @@ import logging
 import os
 import secrets
 import time
+from dataclasses import dataclass
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -30,14 +31,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from warmslot.slots import Engine, FinishReason, GenerateRequest
+from warmslot.slots import Engine, FinishReason, GenerateRequest, GrammarSpec
 
-from . import explain, grammars, metrics, responses, tool_calls
+from . import explain, metrics, responses
 from .bridge import AsyncSink, ClientGone, Submission
-from .chat import ChatTemplate, PromptBuilder, choose_template
+from .chat import ChatTemplate, Prompt, PromptBuilder, choose_template, detect_format, detect_reasoning, prompt_opens_reasoning
 from .config import ServerConfig
 from .errors import ApiError, ContextOverflow, InvalidRequest, MethodNotAllowed, NotFound, ServerError, Unauthorized, Unavailable
-from .protocol import ChatParams, GenerationParams, parse_body, parse_chat, parse_completion, parse_messages
+from .gbnf.response_format import json_schema_grammar
+from .gbnf.tools import tool_call_grammar
+from .output.events import ReasoningDelta, ToolCallDelta
+from .output.parser import OutputParser
+from .protocol import (
+    ChatParams,
+    GenerationParams,
+    ToolChoice,
+    parse_body,
+    parse_chat,
+    parse_completion,
+    parse_messages,
+    parse_response_format,
+    validate_tool_choice,
+    validate_tools,
+)
 
 log = logging.getLogger("warmslot.server")
 
@@ -73,8 +89,8 @@ class Warmslot:
         )
         template = ChatTemplate(name, source, _special_text(model, model.bos), _special_text(model, model.eos))
         fmt = self.config.tool_format
-        self.tool_format = tool_calls.detect_format(source, info.arch) if fmt == "auto" else fmt
-        self.reasoning = tool_calls.detect_reasoning(source, info.arch) if self.config.reasoning_format == "auto" else (False, False)
+        self.tool_format = detect_format(source) if fmt == "auto" else fmt
+        self.reasoning = detect_reasoning(source) if self.config.reasoning_format == "auto" else (False, False)
         self.builder = PromptBuilder(template, model)
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
@@ -196,23 +212,16 @@ async def _open(request: Request) -> tuple[Warmslot, str, dict]:
 async def chat_completions(request: Request) -> Response:
     server, key, body = await _open(request)
     params = parse_chat(body, server.engine.model.n_vocab, None)
-    tools = grammars.validate_tools(params.tools) if params.tools is not None else []
-    choice = grammars.validate_tool_choice(params.tool_choice, tools)
-    offered = tools if tools and choice.mode != "none" else None
-    prompt = await asyncio.get_running_loop().run_in_executor(
-        server.tokenize_pool, lambda: server.builder.build(params.messages, offered, extra=params.template_kwargs)
-    )
-    reasoning = server.reasoning[0]
-    opens = reasoning and tool_calls.prompt_opens_reasoning(prompt.text)
-    grammar = _grammar(server, params, offered, choice, reasoning, opens)
-    sub = server.submit(prompt.tokens, params.gen, key, grammar, _checkpoint_boundaries(prompt))
+    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
+    prompt = plan.prompt
+    sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
     started = await _started(sub, request)
-    parser = tool_calls.OutputParser(
+    parser = OutputParser(
         format=server.tool_format,
-        reasoning=reasoning,
-        starts_in_reasoning=opens,
-        tools_enabled=offered is not None,
-        tools=offered,
+        reasoning=server.reasoning[0],
+        starts_in_reasoning=plan.opens_reasoning,
+        tools_enabled=plan.tools is not None,
+        tools=plan.tools,
     )
     env = server.envelope("chatcmpl", sub)
     n_prompt = len(prompt.tokens)
@@ -259,34 +268,46 @@ async def completions(request: Request) -> Response:
     return JSONResponse(body, headers=headers)
 
 
-def _grammar(server: Warmslot, params: ChatParams, tools, choice, reasoning: bool, opens: bool):
+@dataclass(slots=True)
+class ChatPlan:
+    """What a chat request needs before it is submitted."""
+
+    prompt: Prompt
+    tools: list[dict] | None  # the tools offered to the model (None: no tool calls)
+    opens_reasoning: bool  # the prompt leaves a think block open
+    grammar: GrammarSpec | None
+
+
+def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
+    """Validate the tools, build the prompt and the grammar. Runs on the tokenize pool: schema
+    conversion, template rendering and grammar checks can take a while."""
+    tools = validate_tools(params.tools) if params.tools is not None else []
+    choice = validate_tool_choice(params.tool_choice, tools)
+    offered = tools if tools and choice.mode != "none" else None
+    prompt = server.builder.build(params.messages, offered, extra=params.template_kwargs)
+    reasoning = server.reasoning[0]
+    opens = reasoning and prompt_opens_reasoning(prompt.text)
+    grammar = _grammar(server, params, offered, choice, reasoning, opens)
+    return ChatPlan(prompt, offered, opens, grammar)
+
+
+def _grammar(
+    server: Warmslot, params: ChatParams, tools: list[dict] | None, choice: ToolChoice, reasoning: bool, opens: bool
+) -> GrammarSpec | None:
     """The grammar that constrains the output (tool_choice, response_format), if any."""
     spec = None
     if tools:
-        spec = grammars.tool_call_grammar(
+        spec = tool_call_grammar(
             tools, choice, server.tool_format, parallel_tool_calls=params.parallel_tool_calls,
             reasoning=reasoning, starts_in_reasoning=opens,
         )
-    if params.response_format is not None:
-        fmt = grammars.response_format_grammar(params.response_format, reasoning=reasoning, starts_in_reasoning=opens)
-        if fmt is not None:
-            if spec is not None and not spec.lazy:
-                raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
-            spec = grammars.GrammarSpec(fmt) if spec is None else spec
-    return _sampling_grammar(server, spec)
-
-
-def _sampling_grammar(server: Warmslot, spec):
-    if spec is None:
-        return None
-    from warmslot.slots.llama_api import GrammarSpec as NativeGrammar
-
-    trigger_tokens = []
-    for text in spec.trigger_tokens:
-        ids = server.engine.model.tokenize(text, add_special=False, parse_special=True)
-        if len(ids) == 1:
-            trigger_tokens.append(ids[0])
-    return NativeGrammar(spec.grammar, "root", spec.lazy, list(spec.trigger_patterns), trigger_tokens)
+    response = parse_response_format(params.response_format)
+    if response is not None:
+        json_spec = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)
+        if spec is not None and not spec.lazy:
+            raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
+        spec = json_spec if spec is None else spec
+    return spec
 
 
 def _checkpoint_boundaries(prompt) -> list[int]:
@@ -352,8 +373,8 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
             if ev.finish is not None:
                 outputs += parser.finish()
             for out in outputs:
-                has_calls |= isinstance(out, tool_calls.ToolCallDelta)
-                if isinstance(out, tool_calls.ReasoningDelta):
+                has_calls |= isinstance(out, ToolCallDelta)
+                if isinstance(out, ReasoningDelta):
                     reasoning.append(out.text)
                 yield responses.chat_chunk(env, responses.delta_body(out))
             if ev.finish is not None:
@@ -394,8 +415,10 @@ async def tokenize(request: Request) -> Response:
     loop = asyncio.get_running_loop()
     if "messages" in body:
         messages = parse_messages(body["messages"])
-        tools = grammars.validate_tools(body["tools"]) if body.get("tools") else None
-        prompt = await loop.run_in_executor(server.tokenize_pool, lambda: server.builder.build(messages, tools))
+        tools = body.get("tools")
+        prompt = await loop.run_in_executor(
+            server.tokenize_pool, lambda: server.builder.build(messages, validate_tools(tools) if tools else None)
+        )
         spans = [{"role": role, "start": glue, "content_start": content} for role, glue, content in prompt.messages]
         return JSONResponse({"tokens": prompt.tokens, "messages": spans})
     content = body.get("content")

@@ -23,6 +23,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import InvalidRequest
+from .output.markers import HERMES_OPEN, MISTRAL_CALLS, PYTHON_TAG, THINK_CLOSE, THINK_OPEN
 
 log = logging.getLogger("warmslot.chat")
 
@@ -128,6 +130,68 @@ def _template_for_arch(arch: str, vocab_has) -> str:
     if vocab_has("[INST]"):
         return "mistral"
     return "chatml"
+
+
+# -- what a template tells about the output ------------------------------------------------
+
+_GENERATION_PROMPT_RE = re.compile(r"add_generation_prompt")
+_STRING_LITERAL_RE = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"", re.S)
+
+
+def detect_format(chat_template: str | None) -> str:
+    """Pick the tool-call format a model most likely produces.
+
+    Decided from the chat template source when it shows a tool syntax:
+      ``<tool_call>`` with ``<function=``/``<parameter=`` -> "hermes_xml" (Qwen3-Coder, Qwen3.5);
+      ``<tool_call>`` -> "hermes"; ``[TOOL_CALLS]`` -> "mistral";
+      ``<|python_tag|>``, or an ``ipython`` role with ``"parameters"`` -> "llama3".
+    Otherwise "hermes": the Qwen families use Hermes markers natively, and templates that know
+    no tools get a Hermes-style tool prompt injected (`inject_tools`), so Hermes is what such
+    models are asked to write.
+    """
+    template = chat_template or ""
+    if HERMES_OPEN in template:
+        if "<function=" in template and "<parameter=" in template:
+            return "hermes_xml"
+        return "hermes"
+    if MISTRAL_CALLS in template:
+        return "mistral"
+    if PYTHON_TAG in template or ("ipython" in template and '"parameters"' in template):
+        return "llama3"
+    return "hermes"
+
+
+def detect_reasoning(chat_template: str | None) -> tuple[bool, bool]:
+    """(uses ``<think>`` reasoning, generation prompt leaves a think block open).
+
+    Heuristics: the template mentions ``<think>`` -> reasoning. The generation prompt is taken
+    to be the template text after its last mention of ``add_generation_prompt``; if one of the
+    string literals there contains ``<think>`` not followed by ``</think>`` in the same literal
+    (``'<|im_start|>assistant\\n<think>\\n'``), the output starts inside reasoning. A literal
+    such as ``'<think>\\n\\n</think>\\n\\n'`` (thinking switched off) does not count. Which
+    branch a template takes depends on its variables (``enable_thinking`` and the like), so
+    this is a default; `prompt_opens_reasoning` on the rendered prompt gives the answer for
+    one request.
+    """
+    template = chat_template or ""
+    if THINK_OPEN not in template:
+        return False, False
+    positions = [m.end() for m in _GENERATION_PROMPT_RE.finditer(template)]
+    tail = template[positions[-1] :] if positions else ""
+    opens = False
+    for match in _STRING_LITERAL_RE.finditer(tail):
+        literal = match.group(1) if match.group(1) is not None else match.group(2)
+        pos = literal.find(THINK_OPEN)
+        if pos >= 0 and THINK_CLOSE not in literal[pos:]:
+            opens = True
+            break
+    return True, opens
+
+
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """Whether a rendered prompt ends inside a think block (its last ``<think>`` is unclosed)."""
+    start = prompt.rfind(THINK_OPEN)
+    return start >= 0 and THINK_CLOSE not in prompt[start:]
 
 
 # -- tools for templates that know none ---------------------------------------------------

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-import warmslot.slots  # noqa: F401  (imports llama_cpp before numpy)
+import warmslot.slots  # noqa: F401  (the engine imports llama.cpp's bindings before numpy)
 
 from .config import parse_config
 

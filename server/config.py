@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from warmslot.slots.engine import EngineConfig, physical_memory
 
-from .tool_calls import FORMATS
+from .output.markers import FORMATS
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 

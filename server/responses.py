@@ -8,7 +8,7 @@ from typing import Any
 
 from warmslot.slots import Usage
 
-from .tool_calls import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
+from .output.events import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
 
 
 @dataclass(slots=True)

@@ -2,8 +2,10 @@
 
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
 from .engine import Engine, EngineConfig, NotReady, QueueFull, Rejected
-from .llama_api import MemoryKind, SamplingParams
+from .grammar import GrammarError, GrammarSpec
+from .llama_api import MemoryKind, check_grammar
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Source, Usage
+from .sampling import SamplingParams
 
 __all__ = [
     "Engine",
@@ -13,6 +15,8 @@ __all__ = [
     "Event",
     "FinishReason",
     "GenerateRequest",
+    "GrammarError",
+    "GrammarSpec",
     "MemoryKind",
     "NotReady",
     "QueueFull",
@@ -22,4 +26,5 @@ __all__ = [
     "SamplingParams",
     "Source",
     "Usage",
+    "check_grammar",
 ]

@@ -30,7 +30,7 @@ from warmslot.cache.prompt_cache import PromptCache
 
 from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler, classify_memory
-from .sampling import BatchSampler, sampling_threads
+from .parallel_sampling import BatchSampler, sampling_threads
 from .requests import (
     EngineError,
     ErrorKind,

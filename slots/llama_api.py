@@ -16,49 +16,25 @@ from __future__ import annotations
 
 import llama_cpp  # noqa: I001  (must precede numpy, see the module docstring)
 
-import bisect
 import ctypes
 import enum
 import hashlib
 import logging
 import os
 import threading
-import time
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
+from .grammar import GrammarError, GrammarSpec, shape_error
+from .host_buffers import HostBuffers
+from .native_log import NativeLog
+from .sampling import SamplingParams
+
 log = logging.getLogger("warmslot.llama")
-_native_log = logging.getLogger("llama.cpp")
 
-# ggml log levels: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
-_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-
-
-class _NativeLog:
-    """Joins llama.cpp's log fragments into lines and forwards them to Python logging."""
-
-    def __init__(self) -> None:
-        self.level = logging.INFO
-        self.parts: list[str] = []
-        self.lock = threading.Lock()
-
-    def write(self, level: int, text: str) -> None:
-        with self.lock:
-            if level != 5:
-                self.level = _LEVELS.get(level, logging.INFO)
-            self.parts.append(text)
-            if not text.endswith("\n"):
-                return
-            line = "".join(self.parts).rstrip("\n")
-            self.parts.clear()
-        if line and _native_log.isEnabledFor(self.level):
-            _native_log.log(self.level, "%s", line)
-
-
-_native = _NativeLog()
+_native = NativeLog()
 
 
 @llama_cpp.llama_log_callback
@@ -89,140 +65,9 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
 
 
-class HostBuffers:
-    """Host memory for sequence states (checkpoints, prompt-cache entries).
-
-    When the model runs on a CUDA GPU the buffers are page-locked (pinned) through ggml's CUDA
-    host buffer type, so state copies between RAM and VRAM run at bus speed instead of being
-    staged through pageable memory. Pinning is slow (the kernel faults in and locks every
-    page), so pinned memory comes from an arena of large chunks: `prepare()` pins `initial`
-    bytes up front (while the model loads), and a background thread adds chunks while the
-    engine is idle (`idle(True)`), keeping `reserve` bytes free, up to `limit` bytes in all.
-    A request for a buffer never waits for pinning: when the arena has no room, it gets a
-    plain numpy array. Buffers are carved first-fit from the chunks and go back to them when
-    the last array viewing them is collected. Thread-safe.
-    """
-
-    CHUNK = 4 << 30  # pinned while loading
-    IDLE_CHUNK = 2 << 30  # pinned while idle: smaller, so a request arriving meanwhile waits less
-
-    def __init__(self, pinned: bool, limit: int = 16 << 30, reserve: int = 4 << 30) -> None:
-        self._lib = _cuda_host_allocator() if pinned else None
-        self.pinned = self._lib is not None
-        self.limit = limit
-        self.reserve = min(reserve, limit)
-        self.allocated_bytes = 0  # pinned bytes held by the arena
-        self.free_bytes = 0
-        self.pinning_seconds = 0.0
-        self._chunks: list[_Chunk] = []
-        self._lock = threading.Lock()
-        self._idle = threading.Event()
-        self._wake = threading.Event()
-        if self.pinned:
-            threading.Thread(target=self._grow_when_idle, name="warmslot-pinned", daemon=True).start()
-
-    def prepare(self, initial: int) -> None:
-        """Pin `initial` bytes now (up to the limit). Blocking; call it before serving."""
-        while self.pinned and self.allocated_bytes < min(initial, self.limit):
-            if not self._add_chunk(min(self.CHUNK, self.limit - self.allocated_bytes)):
-                break
-
-    def idle(self, idle: bool) -> None:
-        """The engine says whether it is idle: pinning more memory only happens then."""
-        if idle:
-            self._idle.set()
-            if self.free_bytes < self.reserve:
-                self._wake.set()
-        else:
-            self._idle.clear()
-
-    def empty(self, size: int) -> np.ndarray:
-        """An uninitialized uint8 array of `size` bytes."""
-        if self._lib is None or size < _PINNED_MIN:
-            return np.empty(size, dtype=np.uint8)
-        need = -(-size // _PAGE) * _PAGE
-        with self._lock:
-            found = self._take(need)
-        if found is None:
-            self._wake.set()
-            return np.empty(size, dtype=np.uint8)
-        chunk, offset = found
-        raw = (ctypes.c_uint8 * need).from_address(chunk.address + offset)
-        weakref.finalize(raw, self._give_back, chunk, offset, need)
-        return np.frombuffer(raw, dtype=np.uint8, count=size)
-
-    def _take(self, size: int) -> tuple["_Chunk", int] | None:
-        for chunk in self._chunks:
-            offset = chunk.take(size)
-            if offset is not None:
-                self.free_bytes -= size
-                return chunk, offset
-        return None
-
-    def _give_back(self, chunk: "_Chunk", offset: int, size: int) -> None:
-        with self._lock:
-            chunk.give_back(offset, size)
-            self.free_bytes += size
-
-    def _add_chunk(self, size: int) -> bool:
-        with self._lock:
-            if size <= 0 or self.allocated_bytes + size > self.limit:
-                return False
-            self.allocated_bytes += size  # claimed before the slow allocation
-        t0 = time.monotonic()
-        handle = self._lib.alloc(self._lib.buft, size)
-        self.pinning_seconds += time.monotonic() - t0
-        with self._lock:
-            if not handle:
-                self.allocated_bytes -= size
-                return False
-            self._chunks.append(_Chunk(handle, self._lib.base(handle), size))
-            self.free_bytes += size
-        return True
-
-    def _grow_when_idle(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            while self.free_bytes < self.reserve and self._idle.wait(timeout=1.0):
-                if not self._add_chunk(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes)):
-                    break
-
-
-class _Chunk:
-    """One pinned allocation and its free extents (sorted, merged)."""
-
-    def __init__(self, handle: int, address: int, size: int) -> None:
-        self.handle = handle
-        self.address = address
-        self.free: list[list[int]] = [[0, size]]  # [offset, length]
-
-    def take(self, size: int) -> int | None:
-        for i, extent in enumerate(self.free):
-            if extent[1] >= size:
-                offset = extent[0]
-                if extent[1] == size:
-                    del self.free[i]
-                else:
-                    extent[0] += size
-                    extent[1] -= size
-                return offset
-        return None
-
-    def give_back(self, offset: int, size: int) -> None:
-        i = bisect.bisect_left(self.free, [offset, 0])
-        self.free.insert(i, [offset, size])
-        if i + 1 < len(self.free) and offset + size == self.free[i + 1][0]:
-            self.free[i][1] += self.free.pop(i + 1)[1]
-        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset:
-            self.free[i - 1][1] += self.free.pop(i)[1]
-
-
-_PINNED_MIN = 1 << 20  # smaller states (logits, tiny models) gain nothing from pinning
-_PAGE = 4096
-
-
 class _CudaHost:
+    """ggml's CUDA host buffer type (page-locked memory), as `host_buffers.PinnedAllocator`."""
+
     def __init__(self, cuda: ctypes.CDLL, base: ctypes.CDLL) -> None:
         cuda.ggml_backend_cuda_host_buffer_type.restype = ctypes.c_void_p
         cuda.ggml_backend_cuda_host_buffer_type.argtypes = []
@@ -237,8 +82,17 @@ class _CudaHost:
         self.base = base.ggml_backend_buffer_get_base
         self.free = base.ggml_backend_buffer_free
 
+    def allocate(self, size: int) -> int:
+        return self.alloc(self.buft, size) or 0
 
-def _cuda_host_allocator() -> _CudaHost | None:
+    def address(self, handle: int) -> int:
+        return self.base(handle)
+
+    def view(self, address: int, size: int):
+        return (ctypes.c_uint8 * size).from_address(address)
+
+
+def cuda_host_allocator() -> _CudaHost | None:
     """ggml's CUDA pinned host allocator, when llama.cpp was built with CUDA and sees a GPU."""
     if not llama_cpp.llama_supports_gpu_offload():
         return None
@@ -564,7 +418,8 @@ class Context:
         self.n_threads = threads
         self.n_vocab = model.n_vocab
         self.memory_kind = classify_memory(model.info, params.swa_full)
-        self.host = HostBuffers(pinned=params.pinned_states, limit=params.pinned_limit)
+        allocator = cuda_host_allocator() if params.pinned_states else None
+        self.host = HostBuffers(allocator, limit=params.pinned_limit)
 
     def decode(self, batch: "Batch") -> int:
         """0 ok; 1 no KV space (memory is unchanged); other values are errors."""
@@ -682,40 +537,6 @@ class Batch:
         return self._struct
 
 
-@dataclass(slots=True)
-class GrammarSpec:
-    """A GBNF grammar for constrained sampling; lazy grammars wait for a trigger."""
-
-    grammar: str
-    root: str = "root"
-    lazy: bool = False
-    trigger_patterns: list[str] = field(default_factory=list)
-    trigger_tokens: list[int] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class SamplingParams:
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    seed: int | None = None
-    logit_bias: dict[int, float] = field(default_factory=dict)
-    grammar: GrammarSpec | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-
-class GrammarError(ValueError):
-    """llama.cpp rejected a grammar."""
-
-
 class Sampler:
     """A native llama.cpp sampler chain for one request."""
 
@@ -761,16 +582,11 @@ class Sampler:
         yield llama_cpp.llama_sampler_init_dist(seed)
 
     @staticmethod
-    def _grammar(model: Model, g: GrammarSpec):
-        if g.lazy:
-            pats = (ctypes.c_char_p * max(1, len(g.trigger_patterns)))(*[s.encode() for s in g.trigger_patterns])
-            toks = (llama_cpp.llama_token * max(1, len(g.trigger_tokens)))(*g.trigger_tokens)
-            smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
-                model.vocab, g.grammar.encode(), g.root.encode(),
-                pats, len(g.trigger_patterns), toks, len(g.trigger_tokens),
-            )
-        else:
-            smpl = llama_cpp.llama_sampler_init_grammar(model.vocab, g.grammar.encode(), g.root.encode())
+    def _grammar(model: Model, spec: GrammarSpec):
+        error = shape_error(spec.grammar)
+        if error is not None:
+            raise GrammarError(error)
+        smpl = _init_grammar(model, spec)
         if not smpl:
             raise GrammarError("llama.cpp could not parse the grammar")
         return smpl
@@ -804,3 +620,46 @@ class Sampler:
         if getattr(self, "ptr", None):
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
+
+
+def trigger_tokens(model: Model, texts: Sequence[str]) -> list[int]:
+    """The ids of the trigger texts that are exactly one token of the vocabulary."""
+    ids = []
+    for text in texts:
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        if len(tokens) == 1:
+            ids.append(tokens[0])
+    return ids
+
+
+def _init_grammar(model: Model | None, spec: GrammarSpec):
+    """A native grammar sampler for `spec`, or NULL when llama.cpp rejects it. Without a model
+    the grammar is compiled without a vocabulary, and trigger texts are left out."""
+    vocab = model.vocab if model is not None else None
+    text, root = spec.grammar.encode(), spec.root.encode()
+    if not spec.lazy:
+        return llama_cpp.llama_sampler_init_grammar(vocab, text, root)
+    tokens = trigger_tokens(model, spec.trigger_texts) if model is not None else []
+    patterns = [pattern.encode() for pattern in spec.trigger_patterns]
+    pats = (ctypes.c_char_p * max(1, len(patterns)))(*patterns)
+    toks = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
+    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(vocab, text, root, pats, len(patterns), toks, len(tokens))
+
+
+def check_grammar(model: Model | None, spec: GrammarSpec) -> str | None:
+    """Why llama.cpp would refuse `spec`, or None when it compiles (with `model`'s vocabulary,
+    or none).
+
+    A grammar beyond the limits of `grammar.shape_error` is refused without calling llama.cpp,
+    whose compiler would otherwise run unbounded or overflow its stack. Thread-safe (it only
+    reads the vocabulary); within the limits compiling takes up to a few tenths of a second,
+    so call it off the event loop.
+    """
+    error = shape_error(spec.grammar)
+    if error is not None:
+        return error
+    sampler = _init_grammar(model, spec)
+    if not sampler:
+        return "llama.cpp could not parse the grammar"
+    llama_cpp.llama_sampler_free(sampler)
+    return None

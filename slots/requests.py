@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .llama_api import SamplingParams
+from .sampling import SamplingParams
 
 
 class FinishReason(str, enum.Enum):

@@ -13,19 +13,36 @@ import llama_cpp
 import pytest
 
 from warmslot.server.errors import InvalidRequest
-from warmslot.server.grammars import (
-    GrammarSpec,
-    ToolChoice,
-    gbnf_literal,
-    grammar_is_valid,
-    response_format_grammar,
-    tool_call_grammar,
-    validate_tool_choice,
-    validate_tools,
+from warmslot.server.gbnf.limits import (
+    MAX_BOUND_DIGITS,
+    MAX_BOUND_SIGNIFICANT_DIGITS,
+    MAX_COUNT,
+    MAX_OBJECT_PROPERTIES,
+    MAX_SCHEMA_DEPTH,
 )
-from warmslot.server.tool_calls import OutputParser
+from warmslot.server.gbnf.patterns import repetition_problem
+from warmslot.server.gbnf.response_format import json_schema_grammar
+from warmslot.server.gbnf.text import gbnf_literal
+from warmslot.server.gbnf.tools import tool_call_grammar
+from warmslot.server.output.parser import OutputParser
+from warmslot.server.protocol import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from warmslot.slots import GrammarSpec, check_grammar
+from warmslot.slots.grammar import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_REPETITIONS, MAX_GRAMMAR_RULES, measure
 
 FORMATS = ("hermes", "hermes_xml", "llama3", "mistral", "json")
+
+
+def grammar_is_valid(grammar: str) -> bool:
+    """Whether llama.cpp accepts `grammar` (no model needed)."""
+    return check_grammar(None, GrammarSpec(grammar)) is None
+
+
+def response_format_grammar(response_format, **options) -> str | None:
+    """The grammar text for an OpenAI `response_format`, as the server builds it."""
+    parsed = parse_response_format(response_format)
+    if parsed is None:
+        return None
+    return json_schema_grammar(parsed.schema, parsed.param, **options).grammar
 
 WEATHER = {
     "type": "function",
@@ -415,7 +432,7 @@ def test_every_tool_grammar_is_accepted_by_llama_cpp(fmt, mode, parallel, reason
         assert sampler, "llama.cpp rejected the lazy grammar or its trigger patterns"
         llama_cpp.llama_sampler_free(sampler)
     else:
-        assert spec.trigger_patterns == [] and spec.trigger_tokens == []
+        assert spec.trigger_patterns == [] and spec.trigger_texts == []
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -545,7 +562,7 @@ def test_lazy_trigger_starts_the_grammar_at_the_call(fmt, reply, call_at):
     starts = [trigger_start(p, reply) for p in spec.trigger_patterns]
     assert call_at in starts
     assert matches(spec.grammar, reply[call_at:])
-    for token in spec.trigger_tokens:
+    for token in spec.trigger_texts:
         assert reply[call_at:].startswith(token), "a trigger token must be the grammar's first text"
 
 
@@ -703,7 +720,7 @@ def test_llama_cpp_lazy_grammar_waits_for_the_call(vocab, fmt, reply, call_at):
     assert vocab.accepts(lazy_sampler(vocab.vocab, spec), reply)
     wrong = reply[:call_at] + WRONG[fmt]
     assert not vocab.accepts(lazy_sampler(vocab.vocab, spec), wrong)
-    marker_ids = [vocab.tokenize(text) for text in spec.trigger_tokens]
+    marker_ids = [vocab.tokenize(text) for text in spec.trigger_texts]
     single = [ids[0] for ids in marker_ids if len(ids) == 1]
     if single:  # the marker is a special token in this vocabulary
         assert vocab.accepts(lazy_sampler(vocab.vocab, spec, single), reply)
@@ -954,3 +971,170 @@ def test_llama_cpp_samples_only_integers_in_range(vocab):
     assert vocab.accepts(vocab.strict(grammar), '{"limit": 10}')
     assert not vocab.accepts(vocab.strict(grammar), '{"limit": 1000000000000000}')
     assert not vocab.accepts(vocab.strict(grammar), '{"limit": 0}')
+
+
+# --------------------------------------------------------------------------- limits
+
+SCHEMA_PARAM = "response_format.json_schema.schema"
+
+
+def tool_taking(parameters: dict) -> list[dict]:
+    return [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
+
+
+def nested(depth: int, leaf: dict, wrap) -> dict:
+    schema = leaf
+    for _ in range(depth):
+        schema = wrap(schema)
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "field"),
+    [
+        ({"type": "string", "maxLength": 10**8}, "maxLength"),
+        ({"type": "string", "maxLength": 10**7}, "maxLength"),
+        ({"type": "string", "maxLength": 1e8}, "maxLength"),
+        ({"type": "string", "minLength": 10**7}, "minLength"),
+        ({"type": "array", "minItems": 10**6}, "minItems"),
+        ({"type": "array", "items": {"type": "string"}, "maxItems": 10**6}, "maxItems"),
+        ({"type": "object", "properties": {"s": {"type": "string", "maxLength": 10**8}}}, "properties.s.maxLength"),
+        ({"type": "integer", "maximum": 10**400}, "maximum"),
+        ({"type": "number", "minimum": -(10**50) - 1}, "minimum"),
+    ],
+)
+def test_huge_max_length_is_rejected_not_crashing(schema, field):
+    error = bad_request(lambda: schema_grammar(schema))
+    assert error.param == f"{SCHEMA_PARAM}.{field}"
+    tools = tool_taking({"type": "object", "properties": {"a": schema}})
+    error = bad_request(lambda: validate_tools(tools))
+    assert error.param == f"tools[0].function.parameters.properties.a.{field}"
+
+
+def test_nested_arrays_with_large_bounds_are_rejected_by_their_total():
+    leaf = {"type": "string", "maxLength": MAX_COUNT}
+    schema = nested(2, leaf, lambda items: {"type": "array", "maxItems": MAX_COUNT, "items": items})
+    assert bad_request(lambda: schema_grammar(schema)).param == f"{SCHEMA_PARAM}.items.items.maxLength"
+    tools = tool_taking({"type": "object", "properties": {"a": schema}})
+    param = "tools[0].function.parameters.properties.a.items.items.maxLength"
+    assert bad_request(lambda: validate_tools(tools)).param == param
+
+
+@pytest.mark.parametrize("kind", ["array", "object", "anyOf"])
+def test_deep_nesting_is_rejected(kind):
+    wraps = {
+        "array": lambda inner: {"type": "array", "items": inner},
+        "object": lambda inner: {"type": "object", "properties": {"x": inner}},
+        "anyOf": lambda inner: {"anyOf": [inner, {"type": "null"}]},
+    }
+    schema = nested(200, {"type": "string"}, wraps[kind])
+    error = bad_request(lambda: schema_grammar(schema))
+    assert error.param.startswith(SCHEMA_PARAM + ".") and "levels deep" in error.message
+    assert bad_request(lambda: validate_tools(tool_taking({"type": "object", "properties": {"a": schema}})))
+    fine = nested(MAX_SCHEMA_DEPTH - 2, {"type": "string"}, wraps[kind])
+    assert grammar_is_valid(schema_grammar(fine))
+
+
+def test_number_bounds_keep_every_digit():
+    """Bounds are exact decimals: negating one must not round it to 28 digits."""
+    grammar = Gbnf(schema_grammar({"type": "number", "maximum": -(10**35) - 1}))
+    assert grammar.matches(str(-(10**35) - 1)) and grammar.matches(str(-(10**35) - 2))
+    assert not grammar.matches(str(-(10**35)))
+
+
+def test_bounds_at_the_limits_give_small_grammars():
+    """The largest accepted counts and bounds still give grammars far inside the compile limits."""
+    for schema in (
+        {"type": "string", "maxLength": MAX_COUNT},
+        {"type": "string", "minLength": MAX_COUNT, "maxLength": MAX_COUNT},
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": MAX_COUNT},
+        {"type": "number", "minimum": 5e-324, "maximum": 1.7976931348623157e308},
+        {"type": "integer", "minimum": -(2**127), "maximum": 2**128 - 1},
+        {"type": "integer", "minimum": int("9" * MAX_BOUND_SIGNIFICANT_DIGITS) * 10 ** (MAX_BOUND_DIGITS - 41)},
+    ):
+        grammar = schema_grammar(schema)
+        shape = measure(grammar)
+        assert shape.size < 100_000, schema
+        assert shape.repetitions <= 2 * MAX_COUNT + 2_000 and shape.nesting < 400, schema
+        assert grammar_is_valid(grammar), schema
+
+
+def test_a_total_of_lengths_past_the_grammar_limit_is_rejected_across_tools():
+    count = MAX_GRAMMAR_REPETITIONS // (2 * MAX_COUNT) + 1
+    tools = [
+        {"type": "function", "function": {"name": f"f{i}", "parameters": string_object(MAX_COUNT)}} for i in range(count)
+    ]
+    validated = validate_tools(tools)  # each tool alone is within the limits
+    error = bad_request(lambda: tool_call_grammar(validated, ToolChoice("required"), "hermes"))
+    assert error.param == "tools" and "repetitions" in error.message
+
+
+def string_object(max_length: int) -> dict:
+    return {"type": "object", "properties": {"s": {"type": "string", "maxLength": max_length}}, "required": ["s"]}
+
+
+def test_too_many_properties_are_rejected():
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(MAX_OBJECT_PROPERTIES + 1)}}
+    assert bad_request(lambda: schema_grammar(schema)).param == f"{SCHEMA_PARAM}.properties"
+
+
+def test_a_type_named_twice_is_converted_once():
+    """Each alternative of a type list is converted with the schema's other keywords, so a
+    type named twice per level doubled the work per level (the rules grew without bound)."""
+    depth = MAX_SCHEMA_DEPTH - 2
+    schema = nested(depth, {"type": "string"}, lambda inner: {"type": ["array", "array"], "items": inner})
+    grammar = schema_grammar(schema)
+    assert measure(grammar).size < 50_000 and grammar_is_valid(grammar)
+    assert matches(grammar, "[" * depth + '"a"' + "]" * depth)
+    assert not matches(grammar, "[" * (depth - 1) + '"a"' + "]" * (depth - 1))
+
+
+def test_references_used_twice_per_level_stop_at_the_visit_limit():
+    """Each definition copies the properties of the next one twice (allOf of two references),
+    so converting visits 2^depth subschemas while the schema stays small."""
+    depth = 24
+    defs = {f"d{i}": {"type": "object", "properties": {"v": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2}}} for i in range(depth)}
+    defs[f"d{depth}"] = {"type": "object", "properties": {"leaf": {"type": "string"}}}
+    schema = {"$defs": defs, "type": "object", "properties": {"root": {"$ref": "#/$defs/d0"}}}
+    error = bad_request(lambda: schema_grammar(schema))
+    assert error.param == SCHEMA_PARAM and "subschemas" in error.message
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("^[A-Z]{2}-\\d{3}$", None),
+        ("^(\\+|00)?[0-9]{7,15}$", None),
+        ("^([a-z0-9]+(-[a-z0-9]+)*\\.)+[a-z]{2,}$", None),
+        ("^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|[1-9]?\\d)$", None),
+        ("^((a{0,30}){0,30}){0,30}$", "empty"),
+        ("^(a|)+$", "empty"),
+        ("^(x*y?)*$", "empty"),
+        ("a{0,100000000}", "count"),
+        ("^((a|b){1,10}c){0,1000}$", "combinations"),
+    ],
+)
+def test_pattern_repetitions_that_would_explode_are_found(pattern, problem):
+    found = repetition_problem(pattern)
+    assert (found is None) if problem is None else (problem in found)
+
+
+def test_a_pattern_that_would_explode_is_dropped_not_compiled():
+    """llama.cpp follows every empty match of a repeated, nullable group one by one: this
+    pattern hangs the sampler on its first character, so the string stays unconstrained."""
+    grammar = schema_grammar({"type": "string", "pattern": "^((a{0,30}){0,30}){0,30}$"})
+    assert matches(grammar, '"anything at all"')
+    assert measure(grammar).size < 2_000
+
+
+def test_grammars_past_the_compile_limits_are_refused_before_llama_cpp():
+    """The parser recurses once per group: this nesting overflowed its stack (a segfault)."""
+    deep = "root ::= " + '("a" ' * 20_000 + ")?" * 20_000 + "\n"
+    assert "nests" in check_grammar(None, GrammarSpec(deep))
+    counted = "root ::= " + " ".join(['"a"{0,1999}'] * (MAX_GRAMMAR_REPETITIONS // 1999 + 1)) + "\n"
+    assert "repetitions" in check_grammar(None, GrammarSpec(counted))
+    assert "bytes" in check_grammar(None, GrammarSpec('root ::= "' + "a" * MAX_GRAMMAR_BYTES + '"\n'))
+    rules = "root ::= r0\n" + "".join(f'r{i} ::= "a"\n' for i in range(MAX_GRAMMAR_RULES + 1))
+    assert "rules" in check_grammar(None, GrammarSpec(rules))
+    literal = 'root ::= "(((" [(] "{99999999}" \n'  # structure inside literals and classes does not count
+    assert measure(literal).nesting == 0 and measure(literal).repetitions == 0

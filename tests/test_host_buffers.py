@@ -2,7 +2,7 @@
 
 import random
 
-from warmslot.slots.llama_api import HostBuffers, _Chunk
+from warmslot.slots.host_buffers import HostBuffers, _Chunk
 
 
 def test_chunk_extents_stay_disjoint_merged_and_complete():
@@ -29,6 +29,6 @@ def test_chunk_extents_stay_disjoint_merged_and_complete():
 
 
 def test_without_cuda_buffers_are_plain_arrays():
-    host = HostBuffers(pinned=False)
+    host = HostBuffers(allocator=None)
     a = host.empty(5 << 20)
     assert a.nbytes == 5 << 20 and not host.pinned and host.allocated_bytes == 0

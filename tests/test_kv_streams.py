@@ -87,7 +87,7 @@ def test_a_fork_between_streams_is_copied_even_when_no_decode_follows(tiny_model
 def test_sampling_on_threads_gives_the_tokens_of_sampling_in_turn(tiny_models):
     """Four streams sampled side by side on a pool give the same tokens (seeded, not greedy)
     as the same four sampled one after the other."""
-    from warmslot.slots.sampling import BatchSampler
+    from warmslot.slots.parallel_sampling import BatchSampler
 
     prompts = [random_tokens(30 + i, 40) for i in range(4)]
 

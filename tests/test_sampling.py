@@ -1,10 +1,11 @@
-"""Native sampler chains through the engine: seed, logit_bias, penalties, EOG and stops."""
+"""Native sampler chains through the engine: seed, logit_bias, penalties, EOG, stops and grammars."""
 
 import pytest
 
-from warmslot.slots import SamplingParams
+from warmslot.slots import ErrorKind, GrammarSpec, SamplingParams
+from warmslot.slots.llama_api import trigger_tokens
 from tests.helpers import generate, tiny_engine
-from tests.tiny_models import EOS_ID
+from tests.tiny_models import EOS_ID, IM_START_ID
 
 pytestmark = pytest.mark.model
 
@@ -65,3 +66,20 @@ def test_max_tokens_zero_only_evaluates_the_prompt(engine):
     assert r.tokens == [] and r.finish.value == "length" and r.usage.prompt_tokens == len(PROMPT) + 1
     # and the prompt is now warm
     assert generate(engine, PROMPT + [7, 8], max_tokens=1).usage.cached_tokens == len(PROMPT) + 1
+
+
+def test_a_trigger_text_that_is_one_token_starts_a_lazy_grammar(engine):
+    assert trigger_tokens(engine.model, ["<|im_start|>", "<|im_start|>x", "the"]) == [IM_START_ID]
+    grammar = GrammarSpec('root ::= "<|im_start|>" "ok"\n', lazy=True, trigger_texts=["<|im_start|>"])
+    sampling = SamplingParams(temperature=0.0, logit_bias={IM_START_ID: 100.0}, grammar=grammar)
+    r = generate(engine, PROMPT, max_tokens=16, sampling=sampling)
+    assert r.tokens[:3] == [IM_START_ID, ord("o"), ord("k")]
+    assert r.finish.value == "stop" and r.usage.completion_tokens == 4  # then only end-of-generation
+
+
+def test_a_grammar_past_the_compile_limits_is_refused_not_compiled(engine):
+    """llama.cpp's parser overflows its stack on this nesting; the engine refuses the request."""
+    deep = GrammarSpec("root ::= " + '("a" ' * 20_000 + ")?" * 20_000 + "\n")
+    r = generate(engine, PROMPT, sampling=SamplingParams(temperature=0.0, grammar=deep))
+    assert r.error is not None and r.error.kind is ErrorKind.INVALID and "nests" in r.error.message
+    assert generate(engine, PROMPT, max_tokens=2).usage.completion_tokens == 2

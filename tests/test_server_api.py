@@ -217,6 +217,22 @@ def test_server_keeps_serving_after_bad_input(client, server):
     assert wait_idle(server) == ["idle", "idle"]
 
 
+def test_huge_max_length_is_rejected_not_crashing(client, server):
+    """A maxLength of 10^8 made llama.cpp's grammar parser overflow its stack: a segfault."""
+    schema = {"type": "string", "maxLength": 100_000_000}
+    response_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": HELLO, "response_format": response_format})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "response_format.json_schema.schema.maxLength"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"s": schema}}}}]
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": HELLO, "tools": tools})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "tools[0].function.parameters.properties.s.maxLength"
+    assert httpx.get(server.url + "/health").status_code == 200
+    r = client.chat.completions.create(model="x", messages=HELLO, max_tokens=3, temperature=0)
+    assert r.usage.completion_tokens >= 1
+
+
 def test_full_queue_answers_503_with_retry_after(default_model):
     proc = warmslot_server(default_model, "-np", "1", "-c", "2048", "--max-queue", "1")
     try:

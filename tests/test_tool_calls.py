@@ -6,19 +6,9 @@ import re
 
 import pytest
 
-from warmslot.server.tool_calls import (
-    ContentDelta,
-    OutputParser,
-    ParsedMessage,
-    ReasoningDelta,
-    ToolCall,
-    ToolCallDelta,
-    collect,
-    detect_format,
-    detect_reasoning,
-    new_call_id,
-    prompt_opens_reasoning,
-)
+from warmslot.server.chat import detect_format, detect_reasoning, prompt_opens_reasoning
+from warmslot.server.output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCall, ToolCallDelta, collect, new_call_id
+from warmslot.server.output.parser import OutputParser
 
 
 def counter_ids():
@@ -447,7 +437,8 @@ R1_TEMPLATE = "{%- if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{
     ],
 )
 def test_detect_format(template, arch, fmt):
-    assert detect_format(template, arch) == fmt
+    # `arch` names the model each template comes from; only the template decides
+    assert detect_format(template) == fmt
 
 
 @pytest.mark.parametrize(
@@ -461,7 +452,7 @@ def test_detect_format(template, arch, fmt):
     ],
 )
 def test_detect_reasoning(template, expected):
-    assert detect_reasoning(template, "qwen3") == expected
+    assert detect_reasoning(template) == expected
 
 
 def test_prompt_opens_reasoning():

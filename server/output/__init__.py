@@ -1,0 +1,37 @@
+"""Streaming parsers that split model output into reasoning, content and tool calls.
+
+An `OutputParser` (`parser.py`) is fed the generated text piece by piece (`feed`) and answers
+with events in the shape of OpenAI's streamed deltas: `ContentDelta`, `ReasoningDelta` and
+`ToolCallDelta` (`events.py`). `finish` flushes whatever was held back. Feeding the same text in any
+chunking yields the same aggregated message, and `parse_complete` is exactly
+"feed everything, then finish, then aggregate", so streamed and non-streamed answers agree.
+
+Tool-call formats (`FORMATS`):
+
+- ``hermes``: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` (Hermes,
+  Qwen2.5, Qwen3); inside ``<tool_call>`` the XML form
+  ``<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>`` is accepted too.
+- ``hermes_xml``: the same markers where the model is prompted for the XML form (Qwen3-Coder,
+  Qwen3.5). Parsing is identical to ``hermes``; the name exists so grammars can build the XML form.
+- ``llama3``: the whole reply is ``{"name": ..., "parameters": {...}}`` (or ``"arguments"``),
+  optionally after ``<|python_tag|>``, several separated by ``;`` or newlines.
+- ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]`` and
+  ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` (``[CALL_ID]`` optional), possibly repeated.
+- ``json``: the whole reply, optionally fenced with ```` ```json ````, is a call object, a list of
+  them, or ``{"tool_calls": [...]}``.
+- ``none``: no tool calls.
+
+Text that could still be the start of a call marker is held back until decided; text of a
+call never reaches content. A call that turns out malformed before its name and arguments
+were recognised comes back verbatim as content. For JSON calls the arguments are streamed as
+their raw text arrives, but only up to points where closing the open strings and brackets
+yields valid JSON; if such a call is cut short or breaks, the arguments are closed at the last
+such point and the rest of the text becomes content. So the concatenated argument fragments
+of every call always equal its final ``arguments`` and always parse as JSON. Raw control
+characters inside JSON strings are written as escapes.
+
+Modules: `markers` (marker texts and format names, importable on their own), `events`,
+`json_scanner` (JSON syntax, character by character), `sink` (where layers put events),
+`json_calls` (call objects and a streaming reader of one), one module per format (`hermes`,
+`llama3`, `mistral`, `json_reply` with the plain layer) and `parser`.
+"""

@@ -1,0 +1,160 @@
+"""`OutputParser`: picks the format layer for a request and splits reasoning off the output."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from .events import Event, ParsedMessage, collect, new_call_id
+from .hermes import HermesLayer, parameter_schemas
+from .json_reply import JsonReplyLayer, PlainLayer
+from .llama3 import Llama3Layer
+from .markers import FORMATS, HERMES_FORMATS, HERMES_OPEN, THINK_CLOSE, THINK_OPEN, WHITESPACE, find_first_marker, partial_marker_len
+from .mistral import MistralLayer
+from .sink import EventSink
+
+
+class FormatLayer(Protocol):
+    """One tool-call format: takes content text (reasoning already split off) and emits events."""
+
+    def feed(self, text: str) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class OutputParser:
+    """Incremental parser of one generated assistant message.
+
+    Options:
+      format: one of `FORMATS`, the tool-call syntax to recognise.
+      reasoning: split a ``<think>...</think>`` block at the start of the output into reasoning.
+      starts_in_reasoning: the prompt already opened the think block, so the output begins
+        inside reasoning until ``</think>`` (a repeated ``<think>`` at the start is skipped).
+      tools_enabled: when False no tool calls are recognised; everything is content.
+      id_factory: makes call ids (default `new_call_id`); model-given ids are kept where the
+        format carries them (Mistral).
+      tools: the request's OpenAI `tools`, used only to keep XML string parameters as text.
+
+    For Hermes formats a ``<tool_call>`` inside reasoning also ends the reasoning (Qwen3.5 may
+    open its call without closing the think block).
+    """
+
+    def __init__(
+        self,
+        format: str = "hermes",
+        *,
+        reasoning: bool = False,
+        starts_in_reasoning: bool = False,
+        tools_enabled: bool = True,
+        id_factory: Callable[[], str] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> None:
+        if format not in FORMATS:
+            raise ValueError(f"unknown tool call format {format!r}; expected one of {FORMATS}")
+        self.format = format
+        factory = id_factory or new_call_id
+        parse_tools = tools_enabled and format != "none"
+        self._out = EventSink(factory, hold_ws=parse_tools)
+        self._layer = self._make_layer(format if parse_tools else "none", factory, tools)
+        self._reasoning_ends = (THINK_CLOSE,)
+        if parse_tools and format in HERMES_FORMATS:
+            self._reasoning_ends = (THINK_CLOSE, HERMES_OPEN)
+        if starts_in_reasoning:
+            self._mode = "opening"
+        elif reasoning:
+            self._mode = "detect"
+        else:
+            self._mode = "content"
+        self._buf = ""
+        self._finished = False
+
+    def _make_layer(
+        self, format: str, factory: Callable[[], str], tools: list[dict[str, Any]] | None
+    ) -> FormatLayer:
+        if format in HERMES_FORMATS:
+            return HermesLayer(self._out, parameter_schemas(tools))
+        if format == "llama3":
+            return Llama3Layer(self._out)
+        if format == "mistral":
+            return MistralLayer(self._out, factory)
+        if format == "json":
+            return JsonReplyLayer(self._out)
+        return PlainLayer(self._out)
+
+    @property
+    def in_reasoning(self) -> bool:
+        """True while the output fed so far is inside reasoning (meant for gating a lazy grammar)."""
+        return self._mode in ("opening", "reasoning")
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """True once at least one tool call has been emitted."""
+        return self._out.calls > 0
+
+    def feed(self, text: str) -> list[Event]:
+        """Parse the next piece of output; answers the events it settles."""
+        if self._finished:
+            raise RuntimeError("OutputParser.feed() after finish()")
+        if text:
+            self._route(text)
+        return self._out.take()
+
+    def finish(self) -> list[Event]:
+        """End of output: flush everything held back. Unfinished calls become content."""
+        if self._finished:
+            return []
+        self._finished = True
+        held, self._buf = self._buf, ""
+        if self._mode == "detect":
+            self._layer.feed(held)
+        elif self._mode in ("opening", "reasoning"):
+            self._out.reasoning(held)
+            self._out.reasoning_sink.end(keep_held=False)
+        self._mode = "content"
+        self._layer.finish()
+        self._out.end()
+        return self._out.take()
+
+    def parse_complete(self, text: str) -> ParsedMessage:
+        """Parse a whole output at once; identical to streaming it and aggregating."""
+        return collect(self.feed(text) + self.finish())
+
+    def _route(self, text: str) -> None:
+        if self._mode == "content":
+            self._layer.feed(text)
+            return
+        self._buf += text
+        if self._mode in ("detect", "opening") and not self._open_reasoning():
+            return
+        if self._mode == "reasoning":
+            self._reason()
+
+    def _open_reasoning(self) -> bool:
+        """Settle whether the output starts with ``<think>``; False while undecided."""
+        head = self._buf.lstrip(WHITESPACE)
+        if head.startswith(THINK_OPEN):
+            self._buf = head[len(THINK_OPEN) :]
+            self._mode = "reasoning"
+            return True
+        if THINK_OPEN.startswith(head):
+            return False
+        if self._mode == "opening":
+            self._mode = "reasoning"
+            return True
+        held, self._buf = self._buf, ""
+        self._mode = "content"
+        self._layer.feed(held)
+        return False
+
+    def _reason(self) -> None:
+        pos, marker = find_first_marker(self._buf, self._reasoning_ends)
+        if pos < 0:
+            keep = partial_marker_len(self._buf, self._reasoning_ends)
+            self._out.reasoning(self._buf[: len(self._buf) - keep])
+            self._buf = self._buf[len(self._buf) - keep :]
+            return
+        self._out.reasoning(self._buf[:pos])
+        self._out.end_reasoning()
+        rest = self._buf[pos + len(marker) :] if marker == THINK_CLOSE else self._buf[pos:]
+        self._buf = ""
+        self._mode = "content"
+        self._layer.feed(rest)

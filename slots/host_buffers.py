@@ -1,0 +1,162 @@
+"""Host memory for sequence states: an arena of page-locked (pinned) chunks on CUDA GPUs.
+
+The allocator itself (ggml's CUDA host buffer type) is reached through `llama_api`; this module
+only keeps the arena's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+import weakref
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class PinnedAllocator(Protocol):
+    """Page-locked host memory in large allocations (`llama_api.cuda_host_allocator`)."""
+
+    def allocate(self, size: int) -> int:
+        """A new allocation's handle, or 0 when there is no memory for it."""
+
+    def address(self, handle: int) -> int:
+        """Where an allocation's memory starts."""
+
+    def view(self, address: int, size: int) -> Any:
+        """A buffer-protocol object over `size` bytes at `address`; the memory stays in use
+        while it lives."""
+
+
+class HostBuffers:
+    """Host memory for sequence states (checkpoints, prompt-cache entries).
+
+    When the model runs on a CUDA GPU the buffers are page-locked (pinned) through ggml's CUDA
+    host buffer type, so state copies between RAM and VRAM run at bus speed instead of being
+    staged through pageable memory. Pinning is slow (the kernel faults in and locks every
+    page), so pinned memory comes from an arena of large chunks: `prepare()` pins `initial`
+    bytes up front (while the model loads), and a background thread adds chunks while the
+    engine is idle (`idle(True)`), keeping `reserve` bytes free, up to `limit` bytes in all.
+    A request for a buffer never waits for pinning: when the arena has no room, it gets a
+    plain numpy array. Buffers are carved first-fit from the chunks and go back to them when
+    the last array viewing them is collected. Thread-safe.
+    """
+
+    CHUNK = 4 << 30  # pinned while loading
+    IDLE_CHUNK = 2 << 30  # pinned while idle: smaller, so a request arriving meanwhile waits less
+
+    def __init__(self, allocator: PinnedAllocator | None, limit: int = 16 << 30, reserve: int = 4 << 30) -> None:
+        self._lib = allocator
+        self.pinned = self._lib is not None
+        self.limit = limit
+        self.reserve = min(reserve, limit)
+        self.allocated_bytes = 0  # pinned bytes held by the arena
+        self.free_bytes = 0
+        self.pinning_seconds = 0.0
+        self._chunks: list[_Chunk] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._wake = threading.Event()
+        if self.pinned:
+            threading.Thread(target=self._grow_when_idle, name="warmslot-pinned", daemon=True).start()
+
+    def prepare(self, initial: int) -> None:
+        """Pin `initial` bytes now (up to the limit). Blocking; call it before serving."""
+        while self.pinned and self.allocated_bytes < min(initial, self.limit):
+            if not self._add_chunk(min(self.CHUNK, self.limit - self.allocated_bytes)):
+                break
+
+    def idle(self, idle: bool) -> None:
+        """The engine says whether it is idle: pinning more memory only happens then."""
+        if idle:
+            self._idle.set()
+            if self.free_bytes < self.reserve:
+                self._wake.set()
+        else:
+            self._idle.clear()
+
+    def empty(self, size: int) -> np.ndarray:
+        """An uninitialized uint8 array of `size` bytes."""
+        if self._lib is None or size < _PINNED_MIN:
+            return np.empty(size, dtype=np.uint8)
+        need = -(-size // _PAGE) * _PAGE
+        with self._lock:
+            found = self._take(need)
+        if found is None:
+            self._wake.set()
+            return np.empty(size, dtype=np.uint8)
+        chunk, offset = found
+        raw = self._lib.view(chunk.address + offset, need)
+        weakref.finalize(raw, self._give_back, chunk, offset, need)
+        return np.frombuffer(raw, dtype=np.uint8, count=size)
+
+    def _take(self, size: int) -> tuple["_Chunk", int] | None:
+        for chunk in self._chunks:
+            offset = chunk.take(size)
+            if offset is not None:
+                self.free_bytes -= size
+                return chunk, offset
+        return None
+
+    def _give_back(self, chunk: "_Chunk", offset: int, size: int) -> None:
+        with self._lock:
+            chunk.give_back(offset, size)
+            self.free_bytes += size
+
+    def _add_chunk(self, size: int) -> bool:
+        with self._lock:
+            if size <= 0 or self.allocated_bytes + size > self.limit:
+                return False
+            self.allocated_bytes += size  # claimed before the slow allocation
+        t0 = time.monotonic()
+        handle = self._lib.allocate(size)
+        self.pinning_seconds += time.monotonic() - t0
+        with self._lock:
+            if not handle:
+                self.allocated_bytes -= size
+                return False
+            self._chunks.append(_Chunk(handle, self._lib.address(handle), size))
+            self.free_bytes += size
+        return True
+
+    def _grow_when_idle(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self.free_bytes < self.reserve and self._idle.wait(timeout=1.0):
+                if not self._add_chunk(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes)):
+                    break
+
+
+class _Chunk:
+    """One pinned allocation and its free extents (sorted, merged)."""
+
+    def __init__(self, handle: int, address: int, size: int) -> None:
+        self.handle = handle
+        self.address = address
+        self.free: list[list[int]] = [[0, size]]  # [offset, length]
+
+    def take(self, size: int) -> int | None:
+        for i, extent in enumerate(self.free):
+            if extent[1] >= size:
+                offset = extent[0]
+                if extent[1] == size:
+                    del self.free[i]
+                else:
+                    extent[0] += size
+                    extent[1] -= size
+                return offset
+        return None
+
+    def give_back(self, offset: int, size: int) -> None:
+        i = bisect.bisect_left(self.free, [offset, 0])
+        self.free.insert(i, [offset, size])
+        if i + 1 < len(self.free) and offset + size == self.free[i + 1][0]:
+            self.free[i][1] += self.free.pop(i + 1)[1]
+        if i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset:
+            self.free[i - 1][1] += self.free.pop(i)[1]
+
+
+_PINNED_MIN = 1 << 20  # smaller states (logits, tiny models) gain nothing from pinning
+_PAGE = 4096
