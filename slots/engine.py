@@ -29,7 +29,9 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.prompt_cache import PromptCache
 
 from .layout import KvLayout, plan_layout
-from .llama_api import Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler, classify_memory
+from .llama_api import (
+    Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler, classify_memory, supports_gpu_offload,
+)
 from .parallel_sampling import BatchSampler, sampling_threads
 from .requests import (
     EngineError,
@@ -310,7 +312,7 @@ class Engine:
         layout = plan_layout(
             self.model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=cfg.n_ctx,
             kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
-            on_gpu=cfg.n_gpu_layers != 0,
+            on_gpu=cfg.n_gpu_layers != 0 and supports_gpu_offload(),
         )
         self.layout = layout
         unified = layout.unified
@@ -549,8 +551,10 @@ class Engine:
         NOTE: with a unified KV pool, attention runs over every cell up to the highest one in
         use, so cells that idle slots keep make every running request's decode slower (by
         about a third for one stream next to three idle 16K contexts). An idle slot's contents
-        come back from RAM when they are needed again."""
-        if self.cache is None or not self.config.park_idle or not self.ctx.unified:
+        come back from RAM when they are needed again. With spare sequences (recurrent and
+        hybrid models on a GPU, whose few attention layers make that cost small) idle
+        conversations stay where they are instead."""
+        if self.cache is None or not self.config.park_idle or not self.ctx.unified or self.layout.n_spare:
             return
         for slot in self.slots:
             if slot is keep or slot.active is not None or not slot.tokens:

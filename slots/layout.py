@@ -1,12 +1,15 @@
 """How the KV cache is laid out: one pool or a stream per sequence, and how many sequences.
 
-With a stream per sequence, a slot's attention spans only its own cells and an idle slot's
-cells cost the others nothing. So the device can hold more conversations than there are
-slots at no cost to decoding: **spare sequences**. They are streams like the slots' that
-never run more than `n_slots` requests at once; a conversation that comes back finds its
-stream still filled and continues there with no copy at all. Spares use device memory that
-would otherwise sit unused (`--cache-vram`); without them an idle conversation must be
-copied to RAM before its slot can serve another one, and back again when it returns.
+The device can hold more conversations than there are slots: **spare sequences**. At most
+`n_slots` sequences run requests at once; a conversation that comes back finds its sequence
+still filled and continues there with no copy at all. Without spares, an idle conversation
+must be copied to RAM before its slot can serve another one, and back again when it returns.
+
+- With a stream per sequence (attention models), a slot's attention spans only its own
+  cells, so an idle stream costs the others nothing but device memory (`--cache-vram`).
+- In one pool (recurrent and hybrid models), a spare costs one recurrent state; its
+  attention cells share the pool, and the least recently used idle sequence moves to RAM
+  when the pool is full.
 """
 
 from __future__ import annotations
@@ -71,7 +74,9 @@ def plan_layout(
     n_ctx = n_ctx or min(model.info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
     unified = kv_unified(kv_unified_setting, kind, n_parallel)
     if unified:
-        return KvLayout(True, n_parallel, n_parallel, n_ctx)
+        wanted = cache_vram > 0 if cache_vram is not None else on_gpu
+        spare = n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
+        return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
     per_slot = max(1, n_ctx // n_parallel)
     spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu)
     n_seq = n_parallel + spare

@@ -132,7 +132,10 @@ def test_spare_streams_are_sized_from_the_memory_given():
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU
     layout = plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=2 * 1024 * 1000, **kw)
     assert (layout.n_seq, layout.n_ctx) == (6, 6 * 1024)  # each slot keeps its 1024 cells
-    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=1 << 30, **kw).n_spare == 0  # one pool
+    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **kw).n_spare == 0  # auto, no GPU
+    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=0, **dict(kw, on_gpu=True)).n_spare == 0
+    hybrid = plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **dict(kw, on_gpu=True))
+    assert hybrid.unified and (hybrid.n_seq, hybrid.n_ctx) == (8, 4096)  # spares share the pool
     assert plan_layout(FakeModel(), MemoryKind.SWA, cache_vram=1 << 30, **kw).n_spare == 0
 
 
@@ -174,3 +177,26 @@ def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_model
     finally:
         engine.stop()
     assert_same_answer(again, cold_run(path, held[1] + random_tokens(70, 10)))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["hybrid", "recurrent"])
+def test_alternating_conversations_stay_in_spare_sequences_of_one_pool(tiny_models, kind):
+    """One slot and one spare sequence in a unified pool: A and B alternate, and each comes
+    back to the sequence that holds it, with nothing copied to or from RAM."""
+    path = tiny_models[kind]
+    A, B = random_tokens(80, 90), random_tokens(81, 70)
+    engine = tiny_engine(path, n_parallel=1, cache_vram=1, **REUSE_ENGINE)
+    try:
+        assert engine.layout.unified and engine.layout.n_spare == 1
+        generate(engine, A, max_tokens=4)
+        generate(engine, B, max_tokens=4)
+        held = {s.id: list(s.tokens) for s in engine.slots}
+        a_seq = next(i for i, t in held.items() if t[: len(A)] == A)
+        back = generate(engine, held[a_seq] + random_tokens(82, 10), return_prompt_logits=True)
+        assert back.reuse.source == "slot" and back.reuse.slot == a_seq
+        assert back.usage.cached_tokens == len(held[a_seq])
+        assert engine.stats.copy_bytes == {} and engine.stats.parked == 0
+    finally:
+        engine.stop()
+    assert_same_answer(back, cold_run(path, held[a_seq] + random_tokens(82, 10)))
