@@ -30,3 +30,18 @@ def test_grafana_dashboard_uses_documented_metrics():
     for name in names:
         base = re.sub(r"_(bucket|count|sum)$", "", name)
         assert base in README, name
+
+
+def test_every_package_folder_is_installed():
+    """A wheel holds only the packages pyproject.toml lists: every folder with an __init__.py
+    under server/, slots/ and cache/ must be there (editable installs would hide a gap)."""
+    import tomllib
+
+    root = pathlib.Path(__file__).parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        "warmslot." + ".".join(init.parent.relative_to(root).parts)
+        for top in ("server", "slots", "cache")
+        for init in (root / top).rglob("__init__.py")
+    }
+    assert found == listed
