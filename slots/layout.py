@@ -70,12 +70,14 @@ def plan_layout(
 ) -> KvLayout:
     """The layout for a model. `n_ctx` is the slots' cells in all (0: the model's training
     context, at most DEFAULT_MAX_CTX); `cache_vram` the device memory for spare sequences
-    (None: auto, up to one spare per slot in free device memory)."""
+    (None: auto, up to one spare stream per slot in free device memory; two spare
+    sequences per slot in one pool for recurrent and hybrid models on a GPU)."""
     n_ctx = n_ctx or min(model.info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
     unified = kv_unified(kv_unified_setting, kind, n_parallel)
     if unified:
         wanted = cache_vram > 0 if cache_vram is not None else on_gpu
-        spare = n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
+        # a spare costs one recurrent state here, not a stream: be generous
+        spare = 2 * n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
         return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
     per_slot = max(1, n_ctx // n_parallel)
     spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu)

@@ -108,22 +108,26 @@ def cuda_host_allocator() -> _CudaHost | None:
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceMemory:
+class Device:
     name: str
-    free: int
+    kind: str  # cpu, gpu, igpu or accel
+    free: int  # bytes
     total: int
 
 
-def gpu_memory() -> list[DeviceMemory]:
-    """Free and total memory of each GPU that ggml sees (empty without GPU offload)."""
-    if not llama_cpp.llama_supports_gpu_offload():
-        return []
+_DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel")  # enum ggml_backend_dev_type
+
+
+def devices() -> list[Device]:
+    """The devices ggml sees, with their free and total memory."""
+    init_backend()
     lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
     try:
-        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))
-        base.ggml_backend_dev_count.restype = ctypes.c_size_t
-        base.ggml_backend_dev_get.restype = ctypes.c_void_p
-        base.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        reg = ctypes.CDLL(os.path.join(lib_dir, "libggml.so"))  # the device registry
+        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))  # the device interface
+        reg.ggml_backend_dev_count.restype = ctypes.c_size_t
+        reg.ggml_backend_dev_get.restype = ctypes.c_void_p
+        reg.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
         base.ggml_backend_dev_type.restype = ctypes.c_int
         base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
         base.ggml_backend_dev_name.restype = ctypes.c_char_p
@@ -131,17 +135,22 @@ def gpu_memory() -> list[DeviceMemory]:
         base.ggml_backend_dev_memory.restype = None
         base.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
     except (OSError, AttributeError) as exc:
-        log.info("cannot read device memory (%s)", exc)
+        log.warning("cannot list devices (%s)", exc)
         return []
     out = []
-    for i in range(base.ggml_backend_dev_count()):
-        dev = base.ggml_backend_dev_get(i)
-        if base.ggml_backend_dev_type(dev) != 1:  # GGML_BACKEND_DEVICE_TYPE_GPU
-            continue
+    for i in range(reg.ggml_backend_dev_count()):
+        dev = reg.ggml_backend_dev_get(i)
+        kind = base.ggml_backend_dev_type(dev)
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         base.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        out.append(DeviceMemory(base.ggml_backend_dev_name(dev).decode(), free.value, total.value))
+        name = base.ggml_backend_dev_name(dev).decode()
+        out.append(Device(name, _DEVICE_KINDS[kind] if 0 <= kind < len(_DEVICE_KINDS) else "other", free.value, total.value))
     return out
+
+
+def gpu_memory() -> list[Device]:
+    """The GPUs ggml sees (none without GPU offload)."""
+    return [d for d in devices() if d.kind == "gpu"]
 
 
 class MemoryKind(enum.Enum):
