@@ -139,7 +139,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._batch: Batch | None = None
         self.sampling: BatchSampler | None = None
-        self._fill_gaps = False  # streams of attention memory: filler tokens keep micro-batches whole
+        self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
         self._deferred: list[tuple[Slot, int, Any]] = []  # checkpoints to take after flushing
         self._pending_events: list[tuple[Any, list[Event]]] = []  # finished requests' events
@@ -350,8 +350,10 @@ class Engine:
         # NOTE: a fork between streams is copied at the next decode, after a sliding-window
         # checkpoint restore into the target would already have been written: no forks there
         can_fork = unified or kind is not MemoryKind.SWA
-        self._fill_gaps = not unified and kind is MemoryKind.ATTENTION
-        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel)
+        per_token = self.model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+        if not unified and kind is MemoryKind.ATTENTION and per_token:
+            self._filler_budget = info.size_bytes // per_token
+        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified)
         log.info(
             "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
             info.name,
@@ -388,7 +390,7 @@ class Engine:
         self._admit()
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
-            by_sequence=not self.ctx.unified, fill_gaps=self._fill_gaps,
+            by_sequence=not self.ctx.unified, filler_budget=self._filler_budget,
         )
         if entries:
             self._run(entries)  # flushes the previous step's events once its decode is launched

@@ -108,6 +108,7 @@ class Router:
         truncatable: bool,
         can_fork: bool = True,
         n_busy_max: int | None = None,
+        contiguous: bool = False,
     ) -> None:
         self.slots = slots
         self.cache = cache
@@ -116,6 +117,7 @@ class Router:
         self.can_fork = can_fork
         # at most this many sequences run requests; the others only keep their contents
         self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
+        self.contiguous = contiguous  # keep busy ids in one run (a KV stream per sequence)
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
@@ -202,8 +204,20 @@ class Router:
                 return Wait(slot, shared)
         return None
 
-    @staticmethod
-    def _receiver(idle: list[Slot], exclude: Slot | None) -> Slot:
-        """An empty idle slot, else the least recently used one (not the donor, if possible)."""
+    def _receiver(self, idle: list[Slot], exclude: Slot | None) -> Slot:
+        """An empty idle slot, else the least recently used one (not the donor, if possible);
+        among equals, the one nearest to the busy slots' ids.
+
+        NOTE: with a KV stream per sequence, busy sequences whose ids form one run decode in
+        one micro-batch; a gap costs a micro-batch more or filler tokens (see scheduler)."""
         pool = [s for s in idle if s is not exclude] or idle
-        return min(pool, key=lambda s: (len(s.tokens) > 0, s.last_used))
+        busy = [s.id for s in self.slots if s.active is not None] if self.contiguous else []
+        lo, hi = (min(busy), max(busy)) if busy else (0, 0)
+
+        def distance(slot: Slot) -> int:
+            return 0 if not busy else max(lo - 1 - slot.id, slot.id - hi - 1, 0)
+
+        empty = [s for s in pool if not s.tokens]
+        if empty:
+            return min(empty, key=lambda s: (distance(s), s.id))
+        return min(pool, key=lambda s: (distance(s), s.last_used))

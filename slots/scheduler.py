@@ -29,7 +29,7 @@ class BatchEntry:
 
 
 def plan_batch(
-    slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False, fill_gaps: bool = False
+    slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False, filler_budget: int = 0
 ) -> list[BatchEntry]:
     """Fill `batch` for one step. Mutates the batch only.
 
@@ -38,10 +38,13 @@ def plan_batch(
     out in sequence order, a step costs one micro-batch for every decoding slot (with the
     first token of each prefill chunk) plus one per prefill chunk; decode tokens first and
     chunks after would break the run of ids at every prefilling slot. A sequence missing in
-    the middle breaks the run too: with `fill_gaps` it gets a filler token that the caller
-    cuts off after the decode (one token of compute instead of a micro-batch more, which
-    would read every weight again). In a unified pool the batch is cut in order, so decode
-    tokens go first."""
+    the middle breaks the run too: it can get a filler token that the caller cuts off after
+    the decode, instead of a micro-batch more that reads every weight again. A filler is not
+    free: its attention reads its stream's cells up to the step's longest. `filler_budget`
+    is what a micro-batch is worth in cells read (the weights' bytes over a cell's KV bytes;
+    0: no fillers); a gap is filled only when its cells cost less and no longer than the
+    step's longest stream. In a unified pool the batch is cut in order, so decode tokens go
+    first."""
     batch.clear()
     picks: list[tuple[Slot, int]] = []  # (slot, tokens to add)
     for slot in slots:
@@ -57,14 +60,30 @@ def plan_batch(
         picks.append((slot, n))
         budget -= n
     if by_sequence:
-        if fill_gaps and picks:
-            taken = {slot.id for slot, _ in picks}
-            first, last = min(taken), max(taken)
-            picks += [(slot, 0) for slot in slots if first < slot.id < last and slot.id not in taken]
+        if filler_budget and picks:
+            picks += [(slot, 0) for slot in _gaps_worth_filling(slots, picks, filler_budget)]
         picks.sort(key=lambda pick: pick[0].id)
     entries = [_add(slot, n, batch) if n else _filler(slot, batch) for slot, n in picks]
     _check(entries, batch)
     return entries
+
+
+def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], budget: int) -> list[Slot]:
+    """The slots missing between the step's sequence ids whose filler tokens cost less than
+    the micro-batch each run of them would otherwise add."""
+    taken = {slot.id for slot, _ in picks}
+    longest = max(slot.n_past + n for slot, n in picks)
+    by_id = {slot.id: slot for slot in slots}
+    fill: list[Slot] = []
+    run: list[Slot] = []
+    for i in range(min(taken), max(taken) + 1):
+        if i not in taken:
+            run.append(by_id[i])
+            continue
+        if run and max(s.n_past for s in run) < longest and len(run) * longest <= budget:
+            fill += run
+        run = []
+    return fill
 
 
 def _chunk_length(slot: Slot, budget: int) -> int:

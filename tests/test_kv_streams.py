@@ -143,10 +143,14 @@ def test_a_gap_in_the_sequence_ids_gets_a_filler_token():
     slots = [_slot(0, 5, 10, True), _slot(1, 5, 10, True), _slot(2, 5, 10, True), _slot(3, 5, 10, True)]
     slots[1].active = None  # idle, holding 10 tokens
     batch = Batch(64, 4)
-    entries = plan_batch(slots, batch, 32, by_sequence=True, fill_gaps=True)
+    entries = plan_batch(slots, batch, 32, by_sequence=True, filler_budget=1000)
     assert [(e.slot.id, e.filler) for e in entries] == [(0, False), (1, True), (2, False), (3, False)]
     assert entries[1].start == 10 and entries[1].out_index == -1 and not entries[1].is_decode
     assert [e.slot.id for e in plan_batch(slots, batch, 32, by_sequence=True)] == [0, 2, 3]
+    # a gap whose filler would cost more than the micro-batch it saves stays a gap
+    assert [e.slot.id for e in plan_batch(slots, batch, 32, by_sequence=True, filler_budget=10)] == [0, 2, 3]
+    slots[1].tokens = list(range(50))  # longer than the busy ones: a filler would lengthen every stream's attention
+    assert [e.slot.id for e in plan_batch(slots, batch, 32, by_sequence=True, filler_budget=1000)] == [0, 2, 3]
 
 
 @pytest.mark.model
@@ -207,3 +211,22 @@ def test_devices_are_listed_with_their_memory():
 
     found = devices()
     assert any(d.kind == "cpu" and d.total > 0 for d in found), found
+
+
+def test_a_new_conversation_goes_next_to_the_busy_streams():
+    """With a stream per sequence, the receiver of a new conversation keeps the busy ids in
+    one run: the empty stream next to them, else the least recently used one next to them."""
+    from warmslot.slots.router import Router
+
+    slots = [Slot(i, CheckpointList(4, 1 << 20)) for i in range(6)]
+    for i, slot in enumerate(slots):
+        slot.tokens, slot.last_used = [1, 2, 3], float(10 - i)  # slot 5 is the least recently used
+    slots[2].active = slots[3].active = object()
+    router = Router(slots, None, lambda slot: (lambda n: True), True, contiguous=True)
+    idle = [s for s in slots if s.active is None]
+    assert router._receiver(idle, None).id == 4  # next to the run 2..3
+    slots[0].tokens = []
+    assert router._receiver(idle, None).id == 0  # an empty stream comes first
+    unified = Router(slots, None, lambda slot: (lambda n: True), True)
+    slots[0].tokens = [1]
+    assert unified._receiver(idle, None).id == 5  # one pool: least recently used
