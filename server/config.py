@@ -75,7 +75,7 @@ _FLAGS = [
     (("--checkpoint-every",), "checkpoint_every", int, 8192, "tokens between checkpoints inside a long prefill (0: only at message starts)"),
     (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "bytes of checkpoints kept per slot"),
     (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off; auto: a quarter of the RAM, at most 32GiB)"),
-    (("--cache-vram",), "cache_vram", "vram", "auto", "device memory for spare KV streams that keep idle conversations on the GPU (a stream per slot, attention models), e.g. 8GiB (0: none; auto: up to one per slot, in free device memory; recurrent and hybrid models: two spare sequences per slot in one pool)"),
+    (("--cache-vram",), "cache_vram", "vram", "0", "device memory for spare sequences that keep idle conversations on the GPU, e.g. 8GiB or auto (0: none). With a stream per slot (attention models) each spare is a stream; auto: up to one per slot in free device memory. Recurrent and hybrid models get two spare sequences per slot in their one pool"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),

@@ -93,7 +93,7 @@ class EngineConfig:
     cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
-    cache_vram: int | None = None  # device memory for spare sequences (streams only); None: auto
+    cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
