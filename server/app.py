@@ -37,7 +37,7 @@ from . import explain, metrics, responses
 from .bridge import AsyncSink, ClientGone, Submission
 from .chat import ChatTemplate, Prompt, PromptBuilder, choose_template, detect_format, detect_reasoning, prompt_opens_reasoning
 from .config import ServerConfig
-from .errors import ApiError, ContextOverflow, InvalidRequest, MethodNotAllowed, NotFound, ServerError, Unauthorized, Unavailable
+from .errors import ApiError, InvalidRequest, MethodNotAllowed, NotFound, ServerError, Unauthorized, Unavailable
 from .gbnf.response_format import json_schema_grammar
 from .gbnf.tools import tool_call_grammar
 from .output.events import ReasoningDelta, ToolCallDelta
@@ -82,16 +82,13 @@ class Warmslot:
         """After the engine loaded the model: choose the chat template and output parsers."""
         engine = self.engine
         engine.wait_ready()
-        model = engine.model
-        info = model.info
-        name, source = choose_template(
-            self.config.chat_template, info.chat_template, info.arch, lambda t: _vocab_has(model, t)
-        )
-        template = ChatTemplate(name, source, _special_text(model, model.bos), _special_text(model, model.eos))
+        vocab, info = engine.vocab, engine.info
+        name, source = choose_template(self.config.chat_template, info.chat_template, info.arch, vocab.is_one_token)
+        template = ChatTemplate(name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos))
         fmt = self.config.tool_format
         self.tool_format = detect_format(source) if fmt == "auto" else fmt
         self.reasoning = detect_reasoning(source) if self.config.reasoning_format == "auto" else (False, False)
-        self.builder = PromptBuilder(template, model)
+        self.builder = PromptBuilder(template, vocab)
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
             name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",
@@ -143,19 +140,10 @@ class Warmslot:
             reuse_prefix=gen.cache_prompt,
             boundaries=tuple(boundaries),
         )
-        return Submission.submit(self.engine, req, req.sink, self.engine.ctx.n_ctx_seq)
+        return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
 
     def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
-        return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.model.info.fingerprint[:10]}")
-
-
-def _vocab_has(model, text: str) -> bool:
-    tokens = model.tokenize(text, add_special=False, parse_special=True)
-    return len(tokens) == 1 and model.token_text(tokens[0]) == text
-
-
-def _special_text(model, token: int) -> str:
-    return model.token_text(token) if token >= 0 else ""
+        return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.info.fingerprint[:10]}")
 
 
 def _server(request: Request) -> Warmslot:
@@ -188,15 +176,15 @@ async def models(request: Request) -> Response:
     server = _server(request)
     data = [{"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot"}]
     if server.ready:
-        info = server.engine.model.info
+        info = server.engine.info
         data[0]["meta"] = {
             "arch": info.arch,
             "n_params": info.n_params,
             "size": info.size_bytes,
             "n_ctx_train": info.n_ctx_train,
-            "n_ctx": server.engine.ctx.n_ctx,
+            "n_ctx": info.n_ctx,
             "n_vocab": info.n_vocab,
-            "memory": server.engine.ctx.memory_kind.value,
+            "memory": info.memory.value,
         }
     return JSONResponse({"object": "list", "data": data})
 
@@ -211,7 +199,7 @@ async def _open(request: Request) -> tuple[Warmslot, str, dict]:
 
 async def chat_completions(request: Request) -> Response:
     server, key, body = await _open(request)
-    params = parse_chat(body, server.engine.model.n_vocab, None)
+    params = parse_chat(body, server.engine.info.n_vocab, None)
     plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
     prompt = plan.prompt
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
@@ -243,7 +231,7 @@ async def chat_completions(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     server, key, body = await _open(request)
-    params = parse_completion(body, server.engine.model.n_vocab, None)
+    params = parse_completion(body, server.engine.info.n_vocab, None)
     if isinstance(params.prompt, str):
         tokens = await asyncio.get_running_loop().run_in_executor(
             server.tokenize_pool, server.builder.tokenizer.prompt, params.prompt
@@ -428,7 +416,7 @@ async def tokenize(request: Request) -> Response:
     if not isinstance(add_special, bool):
         raise InvalidRequest("'add_special' must be a boolean", param="add_special")
     tokens = await loop.run_in_executor(
-        server.tokenize_pool, lambda: server.engine.model.tokenize(content, add_special=add_special, parse_special=True)
+        server.tokenize_pool, lambda: server.engine.vocab.tokenize(content, add_special=add_special, parse_special=True)
     )
     return JSONResponse({"tokens": tokens})
 
@@ -439,10 +427,10 @@ async def detokenize(request: Request) -> Response:
     server.require_ready()
     body = parse_body(await request.body())
     tokens = body.get("tokens")
-    n_vocab = server.engine.model.n_vocab
+    n_vocab = server.engine.info.n_vocab
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
         raise InvalidRequest(f"'tokens' must be a list of token ids (0..{n_vocab - 1})", param="tokens")
-    text = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.model.detokenize, tokens)
+    text = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.vocab.detokenize, tokens)
     return JSONResponse({"content": text})
 
 
@@ -452,8 +440,8 @@ async def slots_view(request: Request) -> Response:
     if not server.config.slots_endpoint:
         raise NotFound("the /slots endpoint is disabled (--no-slots)")
     server.require_ready()
-    snapshot = await asyncio.get_running_loop().run_in_executor(None, server.engine.snapshot)
-    return JSONResponse(snapshot)
+    snapshot = await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True))
+    return JSONResponse(snapshot.to_json())
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -492,7 +480,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        if engine._thread is None:
+        if not engine.started:
             engine.start()
         loader = asyncio.get_running_loop().run_in_executor(None, _finish_loading, server, on_fatal)
         try:

@@ -33,6 +33,8 @@ from typing import Any, Sequence
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from warmslot.slots import Vocab
+
 from .errors import InvalidRequest
 from .output.markers import HERMES_OPEN, MISTRAL_CALLS, PYTHON_TAG, THINK_CLOSE, THINK_OPEN
 
@@ -330,8 +332,8 @@ class Tokenizer:
     conversation only tokenizes what is new.
     """
 
-    def __init__(self, model, max_entries: int = 8192) -> None:
-        self.model = model
+    def __init__(self, vocab: Vocab, max_entries: int = 8192) -> None:
+        self.vocab = vocab
         self._raw: OrderedDict[str, list[int]] = OrderedDict()
         self._split: OrderedDict[str, list[tuple[int, str, int | None]]] = OrderedDict()
         self._max = max_entries
@@ -339,7 +341,7 @@ class Tokenizer:
 
     def raw(self, text: str) -> list[int]:
         """Tokens of text without special tokens (text such as "<|im_start|>" stays text)."""
-        return self._cached(self._raw, text, lambda: self.model.tokenize(text, add_special=False, parse_special=False))
+        return self._cached(self._raw, text, lambda: self.vocab.tokenize(text, add_special=False, parse_special=False))
 
     def split_specials(self, text: str) -> list[tuple[int, str, int | None]]:
         """`text` cut around the special tokens in it: (offset, text, token id or None for raw)."""
@@ -348,10 +350,10 @@ class Tokenizer:
     def _find_specials(self, text: str) -> list[tuple[int, str, int | None]]:
         parts: list[tuple[int, str, int | None]] = []
         cursor = 0
-        for token in self.model.tokenize(text, add_special=False, parse_special=True):
-            if not self.model.is_special(token):
+        for token in self.vocab.tokenize(text, add_special=False, parse_special=True):
+            if not self.vocab.is_special(token):
                 continue
-            piece = self.model.token_text(token)
+            piece = self.vocab.token_text(token)
             at = text.find(piece, cursor) if piece else -1
             if at < 0:
                 continue
@@ -378,7 +380,7 @@ class Tokenizer:
 
     def prompt(self, text: str, *, add_bos: bool = True) -> list[int]:
         """A plain text prompt (completions): BOS per the vocabulary, special tokens parsed."""
-        return self.model.tokenize(text, add_special=add_bos, parse_special=True)
+        return self.vocab.tokenize(text, add_special=add_bos, parse_special=True)
 
 
 @dataclass(slots=True)
@@ -389,10 +391,10 @@ class _Piece:
 
 
 class PromptBuilder:
-    def __init__(self, template: ChatTemplate, model) -> None:
+    def __init__(self, template: ChatTemplate, vocab: Vocab) -> None:
         self.template = template
-        self.model = model
-        self.tokenizer = Tokenizer(model)
+        self.vocab = vocab
+        self.tokenizer = Tokenizer(vocab)
         self._generation_suffixes: dict[str, str | None] = {}
 
     def build(self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None) -> Prompt:
@@ -417,7 +419,7 @@ class PromptBuilder:
             tokens.extend((piece.token,) if piece.token is not None else self.tokenizer.raw(piece.text))
         shift = self._bos_prefix(tokens)
         if shift:
-            tokens = [self.model.bos] + tokens
+            tokens = [self.vocab.bos] + tokens
 
         def at(char: int) -> int:
             return shift + self._token_index(pieces, starts, char)
@@ -470,8 +472,8 @@ class PromptBuilder:
 
     def _bos_prefix(self, tokens: list[int]) -> int:
         """1 when the vocabulary wants a BOS token and the template did not render one."""
-        model = self.model
-        return int(model.add_bos and model.bos >= 0 and (not tokens or tokens[0] != model.bos))
+        vocab = self.vocab
+        return int(vocab.add_bos and vocab.bos >= 0 and (not tokens or tokens[0] != vocab.bos))
 
 
 def _split_glue_at(segments: list[Segment], char: int) -> list[Segment]:

@@ -7,7 +7,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from warmslot.slots.engine import EngineConfig, physical_memory
+from warmslot.slots.engine import EngineConfig
+from warmslot.slots.loader import physical_memory
 
 from .output.markers import FORMATS
 

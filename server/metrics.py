@@ -89,10 +89,12 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_queue_depth", "Requests waiting for a slot", value=engine.queue_depth)
         yield CounterMetricFamily("warmslot_queue_rejected", "Requests rejected because the queue was full", value=stats.queue_rejected)
         yield from self._engine_time(stats)
-        yield from self._slots(engine)
-        yield from self._checkpoints(engine, stats)
-        yield from self._cache(engine)
-        yield from self._model(engine)
+        snap = engine.snapshot()  # the view published after the last step
+        if snap is not None:
+            yield from self._slots(snap)
+        yield from self._checkpoints(snap, stats)
+        yield from self._cache(snap, engine)
+        yield from self._model(engine.info)
 
     def _requests(self):
         family = CounterMetricFamily("warmslot_requests", "HTTP requests by endpoint and status", labels=["endpoint", "status"])
@@ -100,19 +102,17 @@ class EngineCollector:
             family.add_metric([endpoint, status], n)
         yield family
 
-    def _slots(self, engine):
-        states = Counter(s.state.value for s in engine.slots)
+    def _slots(self, snap):
+        states = snap.states()
         family = GaugeMetricFamily("warmslot_slots", "Slots by state", labels=["state"])
         for state in ("idle", "prefill", "decode"):
             family.add_metric([state], states.get(state, 0))
         yield family
-        used = sum(len(s.tokens) for s in engine.slots)
+        used = sum(s.n_tokens for s in snap.slots)
         yield GaugeMetricFamily("warmslot_kv_cells_used", "KV cells held by the slots' contents (a prefix shared between slots counts once per slot)", value=used)
-        yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=engine.ctx.n_ctx if engine.ctx else 0)
-        if engine.ctx is not None:
-            host = engine.ctx.host
-            yield GaugeMetricFamily("warmslot_host_pinned_bytes", "Page-locked host memory held for states (CUDA only)", value=host.allocated_bytes)
-            yield GaugeMetricFamily("warmslot_host_pinned_free_bytes", "Pinned host memory not in use", value=host.free_bytes)
+        yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=snap.n_ctx)
+        yield GaugeMetricFamily("warmslot_host_pinned_bytes", "Page-locked host memory held for states (CUDA only)", value=snap.pinned_bytes)
+        yield GaugeMetricFamily("warmslot_host_pinned_free_bytes", "Pinned host memory not in use", value=snap.pinned_free_bytes)
 
     def _engine_time(self, stats):
         yield CounterMetricFamily("warmslot_engine_step_seconds", "Engine thread time spent in steps with work", value=stats.step_seconds)
@@ -126,7 +126,7 @@ class EngineCollector:
         yield copied
         yield spent
 
-    def _checkpoints(self, engine, stats):
+    def _checkpoints(self, snap, stats):
         yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)
         yield CounterMetricFamily("warmslot_checkpoints_restored", "Checkpoints restored to reuse a prefix", value=stats.checkpoints_restored)
         yield CounterMetricFamily("warmslot_checkpoints_evicted", "Checkpoints dropped to stay within the per-slot bounds", value=stats.checkpoints_evicted)
@@ -134,21 +134,20 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_checkpoint_save_seconds", "Time spent taking checkpoints", value=stats.checkpoint_save_seconds)
         yield CounterMetricFamily("warmslot_checkpoint_restored_bytes", "Bytes of partial state restored from checkpoints", value=stats.checkpoint_restored_bytes)
         yield CounterMetricFamily("warmslot_checkpoint_restore_seconds", "Time spent restoring checkpoints", value=stats.checkpoint_restore_seconds)
-        held = sum(s.checkpoints.nbytes for s in engine.slots)
+        held = sum(s.checkpoint_bytes for s in snap.slots) if snap is not None else 0
         yield GaugeMetricFamily("warmslot_checkpoint_bytes", "Bytes of checkpoints held by the slots", value=held)
         yield CounterMetricFamily("warmslot_logits_reused", "Prompts whose last-token logits came from a checkpoint (nothing evaluated)", value=stats.logits_reused)
         yield CounterMetricFamily("warmslot_full_prefills", "Prompts that matched a candidate but could reuse none of it", value=stats.full_prefills)
         yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)
         yield CounterMetricFamily("warmslot_slots_parked", "Idle slots moved to the prompt cache when another request started", value=stats.parked)
 
-    def _cache(self, engine):
-        cache = getattr(engine, "cache", None)
-        if cache is None:
+    def _cache(self, snap, engine):
+        if snap is None or snap.cache is None:
             return
-        s = cache.stats
-        yield GaugeMetricFamily("warmslot_prompt_cache_entries", "Entries in the RAM prompt cache", value=cache.n_entries)
-        yield GaugeMetricFamily("warmslot_prompt_cache_bytes", "Bytes held by the RAM prompt cache", value=cache.nbytes)
-        yield GaugeMetricFamily("warmslot_prompt_cache_budget_bytes", "The RAM prompt cache's budget (--cache-ram)", value=cache.budget)
+        view, s = snap.cache, engine.cache_stats
+        yield GaugeMetricFamily("warmslot_prompt_cache_entries", "Entries in the RAM prompt cache", value=view.n_entries)
+        yield GaugeMetricFamily("warmslot_prompt_cache_bytes", "Bytes held by the RAM prompt cache", value=view.bytes)
+        yield GaugeMetricFamily("warmslot_prompt_cache_budget_bytes", "The RAM prompt cache's budget (--cache-ram)", value=view.budget_bytes)
         yield CounterMetricFamily("warmslot_prompt_cache_hits", "Requests that loaded a prompt-cache entry", value=s.hits)
         yield CounterMetricFamily("warmslot_prompt_cache_misses", "Requests for which the prompt cache had nothing usable", value=s.misses)
         yield CounterMetricFamily("warmslot_prompt_cache_evictions", "Entries evicted (least recently used first)", value=s.evictions)
@@ -157,19 +156,18 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_prompt_cache_save_seconds", "Time spent saving slots into the prompt cache", value=s.save_seconds)
         yield CounterMetricFamily("warmslot_prompt_cache_load_seconds", "Time spent loading prompt-cache entries into slots", value=s.load_seconds)
 
-    def _model(self, engine):
-        if engine.model is None or engine.ctx is None:
+    def _model(self, info):
+        if info is None:
             return
-        info = engine.model.info
         family = InfoMetricFamily("warmslot_model", "The loaded model")
         family.add_metric([], {
-            "name": info.name,
+            "name": info.model_name,
             "arch": info.arch,
-            "path": info.path,
-            "memory": engine.ctx.memory_kind.value,
+            "path": info.model_path,
+            "memory": info.memory.value,
             "n_params": str(info.n_params),
-            "n_ctx": str(engine.ctx.n_ctx),
-            "slots": str(len(engine.slots)),
+            "n_ctx": str(info.n_ctx),
+            "slots": str(info.n_slots),
             "fingerprint": info.fingerprint,
         })
         yield family

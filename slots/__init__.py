@@ -6,11 +6,15 @@ from .grammar import GrammarError, GrammarSpec
 from .llama_api import MemoryKind, check_grammar
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Source, Usage
 from .sampling import SamplingParams
+from .snapshot import EngineInfo, EngineSnapshot
+from .vocab import Vocab
 
 __all__ = [
     "Engine",
     "EngineConfig",
     "EngineError",
+    "EngineInfo",
+    "EngineSnapshot",
     "ErrorKind",
     "Event",
     "FinishReason",
@@ -26,5 +30,6 @@ __all__ = [
     "SamplingParams",
     "Source",
     "Usage",
+    "Vocab",
     "check_grammar",
 ]

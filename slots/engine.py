@@ -13,43 +13,28 @@ Nothing outside this thread touches the context. The HTTP side talks to the engi
 
 from __future__ import annotations
 
-import array
 import bisect
 import collections
 import concurrent.futures
-import hashlib
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.prompt_cache import PromptCache
 
-from .layout import KvLayout, plan_layout
-from .llama_api import (
-    Batch, Context, ContextParams, GrammarError, LlamaError, MemoryKind, Model, Sampler, classify_memory, supports_gpu_offload,
-)
-from .parallel_sampling import BatchSampler, sampling_threads
-from .requests import (
-    EngineError,
-    ErrorKind,
-    Event,
-    FinishReason,
-    GenerateRequest,
-    Reuse,
-    Source,
-    Usage,
-)
-from .memory import SlotMemory
-from .reuse import ReusePlan
-from .router import Fork, Fresh, KeepSlot, Load, Route, Router, Wait
+from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
+from .loader import load_parts
+from .parallel_sampling import BatchSampler
+from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, Reuse, Usage
+from .router import Route, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
-from .stats import CopyCause, EngineStats
+from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
+from .stats import EngineStats
 from .text import TextStream
+from .vocab import Vocab
 
 log = logging.getLogger("warmslot.engine")
 
@@ -97,33 +82,14 @@ class EngineConfig:
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
-# a request that shares all but this many tokens of a slot's previous prompt continues that
-# conversation: the slot's contents are not worth a copy in the prompt cache
-SAVE_MIN_LOSS = 32
-PINNED_AT_START = 16 << 30  # pinned host memory prepared while the model loads (CUDA only)
-
-
-def physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 << 30
-
-
-def content_hash(tokens: list[int]) -> str:
-    """A short hash of a token list (equal contents, equal hash)."""
-    return hashlib.blake2b(array.array("i", tokens).tobytes(), digest_size=6).hexdigest() if tokens else ""
-
-
-def tenant_hash(tenant: str) -> str:
-    return hashlib.blake2b(tenant.encode(), digest_size=4).hexdigest() if tenant else ""
-
-
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.stats = EngineStats()
         self.model: Model | None = None
+        self.info: EngineInfo | None = None  # published once the model is loaded
+        self.vocab: Vocab | None = None  # the vocabulary, for any thread
+        self._published: EngineSnapshot | None = None
         self.ctx: Context | None = None
         self.cache: PromptCache | None = None
         self.slots: list[Slot] = []
@@ -189,9 +155,22 @@ class Engine:
             self._cv.notify()
         return fut
 
-    def snapshot(self, timeout: float = 10.0) -> dict[str, Any]:
-        """A consistent view of the slots, taken on the engine thread between steps."""
-        return self.call(lambda engine: engine._describe()).result(timeout)
+    def snapshot(self, *, detail: bool = False, timeout: float = 10.0) -> EngineSnapshot | None:
+        """The slots, queue and prompt cache. detail=False: the view published after the last
+        step (any thread, no wait; None before the model is loaded). detail=True: a fresh one
+        with every checkpoint and cache entry, taken on the engine thread between steps."""
+        if not detail:
+            return self._published
+        return self.call(lambda engine: take_snapshot(engine, detail=True)).result(timeout)
+
+    @property
+    def cache_stats(self):
+        """The prompt cache's counters (plain numbers, read at scrape time); None without a cache."""
+        return self.cache.stats if self.cache is not None else None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     @property
     def queue_depth(self) -> int:
@@ -205,58 +184,6 @@ class Engine:
             self._thread.join(timeout)
 
     # -- the engine thread -------------------------------------------------------------
-
-    def _describe(self) -> dict[str, Any]:
-        slots = []
-        for slot in self.slots:
-            active = slot.active
-            slots.append({
-                "id": slot.id,
-                "state": slot.state.value,
-                "n_tokens": slot.n_past,
-                "content_hash": content_hash(slot.tokens),
-                "tenant": tenant_hash(slot.tenant),
-                "checkpoints": [
-                    {"n_tokens": c.n_tokens, "bytes": c.nbytes, "logits": c.logits is not None}
-                    for c in slot.checkpoints
-                ],
-                "checkpoint_bytes": slot.checkpoints.nbytes,
-                "idle_s": round(time.monotonic() - slot.last_used, 3) if slot.last_used and active is None else 0.0,
-                "request": None if active is None else {
-                    "id": active.req.id,
-                    "n_prompt": len(active.prompt),
-                    "n_cached": active.reuse.cached,
-                    "n_generated": len(active.generated),
-                },
-            })
-        return {
-            "memory": self.ctx.memory_kind.value,
-            "n_ctx": self.ctx.n_ctx,
-            "slots": slots,
-            "queue_depth": self._n_queued,
-            "cache": self._describe_cache(),
-        }
-
-    def _describe_cache(self) -> dict[str, Any] | None:
-        cache = self.cache
-        if cache is None:
-            return None
-        now = time.monotonic()
-        return {
-            "budget_bytes": cache.budget,
-            "bytes": cache.nbytes,
-            "entries": [
-                {
-                    "n_tokens": len(e),
-                    "bytes": e.nbytes,
-                    "idle_s": round(now - e.last_used, 3),
-                    "tenant": tenant_hash(e.tenant),
-                    "content_hash": content_hash(list(e.tokens)),
-                    "checkpoints": [c.n_tokens for c in e.checkpoints],
-                }
-                for e in reversed(list(cache.entries()))  # most recently used first
-            ],
-        }
 
     def _main(self) -> None:
         try:
@@ -296,7 +223,6 @@ class Engine:
         self._flush()
 
     def _load(self) -> None:
-        cfg = self.config
         last = [-1]
 
         def progress(p: float) -> None:
@@ -306,68 +232,16 @@ class Engine:
                 last[0] = pct
                 log.info("loading model: %d%%", pct)
 
-        log.info("loading %s", cfg.model_path)
-        self.model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
-        info = self.model.info
-        layout = plan_layout(
-            self.model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=cfg.n_ctx,
-            kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
-            on_gpu=cfg.n_gpu_layers != 0 and supports_gpu_offload(),
-        )
-        self.layout = layout
-        unified = layout.unified
-        params = ContextParams(
-            n_ctx=layout.n_ctx,
-            n_batch=max(cfg.n_batch, layout.n_seq),
-            n_ubatch=cfg.n_ubatch,
-            n_seq_max=layout.n_seq,
-            n_threads=cfg.n_threads,
-            n_threads_batch=cfg.n_threads_batch,
-            flash_attn=cfg.flash_attn,
-            type_k=cfg.type_k,
-            type_v=cfg.type_v,
-            swa_full=cfg.swa_full,
-            kv_unified=unified,
-            pinned_states=cfg.n_gpu_layers != 0,
-            # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
-            pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
-        )
-        self.ctx = Context(self.model, params)
-        self._batch = Batch(self.ctx.n_batch, self.ctx.n_seq_max)
-        self.sampling = BatchSampler(self.ctx, sampling_threads(cfg.n_parallel))
-        host = self.ctx.host
-        if host.pinned:
-            host.prepare(initial=min(PINNED_AT_START, cfg.cache_ram + (1 << 30)))
-            log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
-        self.slots = [
-            Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
-        ]
-        kind = self.ctx.memory_kind
-        # a saved state records the KV layout (one pool, or its stream count)
-        fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
-        self.cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
-        self.memory = SlotMemory(self.ctx, self.model, self.cache, self.stats)
-        # NOTE: a fork between streams is copied at the next decode, after a sliding-window
-        # checkpoint restore into the target would already have been written: no forks there
-        can_fork = unified or kind is not MemoryKind.SWA
-        per_token = self.model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
-        if not unified and kind is MemoryKind.ATTENTION and per_token:
-            self._filler_budget = info.size_bytes // per_token
-        self.router = Router(self.slots, self.cache, self.memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified)
-        log.info(
-            "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
-            info.name,
-            info.arch,
-            self.ctx.memory_kind.value,
-            f", window {info.n_swa}" if self.ctx.memory_kind is MemoryKind.SWA else "",
-            cfg.n_parallel,
-            self.ctx.n_ctx,
-            f"in one pool (up to {self.ctx.n_ctx_seq} per slot)" if unified else f"as a stream of {self.ctx.n_ctx_seq} per slot",
-            f", {layout.n_spare} spare streams keep idle conversations on the device" if layout.n_spare else "",
-            self.ctx.n_batch,
-            self.ctx.n_ubatch,
-            self.ctx.n_threads,
-        )
+        parts = load_parts(self.config, self.stats, progress)
+        self.model, self.ctx, self.layout, self.cache = parts.model, parts.ctx, parts.layout, parts.cache
+        self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
+        self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
+        self.vocab, self.info = parts.vocab, parts.info
+        self._publish()
+
+    def _publish(self) -> None:
+        """Replace the light snapshot that /metrics reads (one reference swap)."""
+        self._published = take_snapshot(self, detail=False)
 
     def _shutdown(self) -> None:
         for slot in self.slots:
@@ -402,6 +276,7 @@ class Engine:
         if not self._has_work():
             self._flush()  # nothing will run next: do not hold events back
         self.stats.step_seconds += time.monotonic() - t0
+        self._publish()
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s.active is not None for s in self.slots)
@@ -487,7 +362,7 @@ class Engine:
             self._reject(req, EngineError(ErrorKind.INVALID, str(exc)))
             return
         try:
-            reuse, plan = self._reuse(route, req)
+            reuse, plan = self.prefixes.take(route, req)
             self._activate(route.target, req, sampler, reuse)
         except BaseException:
             sampler.close()  # the request never became active
@@ -506,29 +381,6 @@ class Engine:
             return EngineError(ErrorKind.INVALID, f"the prompt has token ids outside the vocabulary (0..{self.model.n_vocab - 1})")
         return None
 
-    def _reuse(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
-        """Bring the route's prefix into the target slot, and say what happened."""
-        best = route.seen
-        reuse = Reuse(slot=route.target.id, matched=best.matched if best else 0)
-        if best is not None:
-            reuse.candidate_source = best.source
-            reuse.candidate_len = len(best.tokens)
-            # described before the prefix is taken, which may cut the candidate's tokens
-            if best.matched < min(len(best.tokens), len(req.tokens)):
-                self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
-        keep, plan = self._take_prefix(route, req)
-        reuse.source = route.source if keep else Source.NONE
-        reuse.cached = keep
-        if plan is not None and keep:
-            reuse.restored_checkpoint = plan.restore.n_tokens if plan.restore is not None else None
-            reuse.used_logits = plan.logits is not None and keep == len(req.tokens)
-            reuse.reason = plan.reason
-        else:
-            reuse.reason = best.reason if best else ""
-        if reuse.matched > 0 and keep == 0:
-            self.stats.full_prefills += 1
-        return reuse, plan
-
     def _activate(self, slot: Slot, req: GenerateRequest, sampler: Sampler, reuse: Reuse) -> None:
         keep = reuse.cached
         active = Active(
@@ -536,88 +388,16 @@ class Engine:
             sampler=sampler,
             text=TextStream(req.stop),
             reuse=reuse,
-            cuts=self._cuts(req, keep),
+            cuts=self.prefixes.cuts(req, keep),
         )
         slot.active = active
         slot.tenant = req.tenant
         slot.prompt_end = len(req.tokens)
         slot.last_used = time.monotonic()
-        self._park_idle(keep=slot)
+        self.prefixes.park_idle(keep=slot)
         active.event().started = True
         active.event().reuse = reuse
         log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, len(req.tokens), keep, reuse.source, reuse.reason)
-
-    def _park_idle(self, keep: Slot) -> None:
-        """Move the other idle slots' contents to the prompt cache and free their cells.
-
-        NOTE: with a unified KV pool, attention runs over every cell up to the highest one in
-        use, so cells that idle slots keep make every running request's decode slower (by
-        about a third for one stream next to three idle 16K contexts). An idle slot's contents
-        come back from RAM when they are needed again. With spare sequences (recurrent and
-        hybrid models on a GPU, whose few attention layers make that cost small) idle
-        conversations stay where they are instead."""
-        if self.cache is None or not self.config.park_idle or not self.ctx.unified or self.layout.n_spare:
-            return
-        for slot in self.slots:
-            if slot is keep or slot.active is not None or not slot.tokens:
-                continue
-            self.memory.save(slot, CopyCause.PARK)
-            self.memory.clear(slot)
-            self.stats.parked += 1
-
-    def _describe_divergence(self, reuse: Reuse, old: list[int], new: list[int], at: int, width: int = 12) -> None:
-        def text(tokens) -> str:
-            return self.model.detokenize(tokens, special=True)
-
-        reuse.context_text = text(new[max(0, at - width) : at])
-        reuse.old_text = text(old[at : at + width])
-        reuse.new_text = text(new[at : at + width])
-
-    def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
-        """Fill the target slot with the route's source, cut back to what the prompt shares.
-
-        The slot's previous contents go into the prompt cache first when the request goes
-        elsewhere: when it diverges well before the end of the slot's previous prompt (a
-        conversation that only re-renders the tail of the last turn does not pay for a save)."""
-        slot, memory = route.target, self.memory
-        if isinstance(route, Load):
-            self.cache.touch(route.entry)  # most recently used: the save below cannot evict it
-        if isinstance(route, KeepSlot):
-            plan = route.plan  # the router's plan: nothing changed the slot since
-            if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
-                memory.save(slot, CopyCause.OVERWRITE)
-            return memory.apply(slot, plan), plan
-        if slot.tokens:
-            memory.save(slot, CopyCause.OVERWRITE)
-        if isinstance(route, Fork):
-            memory.fork(route.donor, slot, route.usable)
-        elif isinstance(route, Load):
-            # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
-            while sum(s.n_past for s in self.slots) + len(route.entry) > self.ctx.n_ctx and self._evict_idle(exclude=slot):
-                pass
-            while not memory.load(route.entry, slot):
-                if not self._evict_idle(exclude=slot):
-                    return 0, None
-            self.cache.stats.hits += 1
-        else:
-            memory.clear(slot)
-            if self.cache is not None:
-                self.cache.stats.misses += 1
-            return 0, None
-        plan = memory.plan(slot, req.tokens)
-        return memory.apply(slot, plan), plan
-
-    def _cuts(self, req: GenerateRequest, keep: int) -> list[int]:
-        """Prompt positions (after keep, before the end) where a checkpoint is taken."""
-        if self.ctx.memory_kind.truncatable:
-            return []
-        n = len(req.tokens)
-        every = self.config.checkpoint_every
-        cuts = {b for b in req.boundaries if keep < b < n}
-        if every > 0:
-            first = (keep // every + 1) * every
-            cuts.update(range(first, n, every))
-        return sorted(cuts)
 
     def _reject(self, req: GenerateRequest, error: EngineError) -> None:
         self.stats.requests[error.kind.value] += 1
@@ -812,25 +592,10 @@ class Engine:
 
     # -- failures ----------------------------------------------------------------------
 
-    def _evict_idle(self, exclude: Slot | None = None) -> bool:
-        """Make room in the KV pool: move the least recently used idle slot's contents to
-        the prompt cache and clear it. False when no idle slot holds anything."""
-        if not self.ctx.unified:
-            return False  # each slot has a stream of its own: clearing another frees nothing
-        idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
-        if not idle:
-            return False
-        victim = min(idle, key=lambda s: s.last_used)
-        log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
-        self.memory.save(victim, CopyCause.SPILL)
-        self.memory.clear(victim)
-        self.stats.kv_evictions += 1
-        return True
-
     def _on_kv_full(self, entries: list[BatchEntry]) -> None:
         """No room in the KV pool for this batch (memory is unchanged). Free idle slots' cells,
         least recently used first; then try smaller prefill chunks; then fail the newest request."""
-        if self._evict_idle():
+        if self.prefixes.evict_idle():
             return
         prefill = [e for e in entries if not e.is_decode]
         largest = max((e.n for e in prefill), default=0)

@@ -94,7 +94,7 @@ def _chunk_length(slot: Slot, budget: int) -> int:
 
 
 def _filler(slot: Slot, batch: Batch) -> BatchEntry:
-    index = batch.add((0,), slot.n_past, slot.id, logits_last=False)
+    batch.add((0,), slot.n_past, slot.id, logits_last=False)
     return BatchEntry(slot, slot.n_past, 1, -1, filler=True)
 
 

@@ -31,7 +31,7 @@ def test_an_unexpected_error_fails_the_running_request_and_the_engine_goes_on(en
     assert failed.error is not None and failed.error.kind is ErrorKind.INTERNAL
     ok = generate(engine, list(range(30)))
     assert ok.error is None and len(ok.tokens) == 16
-    assert engine.snapshot()["slots"][0]["state"] == "idle"
+    assert engine.snapshot(detail=True).slots[0].state == "idle"
 
 
 def test_token_ids_outside_the_vocabulary_are_rejected(engine):
@@ -62,7 +62,7 @@ def test_abort_frees_the_slot_and_the_waiting_queue_is_bounded(engine):
         engine.abort(f"q{i}")
     for sink in sinks:
         assert sink.collect().finish.value == "abort"
-    assert engine.snapshot()["slots"][0]["state"] == "idle"
+    assert engine.snapshot(detail=True).slots[0].state == "idle"
     assert engine.queue_depth == 0
 
 

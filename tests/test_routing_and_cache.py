@@ -150,10 +150,10 @@ def test_idle_slots_are_parked_in_ram_when_another_request_starts(tiny_models, k
     try:
         first = generate(engine, A)
         generate(engine, random_tokens(60, 100))  # shares nothing: goes to the empty slot, parks A's
-        view = engine.snapshot()
+        view = engine.snapshot(detail=True)
         assert engine.stats.parked == 1
-        assert sorted(s["n_tokens"] > 0 for s in view["slots"]) == [False, True]
-        assert any(e["n_tokens"] >= len(A) for e in view["cache"]["entries"])
+        assert sorted(s.n_tokens > 0 for s in view.slots) == [False, True]
+        assert any(e.n_tokens >= len(A) for e in view.cache.entries)
         back = generate(engine, A, return_prompt_logits=True)
         assert back.reuse.source == "ram" and back.usage.cached_tokens == len(A)
         assert back.tokens == first.tokens

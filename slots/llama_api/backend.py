@@ -1,0 +1,133 @@
+"""llama.cpp's backend: initialisation, its log, the devices it sees, pinned host memory."""
+
+from __future__ import annotations
+
+import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
+
+import ctypes
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+from ..native_log import NativeLog
+
+log = logging.getLogger("warmslot.llama")
+
+_native = NativeLog()
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    _native.write(level, text.decode("utf-8", errors="replace"))
+
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def init_backend() -> None:
+    """Initialize llama.cpp once per process and route its log into Python logging."""
+    global _backend_ready
+    with _backend_lock:
+        if _backend_ready:
+            return
+        llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+def supports_gpu_offload() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+class _CudaHost:
+    """ggml's CUDA host buffer type (page-locked memory), as `host_buffers.PinnedAllocator`."""
+
+    def __init__(self, cuda: ctypes.CDLL, base: ctypes.CDLL) -> None:
+        cuda.ggml_backend_cuda_host_buffer_type.restype = ctypes.c_void_p
+        cuda.ggml_backend_cuda_host_buffer_type.argtypes = []
+        base.ggml_backend_buft_alloc_buffer.restype = ctypes.c_void_p
+        base.ggml_backend_buft_alloc_buffer.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        base.ggml_backend_buffer_get_base.restype = ctypes.c_void_p
+        base.ggml_backend_buffer_get_base.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_buffer_free.restype = None
+        base.ggml_backend_buffer_free.argtypes = [ctypes.c_void_p]
+        self.buft = cuda.ggml_backend_cuda_host_buffer_type()
+        self.alloc = base.ggml_backend_buft_alloc_buffer
+        self.base = base.ggml_backend_buffer_get_base
+        self.free = base.ggml_backend_buffer_free
+
+    def allocate(self, size: int) -> int:
+        return self.alloc(self.buft, size) or 0
+
+    def address(self, handle: int) -> int:
+        return self.base(handle)
+
+    def view(self, address: int, size: int):
+        return (ctypes.c_uint8 * size).from_address(address)
+
+
+def cuda_host_allocator() -> _CudaHost | None:
+    """ggml's CUDA pinned host allocator, when llama.cpp was built with CUDA and sees a GPU."""
+    if not llama_cpp.llama_supports_gpu_offload():
+        return None
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    try:
+        cuda = ctypes.CDLL(os.path.join(lib_dir, "libggml-cuda.so"))
+        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))
+        host = _CudaHost(cuda, base)
+    except (OSError, AttributeError) as exc:
+        log.info("no pinned host memory for states (%s)", exc)
+        return None
+    return host if host.buft else None
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    name: str
+    kind: str  # cpu, gpu, igpu or accel
+    free: int  # bytes
+    total: int
+
+
+_DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel")  # enum ggml_backend_dev_type
+
+
+def devices() -> list[Device]:
+    """The devices ggml sees, with their free and total memory."""
+    init_backend()
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    try:
+        reg = ctypes.CDLL(os.path.join(lib_dir, "libggml.so"))  # the device registry
+        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))  # the device interface
+        reg.ggml_backend_dev_count.restype = ctypes.c_size_t
+        reg.ggml_backend_dev_get.restype = ctypes.c_void_p
+        reg.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+        base.ggml_backend_dev_type.restype = ctypes.c_int
+        base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_dev_name.restype = ctypes.c_char_p
+        base.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
+        base.ggml_backend_dev_memory.restype = None
+        base.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    except (OSError, AttributeError) as exc:
+        log.warning("cannot list devices (%s)", exc)
+        return []
+    out = []
+    for i in range(reg.ggml_backend_dev_count()):
+        dev = reg.ggml_backend_dev_get(i)
+        kind = base.ggml_backend_dev_type(dev)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        base.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        name = base.ggml_backend_dev_name(dev).decode()
+        out.append(Device(name, _DEVICE_KINDS[kind] if 0 <= kind < len(_DEVICE_KINDS) else "other", free.value, total.value))
+    return out
+
+
+def gpu_memory() -> list[Device]:
+    """The GPUs ggml sees (none without GPU offload)."""
+    return [d for d in devices() if d.kind == "gpu"]

@@ -1,0 +1,242 @@
+"""A loaded GGUF model, its metadata and vocabulary, and what its memory is made of."""
+
+from __future__ import annotations
+
+import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
+
+import ctypes
+import enum
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .backend import init_backend
+
+log = logging.getLogger("warmslot.llama")
+
+class MemoryKind(enum.Enum):
+    """What the model's sequence memory is made of, which decides how a prefix is reused."""
+
+    ATTENTION = "attention"  # any suffix can be removed
+    SWA = "swa"  # sliding-window cache: positions before the window are gone
+    RECURRENT = "recurrent"  # one state per sequence (Mamba, RWKV)
+    HYBRID = "hybrid"  # attention layers plus recurrent layers
+
+    @property
+    def truncatable(self) -> bool:
+        """True when `seq_rm(seq, n, -1)` is valid for any n the sequence holds."""
+        return self is MemoryKind.ATTENTION
+
+
+KV_TYPES = {
+    "f32": llama_cpp.GGML_TYPE_F32,
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "bf16": 30,  # GGML_TYPE_BF16
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+    "q4_1": llama_cpp.GGML_TYPE_Q4_1,
+    "iq4_nl": llama_cpp.GGML_TYPE_IQ4_NL,
+    "q5_0": llama_cpp.GGML_TYPE_Q5_0,
+    "q5_1": llama_cpp.GGML_TYPE_Q5_1,
+}
+
+FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+PARTIAL_ONLY = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+# token attributes of the tokens llama.cpp splits text around when parsing special tokens
+_SPECIAL_ATTRS = (1 << 0) | (1 << 3) | (1 << 4)  # unknown, control, user-defined
+
+
+# bytes per element of each KV cache type (block types: block bytes / 32 elements)
+KV_TYPE_BYTES = {
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
+}
+
+
+class LlamaError(RuntimeError):
+    """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    path: str
+    arch: str
+    name: str
+    description: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_swa: int
+    is_recurrent: bool
+    is_hybrid: bool
+    size_bytes: int
+    n_params: int
+    chat_template: str | None
+    fingerprint: str
+
+
+class Model:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        n_gpu_layers: int = -1,
+        progress: Callable[[float], None] | None = None,
+        vocab_only: bool = False,
+    ) -> None:
+        init_backend()
+        if not os.path.isfile(path):
+            raise LlamaError(f"model file not found: {path}")
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
+        self._progress_cb = None
+        if progress is not None:
+
+            def on_progress(value: float, user_data: ctypes.c_void_p) -> bool:
+                progress(float(value))
+                return True
+
+            self._progress_cb = llama_cpp.llama_progress_callback(on_progress)
+            params.progress_callback = self._progress_cb
+        model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
+        if not model:
+            raise LlamaError(f"llama.cpp could not load the model {path} (see the log above)")
+        self.ptr = model
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self._eog = np.fromiter(
+            (bool(llama_cpp.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)),
+            dtype=bool,
+            count=self.n_vocab,
+        )
+        self.info = self._read_info(path)
+
+    # -- metadata -------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1024)
+        n = llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def _read_info(self, path: str) -> ModelInfo:
+        m = self.ptr
+        desc = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(m, desc, len(desc))
+        template = llama_cpp.llama_model_chat_template(m, None)
+        arch = self.meta("general.architecture") or "unknown"
+        stat = os.stat(path)
+        info = dict(
+            path=os.path.realpath(path),
+            arch=arch,
+            name=self.meta("general.name") or os.path.basename(path),
+            description=desc.value.decode("utf-8", errors="replace"),
+            n_vocab=self.n_vocab,
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(m)),
+            n_embd=int(llama_cpp.llama_model_n_embd(m)),
+            n_layer=int(llama_cpp.llama_model_n_layer(m)),
+            n_swa=int(llama_cpp.llama_model_n_swa(m)),
+            is_recurrent=bool(llama_cpp.llama_model_is_recurrent(m)),
+            is_hybrid=bool(llama_cpp.llama_model_is_hybrid(m)),
+            size_bytes=int(llama_cpp.llama_model_size(m)),
+            n_params=int(llama_cpp.llama_model_n_params(m)),
+            chat_template=template.decode("utf-8") if template else None,
+        )
+        digest = hashlib.sha256(
+            repr((info["path"], stat.st_size, int(stat.st_mtime), arch, info["n_params"])).encode()
+        ).hexdigest()[:16]
+        return ModelInfo(**info, fingerprint=digest)
+
+    def kv_bytes_per_token(self, type_k: str, type_v: str) -> int | None:
+        """Bytes of attention KV cache one token takes in every layer, from the model's
+        metadata; None when the metadata does not say (per-layer head counts, say)."""
+        arch = self.info.arch
+
+        def number(key: str) -> int | None:
+            value = self.meta(f"{arch}.{key}")
+            return int(value) if value is not None and value.strip().isdigit() else None
+
+        n_layer, n_head, n_head_kv = number("block_count"), number("attention.head_count"), number("attention.head_count_kv")
+        n_embd = number("embedding_length")
+        if None in (n_layer, n_head, n_head_kv, n_embd) or n_head == 0:
+            return None
+        k_len = number("attention.key_length") or n_embd // n_head
+        v_len = number("attention.value_length") or n_embd // n_head
+        per_layer = n_head_kv * (k_len * KV_TYPE_BYTES[type_k] + v_len * KV_TYPE_BYTES[type_v])
+        return int(n_layer * per_layer)
+
+    # -- vocabulary (thread-safe: read-only) ------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+            if n < 0:
+                raise LlamaError("tokenization failed")
+        return list(buf[:n])
+
+    def token_piece(self, token: int, *, special: bool = True) -> bytes:
+        """The bytes of one token. With special=False, control tokens render as b""."""
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = True) -> str:
+        return b"".join(self.token_piece(t, special=special) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_special(self, token: int) -> bool:
+        """Whether the tokenizer treats the token as special text (control, user-defined or
+        unknown), i.e. splits raw text around it when parsing special tokens."""
+        attr = int(llama_cpp.llama_vocab_get_attr(self.vocab, token))
+        return bool(attr & _SPECIAL_ATTRS)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's own text for a token (e.g. '<end_of_turn>')."""
+        return (llama_cpp.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+def classify_memory(info: ModelInfo, swa_full: bool) -> MemoryKind:
+    if info.is_hybrid:
+        return MemoryKind.HYBRID
+    if info.is_recurrent:
+        return MemoryKind.RECURRENT
+    if info.n_swa > 0 and not swa_full:
+        return MemoryKind.SWA
+    return MemoryKind.ATTENTION

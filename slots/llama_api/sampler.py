@@ -1,0 +1,142 @@
+"""Native sampler chains, and checking grammars against llama.cpp's compiler."""
+
+from __future__ import annotations
+
+import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from ..grammar import GrammarError, GrammarSpec, shape_error
+from ..sampling import SamplingParams
+from .context import Context
+from .model import Model
+
+class Sampler:
+    """A native llama.cpp sampler chain for one request."""
+
+    _token_ids: np.ndarray | None = None
+
+    def __init__(self, model: Model, params: SamplingParams) -> None:
+        chain_params = llama_cpp.llama_sampler_chain_default_params()
+        chain_params.no_perf = True
+        self.ptr = llama_cpp.llama_sampler_chain_init(chain_params)
+        self.n_vocab = model.n_vocab
+        try:
+            for smpl in self._build(model, params):
+                llama_cpp.llama_sampler_chain_add(self.ptr, smpl)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, model: Model, p: SamplingParams):
+        if p.grammar is not None:
+            yield self._grammar(model, p.grammar)
+        if p.logit_bias:
+            n = len(p.logit_bias)
+            arr = (llama_cpp.llama_logit_bias * n)()
+            for i, (tok, bias) in enumerate(p.logit_bias.items()):
+                arr[i].token = tok
+                arr[i].bias = bias
+            yield llama_cpp.llama_sampler_init_logit_bias(self.n_vocab, n, arr)
+        if p.repeat_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0:
+            yield llama_cpp.llama_sampler_init_penalties(
+                self.n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty
+            )
+        if p.greedy:
+            yield llama_cpp.llama_sampler_init_greedy()
+            return
+        if p.top_k > 0:
+            yield llama_cpp.llama_sampler_init_top_k(p.top_k)
+        if p.top_p < 1.0:
+            yield llama_cpp.llama_sampler_init_top_p(p.top_p, 1)
+        if p.min_p > 0.0:
+            yield llama_cpp.llama_sampler_init_min_p(p.min_p, 1)
+        yield llama_cpp.llama_sampler_init_temp(p.temperature)
+        seed = llama_cpp.LLAMA_DEFAULT_SEED if p.seed is None else p.seed & 0xFFFFFFFF
+        yield llama_cpp.llama_sampler_init_dist(seed)
+
+    @staticmethod
+    def _grammar(model: Model, spec: GrammarSpec):
+        error = shape_error(spec.grammar)
+        if error is not None:
+            raise GrammarError(error)
+        smpl = _init_grammar(model, spec)
+        if not smpl:
+            raise GrammarError("llama.cpp could not parse the grammar")
+        return smpl
+
+    def sample(self, ctx: Context, index: int) -> int:
+        """Sample from the logits of batch output `index`; the chain accepts the token."""
+        return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, index))
+
+    def sample_logits(self, logits: np.ndarray) -> int:
+        """Sample from saved logits (same chain, same acceptance as `sample`)."""
+        n = logits.shape[0]
+        if Sampler._token_ids is None or Sampler._token_ids.shape[0] != n:
+            Sampler._token_ids = np.arange(n, dtype=np.int32)
+        data = np.zeros(n, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+        data["id"] = Sampler._token_ids
+        data["logit"] = logits
+        arr = llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+            size=n,
+            selected=-1,
+            sorted=False,
+        )
+        llama_cpp.llama_sampler_apply(self.ptr, ctypes.byref(arr))
+        assert 0 <= arr.selected < arr.size, "the chain ends in a selecting sampler"
+        chosen = ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected]
+        token = int(chosen.id)
+        llama_cpp.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_sampler_free(self.ptr)
+            self.ptr = None
+
+
+def trigger_tokens(model: Model, texts: Sequence[str]) -> list[int]:
+    """The ids of the trigger texts that are exactly one token of the vocabulary."""
+    ids = []
+    for text in texts:
+        tokens = model.tokenize(text, add_special=False, parse_special=True)
+        if len(tokens) == 1:
+            ids.append(tokens[0])
+    return ids
+
+
+def _init_grammar(model: Model | None, spec: GrammarSpec):
+    """A native grammar sampler for `spec`, or NULL when llama.cpp rejects it. Without a model
+    the grammar is compiled without a vocabulary, and trigger texts are left out."""
+    vocab = model.vocab if model is not None else None
+    text, root = spec.grammar.encode(), spec.root.encode()
+    if not spec.lazy:
+        return llama_cpp.llama_sampler_init_grammar(vocab, text, root)
+    tokens = trigger_tokens(model, spec.trigger_texts) if model is not None else []
+    patterns = [pattern.encode() for pattern in spec.trigger_patterns]
+    pats = (ctypes.c_char_p * max(1, len(patterns)))(*patterns)
+    toks = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
+    return llama_cpp.llama_sampler_init_grammar_lazy_patterns(vocab, text, root, pats, len(patterns), toks, len(tokens))
+
+
+def check_grammar(model: Model | None, spec: GrammarSpec) -> str | None:
+    """Why llama.cpp would refuse `spec`, or None when it compiles (with `model`'s vocabulary,
+    or none).
+
+    A grammar beyond the limits of `grammar.shape_error` is refused without calling llama.cpp,
+    whose compiler would otherwise run unbounded or overflow its stack. Thread-safe (it only
+    reads the vocabulary); within the limits compiling takes up to a few tenths of a second,
+    so call it off the event loop.
+    """
+    error = shape_error(spec.grammar)
+    if error is not None:
+        return error
+    sampler = _init_grammar(model, spec)
+    if not sampler:
+        return "llama.cpp could not parse the grammar"
+    llama_cpp.llama_sampler_free(sampler)
+    return None

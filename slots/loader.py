@@ -1,0 +1,133 @@
+"""Loading: the model, the KV layout, the context and the objects that work on them.
+
+`load_parts` runs on the engine thread, once, before the engine serves; everything it
+returns belongs to that thread except `vocab` and `info`, which any thread may use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.prompt_cache import PromptCache
+
+from .layout import KvLayout, plan_layout
+from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, supports_gpu_offload
+from .memory import SlotMemory
+from .parallel_sampling import BatchSampler, sampling_threads
+from .prefix import Prefixes
+from .router import Router
+from .slot import Slot
+from .snapshot import EngineInfo
+from .stats import EngineStats
+from .vocab import Vocab
+
+log = logging.getLogger("warmslot.engine")
+
+PINNED_AT_START = 16 << 30  # pinned host memory prepared while the model loads (CUDA only)
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+@dataclass(slots=True)
+class Parts:
+    model: Model
+    layout: KvLayout
+    ctx: Context
+    batch: Batch
+    sampling: BatchSampler
+    slots: list[Slot]
+    cache: PromptCache | None
+    memory: SlotMemory
+    router: Router
+    prefixes: Prefixes
+    filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
+    vocab: Vocab
+    info: EngineInfo
+
+
+def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Parts:
+    """Load the model and build the engine's parts (`cfg` is an EngineConfig)."""
+    filler_budget = 0
+    log.info("loading %s", cfg.model_path)
+    model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
+    info = model.info
+    layout = plan_layout(
+        model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=cfg.n_ctx,
+        kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
+        on_gpu=cfg.n_gpu_layers != 0 and supports_gpu_offload(),
+    )
+    unified = layout.unified
+    params = ContextParams(
+        n_ctx=layout.n_ctx,
+        n_batch=max(cfg.n_batch, layout.n_seq),
+        n_ubatch=cfg.n_ubatch,
+        n_seq_max=layout.n_seq,
+        n_threads=cfg.n_threads,
+        n_threads_batch=cfg.n_threads_batch,
+        flash_attn=cfg.flash_attn,
+        type_k=cfg.type_k,
+        type_v=cfg.type_v,
+        swa_full=cfg.swa_full,
+        kv_unified=unified,
+        pinned_states=cfg.n_gpu_layers != 0,
+        # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
+        pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
+    )
+    ctx = Context(model, params)
+    batch = Batch(ctx.n_batch, ctx.n_seq_max)
+    sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
+    host = ctx.host
+    if host.pinned:
+        host.prepare(initial=min(PINNED_AT_START, cfg.cache_ram + (1 << 30)))
+        log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
+    slots = [
+        Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
+    ]
+    kind = ctx.memory_kind
+    # a saved state records the KV layout (one pool, or its stream count)
+    fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+    memory = SlotMemory(ctx, model, cache, stats)
+    # NOTE: a fork between streams is copied at the next decode, after a sliding-window
+    # checkpoint restore into the target would already have been written: no forks there
+    can_fork = unified or kind is not MemoryKind.SWA
+    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    if not unified and kind is MemoryKind.ATTENTION and per_token:
+        filler_budget = info.size_bytes // per_token
+    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified)
+    prefixes = Prefixes(
+        slots, memory, cache, ctx, model, stats,
+        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every,
+    )
+    log.info(
+        "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
+        info.name,
+        info.arch,
+        ctx.memory_kind.value,
+        f", window {info.n_swa}" if ctx.memory_kind is MemoryKind.SWA else "",
+        cfg.n_parallel,
+        ctx.n_ctx,
+        f"in one pool (up to {ctx.n_ctx_seq} per slot)" if unified else f"as a stream of {ctx.n_ctx_seq} per slot",
+        f", {layout.n_spare} spare streams keep idle conversations on the device" if layout.n_spare else "",
+        ctx.n_batch,
+        ctx.n_ubatch,
+        ctx.n_threads,
+    )
+    vocab = Vocab(model)
+    engine_info = EngineInfo(
+        model_name=info.name, model_path=info.path, arch=info.arch, description=info.description,
+        fingerprint=info.fingerprint, n_params=info.n_params, size_bytes=info.size_bytes, n_vocab=info.n_vocab,
+        n_ctx_train=info.n_ctx_train, chat_template=info.chat_template, memory=kind, n_slots=cfg.n_parallel,
+        n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
+        kv_bytes_per_token=per_token,
+    )
+    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info)

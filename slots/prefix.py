@@ -1,0 +1,163 @@
+"""Bringing a route's prefix into its slot: the steps of admission that move memory.
+
+`Prefixes.take` applies a route (keep the slot's own contents, fork another slot's, load a
+prompt-cache entry, or start empty), saves what the slot held first when it is worth it,
+and says what happened (`Reuse`). It also makes room: idle slots move to the prompt cache
+when a request starts (`park_idle`) or when the KV pool is full (`evict_idle`). Runs on the
+engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from warmslot.cache.prompt_cache import PromptCache
+
+from .llama_api import Context, Model
+from .memory import SlotMemory
+from .requests import GenerateRequest, Reuse, Source
+from .reuse import ReusePlan
+from .router import Fork, KeepSlot, Load, Route
+from .slot import Slot
+from .stats import CopyCause, EngineStats
+
+log = logging.getLogger("warmslot.engine")
+
+# a request that shares all but this many tokens of a slot's previous prompt continues that
+# conversation: the slot's contents are not worth a copy in the prompt cache
+SAVE_MIN_LOSS = 32
+
+
+class Prefixes:
+    def __init__(
+        self,
+        slots: list[Slot],
+        memory: SlotMemory,
+        cache: PromptCache | None,
+        ctx: Context,
+        model: Model,
+        stats: EngineStats,
+        *,
+        park: bool,
+        n_spare: int,
+        checkpoint_every: int,
+    ) -> None:
+        self.slots = slots
+        self.memory = memory
+        self.cache = cache
+        self.ctx = ctx
+        self.model = model
+        self.stats = stats
+        self.park = park  # move idle slots to the prompt cache when a request starts
+        self.n_spare = n_spare
+        self.checkpoint_every = checkpoint_every
+
+    def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
+        """Bring the route's prefix into the target slot, and say what happened."""
+        best = route.seen
+        reuse = Reuse(slot=route.target.id, matched=best.matched if best else 0)
+        if best is not None:
+            reuse.candidate_source = best.source
+            reuse.candidate_len = len(best.tokens)
+            # described before the prefix is taken, which may cut the candidate's tokens
+            if best.matched < min(len(best.tokens), len(req.tokens)):
+                self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
+        keep, plan = self._take_prefix(route, req)
+        reuse.source = route.source if keep else Source.NONE
+        reuse.cached = keep
+        if plan is not None and keep:
+            reuse.restored_checkpoint = plan.restore.n_tokens if plan.restore is not None else None
+            reuse.used_logits = plan.logits is not None and keep == len(req.tokens)
+            reuse.reason = plan.reason
+        else:
+            reuse.reason = best.reason if best else ""
+        if reuse.matched > 0 and keep == 0:
+            self.stats.full_prefills += 1
+        return reuse, plan
+
+    def park_idle(self, keep: Slot) -> None:
+        """Move the other idle slots' contents to the prompt cache and free their cells.
+
+        NOTE: with a unified KV pool, attention runs over every cell up to the highest one in
+        use, so cells that idle slots keep make every running request's decode slower (by
+        about a third for one stream next to three idle 16K contexts). An idle slot's contents
+        come back from RAM when they are needed again. With spare sequences (recurrent and
+        hybrid models on a GPU, whose few attention layers make that cost small) idle
+        conversations stay where they are instead."""
+        if self.cache is None or not self.park or not self.ctx.unified or self.n_spare:
+            return
+        for slot in self.slots:
+            if slot is keep or slot.active is not None or not slot.tokens:
+                continue
+            self.memory.save(slot, CopyCause.PARK)
+            self.memory.clear(slot)
+            self.stats.parked += 1
+
+    def _describe_divergence(self, reuse: Reuse, old: list[int], new: list[int], at: int, width: int = 12) -> None:
+        def text(tokens) -> str:
+            return self.model.detokenize(tokens, special=True)
+
+        reuse.context_text = text(new[max(0, at - width) : at])
+        reuse.old_text = text(old[at : at + width])
+        reuse.new_text = text(new[at : at + width])
+
+    def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
+        """Fill the target slot with the route's source, cut back to what the prompt shares.
+
+        The slot's previous contents go into the prompt cache first when the request goes
+        elsewhere: when it diverges well before the end of the slot's previous prompt (a
+        conversation that only re-renders the tail of the last turn does not pay for a save)."""
+        slot, memory = route.target, self.memory
+        if isinstance(route, Load):
+            self.cache.touch(route.entry)  # most recently used: the save below cannot evict it
+        if isinstance(route, KeepSlot):
+            plan = route.plan  # the router's plan: nothing changed the slot since
+            if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
+                memory.save(slot, CopyCause.OVERWRITE)
+            return memory.apply(slot, plan), plan
+        if slot.tokens:
+            memory.save(slot, CopyCause.OVERWRITE)
+        if isinstance(route, Fork):
+            memory.fork(route.donor, slot, route.usable)
+        elif isinstance(route, Load):
+            # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
+            while sum(s.n_past for s in self.slots) + len(route.entry) > self.ctx.n_ctx and self.evict_idle(exclude=slot):
+                pass
+            while not memory.load(route.entry, slot):
+                if not self.evict_idle(exclude=slot):
+                    return 0, None
+            self.cache.stats.hits += 1
+        else:
+            memory.clear(slot)
+            if self.cache is not None:
+                self.cache.stats.misses += 1
+            return 0, None
+        plan = memory.plan(slot, req.tokens)
+        return memory.apply(slot, plan), plan
+
+    def cuts(self, req: GenerateRequest, keep: int) -> list[int]:
+        """Prompt positions (after keep, before the end) where a checkpoint is taken."""
+        if self.ctx.memory_kind.truncatable:
+            return []
+        n = len(req.tokens)
+        every = self.checkpoint_every
+        cuts = {b for b in req.boundaries if keep < b < n}
+        if every > 0:
+            first = (keep // every + 1) * every
+            cuts.update(range(first, n, every))
+        return sorted(cuts)
+
+    def evict_idle(self, exclude: Slot | None = None) -> bool:
+        """Make room in the KV pool: move the least recently used idle slot's contents to
+        the prompt cache and clear it. False when no idle slot holds anything."""
+        if not self.ctx.unified:
+            return False  # each slot has a stream of its own: clearing another frees nothing
+        idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda s: s.last_used)
+        log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
+        self.memory.save(victim, CopyCause.SPILL)
+        self.memory.clear(victim)
+        self.stats.kv_evictions += 1
+        return True

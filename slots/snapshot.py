@@ -1,0 +1,164 @@
+"""What the HTTP side may know of the engine: typed, immutable views.
+
+- `EngineInfo`: facts fixed once the model is loaded (model, context sizes, memory kind,
+  layout), published once.
+- `EngineSnapshot`: the slots, the queue and the prompt cache at one instant, built on the
+  engine thread. The engine publishes a light one (no per-entry detail) after every step, for
+  /metrics; /slots asks for a detailed one between steps. Nothing outside the engine thread
+  reads a slot or the cache directly.
+"""
+
+from __future__ import annotations
+
+import array
+import hashlib
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .llama_api import MemoryKind
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    model_name: str
+    model_path: str
+    arch: str
+    description: str
+    fingerprint: str
+    n_params: int
+    size_bytes: int
+    n_vocab: int
+    n_ctx_train: int
+    chat_template: str | None
+    memory: MemoryKind
+    n_slots: int  # requests that run at once (--parallel)
+    n_seq: int  # sequences in all, spares included
+    kv_unified: bool
+    n_ctx: int  # KV cells in all
+    n_ctx_slot: int  # the most tokens one slot holds: a request's prompt plus its output
+    kv_bytes_per_token: int | None  # attention KV bytes of one token (None: unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointView:
+    n_tokens: int
+    bytes: int
+    logits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    id: str
+    n_prompt: int
+    n_cached: int
+    n_generated: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    id: int
+    state: str  # idle, prefill or decode
+    n_tokens: int
+    tenant: str  # a short hash; "" for the anonymous tenant
+    content_hash: str
+    checkpoint_bytes: int
+    idle_s: float
+    checkpoints: tuple[CheckpointView, ...] = ()
+    request: RequestView | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    n_tokens: int
+    bytes: int
+    idle_s: float
+    tenant: str
+    content_hash: str
+    checkpoints: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheView:
+    budget_bytes: int
+    bytes: int
+    n_entries: int
+    entries: tuple[EntryView, ...] = ()  # most recently used first; only in a detailed snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    memory: str
+    n_ctx: int
+    slots: tuple[SlotView, ...]
+    queue_depth: int
+    cache: CacheView | None
+    pinned_bytes: int = 0
+    pinned_free_bytes: int = 0
+    taken: float = field(default_factory=time.monotonic)
+
+    def states(self) -> Counter:
+        return Counter(s.state for s in self.slots)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["taken"]
+        return out
+
+
+def content_hash(tokens) -> str:
+    """A short hash of a token list (equal contents, equal hash)."""
+    return hashlib.blake2b(array.array("i", tokens).tobytes(), digest_size=6).hexdigest() if tokens else ""
+
+
+def tenant_hash(tenant: str) -> str:
+    return hashlib.blake2b(tenant.encode(), digest_size=4).hexdigest() if tenant else ""
+
+
+def take_snapshot(engine: "Engine", *, detail: bool) -> EngineSnapshot:
+    """Describe the engine. Runs on the engine thread (it reads slots and the cache)."""
+    now = time.monotonic()
+    slots = tuple(_slot_view(slot, now, detail) for slot in engine.slots)
+    cache = engine.cache
+    cache_view = None
+    if cache is not None:
+        entries = ()
+        if detail:
+            entries = tuple(
+                EntryView(len(e), e.nbytes, round(now - e.last_used, 3), tenant_hash(e.tenant),
+                          content_hash(e.tokens), tuple(c.n_tokens for c in e.checkpoints))
+                for e in reversed(list(cache.entries()))
+            )
+        cache_view = CacheView(cache.budget, cache.nbytes, cache.n_entries, entries)
+    host = engine.ctx.host
+    return EngineSnapshot(
+        memory=engine.ctx.memory_kind.value,
+        n_ctx=engine.ctx.n_ctx,
+        slots=slots,
+        queue_depth=engine.queue_depth,
+        cache=cache_view,
+        pinned_bytes=host.allocated_bytes,
+        pinned_free_bytes=host.free_bytes,
+    )
+
+
+def _slot_view(slot, now: float, detail: bool) -> SlotView:
+    active = slot.active
+    request = None
+    if active is not None:
+        request = RequestView(active.req.id, len(active.prompt), active.reuse.cached, len(active.generated))
+    return SlotView(
+        id=slot.id,
+        state=slot.state.value,
+        n_tokens=slot.n_past,
+        tenant=tenant_hash(slot.tenant) if detail else "",
+        content_hash=content_hash(slot.tokens) if detail else "",
+        checkpoint_bytes=slot.checkpoints.nbytes,
+        idle_s=round(now - slot.last_used, 3) if slot.last_used and active is None else 0.0,
+        checkpoints=tuple(CheckpointView(c.n_tokens, c.nbytes, c.logits is not None) for c in slot.checkpoints) if detail else (),
+        request=request,
+    )
