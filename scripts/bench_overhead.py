@@ -59,7 +59,7 @@ def main() -> int:
     flags = ["-np", "1", "-c", "32768", "-t", str(args.threads)]
     with sp.ServerProcess("warmslot", sp.warmslot_command(model, flags)) as server:
         client = httpx.Client(base_url=server.url, timeout=600)
-        body = {"messages": messages, "max_tokens": 0}
+        body = {"messages": messages, "max_tokens": 1}
         first = client.post("/v1/chat/completions", json=body).json()
         prompt_tokens = first["usage"]["prompt_tokens"]
         repeat = []

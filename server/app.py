@@ -199,7 +199,7 @@ async def _open(request: Request) -> tuple[Warmslot, str, dict]:
 
 async def chat_completions(request: Request) -> Response:
     server, key, body = await _open(request)
-    params = parse_chat(body, server.engine.info.n_vocab, None)
+    params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
     prompt = plan.prompt
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
@@ -231,7 +231,7 @@ async def chat_completions(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     server, key, body = await _open(request)
-    params = parse_completion(body, server.engine.info.n_vocab, None)
+    params = parse_completion(body, server.engine.info.n_vocab, server.config.sampling)
     if isinstance(params.prompt, str):
         tokens = await asyncio.get_running_loop().run_in_executor(
             server.tokenize_pool, server.builder.tokenizer.prompt, params.prompt

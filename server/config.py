@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from warmslot.slots import SamplingParams
 from warmslot.slots.engine import EngineConfig
 from warmslot.slots.loader import physical_memory
 
@@ -44,7 +45,7 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     chat_template: str | None = None
     n_predict: int = -1
-    cache_ram: int = 0  # set from --cache-ram
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # a request's defaults
     slots_endpoint: bool = True
     tool_format: str = "auto"
     reasoning_format: str = "auto"
@@ -171,7 +172,6 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         api_keys=keys,
         chat_template=a.chat_template,
         n_predict=a.n_predict,
-        cache_ram=a.cache_ram,
         slots_endpoint=not a.no_slots,
         tool_format=a.tool_format,
         reasoning_format=a.reasoning_format,

@@ -9,6 +9,7 @@ while for large schemas: call it off the event loop.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,18 +21,69 @@ from .gbnf.schema import convert_schema
 
 MAX_STOP = 16
 ROLES = ("system", "developer", "user", "assistant", "tool")
+INT32_MAX = 2**31 - 1  # integers that reach llama.cpp as a C int
+MAX_DEPTH = 100  # nesting of a request body; templates and schema tools recurse over it
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def parse_body(raw: bytes) -> dict:
+    """The JSON object of a request body. Lone UTF-16 surrogates (`"\\ud800"`), which no
+    UTF-8 text can hold, become U+FFFD, as other servers do; NaN and Infinity are refused."""
     if not raw:
         raise InvalidRequest("the request body is empty; send a JSON object")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
+    if _depth(body) > MAX_DEPTH:
+        raise InvalidRequest(f"the request body is nested more than {MAX_DEPTH} levels deep")
+    if _ESCAPED_SURROGATE.search(raw):
+        body = _replace_lone_surrogates(body)
     return body
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value` (iterative)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in item if isinstance(child, (list, dict)))
+    return deepest
+
+
+def _replace_lone_surrogates(value: Any) -> Any:
+    """The value with every lone surrogate in its strings (keys too) replaced by U+FFFD.
+    Iterative, so no nesting depth can overflow the stack."""
+    def clean(text: str) -> str:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        container, key = stack.pop()
+        item = container[key]
+        if isinstance(item, str):
+            container[key] = clean(item)
+        elif isinstance(item, list):
+            stack.extend((item, i) for i in range(len(item)))
+        elif isinstance(item, dict):
+            cleaned = {clean(k): v for k, v in item.items()}
+            container[key] = cleaned
+            stack.extend((cleaned, k) for k in cleaned)
+    return root[0]
 
 
 # -- field readers ------------------------------------------------------------------------
@@ -41,8 +93,8 @@ def _number(body: dict, name: str, default: float | None, lo: float | None = Non
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidRequest(f"'{name}' must be a number", param=name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequest(f"'{name}' must be a finite number", param=name)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise InvalidRequest(f"'{name}' must be between {lo} and {hi}", param=name)
     return float(value)
@@ -102,13 +154,13 @@ def _logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
         raise InvalidRequest("'logit_bias' must be an object mapping token ids to biases", param="logit_bias")
     out: dict[int, float] = {}
     for key, bias in value.items():
-        try:
-            token = int(key)
-        except (TypeError, ValueError):
-            raise InvalidRequest(f"'logit_bias' key {key!r} is not a token id", param="logit_bias") from None
+        # int() would also take " 5 ", "1_0" and other scripts' digits: only plain ASCII digits
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise InvalidRequest(f"'logit_bias' key {key!r} is not a token id", param="logit_bias")
+        token = int(key)
         if not 0 <= token < n_vocab:
             raise InvalidRequest(f"'logit_bias' token {token} is outside the vocabulary (0..{n_vocab - 1})", param="logit_bias")
-        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias) or not -100 <= bias <= 100:
             raise InvalidRequest("'logit_bias' values must be numbers between -100 and 100", param="logit_bias")
         out[token] = float(bias) if bias > -100 else float("-inf")
     return out
@@ -144,23 +196,23 @@ class GenerationParams:
     cache_prompt: bool  # false: reuse nothing for this request (a cold baseline)
 
 
-def parse_generation(body: dict, n_vocab: int, default_max_tokens: int | None) -> GenerationParams:
+def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> GenerationParams:
+    """The generation parameters of a request; `defaults` (the server's) fill what it omits."""
+    d = defaults or SamplingParams()
     _unsupported(body)
-    max_tokens = _integer(body, "max_completion_tokens", None, 0)
+    max_tokens = _integer(body, "max_completion_tokens", None, 1, INT32_MAX)
     if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", None, 0)
-    if max_tokens is None:
-        max_tokens = default_max_tokens
+        max_tokens = _integer(body, "max_tokens", None, 1, INT32_MAX)
     sampling = SamplingParams(
-        temperature=_number(body, "temperature", 0.8, 0.0, 100.0),
-        top_k=_integer(body, "top_k", 40, 0),
-        top_p=_number(body, "top_p", 0.95, 0.0, 1.0),
-        min_p=_number(body, "min_p", 0.05, 0.0, 1.0),
-        repeat_penalty=_number(body, "repeat_penalty", 1.0, 0.0, 10.0),
-        repeat_last_n=_integer(body, "repeat_last_n", 64, 0),
-        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        seed=_integer(body, "seed", None),
+        temperature=_number(body, "temperature", d.temperature, 0.0, 100.0),
+        top_k=_integer(body, "top_k", d.top_k, 0, INT32_MAX),
+        top_p=_number(body, "top_p", d.top_p, 0.0, 1.0),
+        min_p=_number(body, "min_p", d.min_p, 0.0, 1.0),
+        repeat_penalty=_number(body, "repeat_penalty", d.repeat_penalty, 0.0, 10.0),
+        repeat_last_n=_integer(body, "repeat_last_n", d.repeat_last_n, 0, INT32_MAX),
+        frequency_penalty=_number(body, "frequency_penalty", d.frequency_penalty, -2.0, 2.0),
+        presence_penalty=_number(body, "presence_penalty", d.presence_penalty, -2.0, 2.0),
+        seed=_integer(body, "seed", d.seed, -(2**63), 2**64 - 1),
         logit_bias=_logit_bias(body, n_vocab),
     )
     stream = _boolean(body, "stream", False)
@@ -267,9 +319,9 @@ def parse_messages(value: Any) -> list[dict]:
     return out
 
 
-def parse_chat(body: dict, n_vocab: int, default_max_tokens: int | None) -> ChatParams:
+def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> ChatParams:
     messages = parse_messages(body.get("messages"))
-    gen = parse_generation(body, n_vocab, default_max_tokens)
+    gen = parse_generation(body, n_vocab, defaults)
     kwargs = body.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise InvalidRequest("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
@@ -296,7 +348,7 @@ class CompletionParams:
     gen: GenerationParams
 
 
-def parse_completion(body: dict, n_vocab: int, default_max_tokens: int | None) -> CompletionParams:
+def parse_completion(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> CompletionParams:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -311,7 +363,7 @@ def parse_completion(body: dict, n_vocab: int, default_max_tokens: int | None) -
         raise InvalidRequest("only one prompt per request is supported", param="prompt")
     else:
         raise InvalidRequest("'prompt' must be a string or an array of token ids", param="prompt")
-    return CompletionParams(prompt=prompt, gen=parse_generation(body, n_vocab, default_max_tokens))
+    return CompletionParams(prompt=prompt, gen=parse_generation(body, n_vocab, defaults))
 
 
 # -- tools, tool_choice and response_format ----------------------------------------------
