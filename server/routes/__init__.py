@@ -1,0 +1,1 @@
+"""The HTTP routes, by what they serve."""

@@ -1,0 +1,236 @@
+"""Generation routes: /v1/chat/completions and /v1/completions, plain and streamed.
+
+Handlers parse and validate, build the prompt off the event loop, submit token ids to the
+engine and turn its events into OpenAI bodies or SSE chunks. Once an SSE stream has sent its
+first byte the status cannot change, so a later error goes inside the stream, which still
+ends with [DONE].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+from dataclasses import dataclass
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from warmslot.slots import FinishReason, GrammarSpec
+
+from .. import explain, responses
+from ..bridge import ClientGone, Submission
+from ..chat import Prompt, prompt_opens_reasoning
+from ..errors import ApiError, InvalidRequest
+from ..gbnf.response_format import json_schema_grammar
+from ..gbnf.tools import tool_call_grammar
+from ..output.events import ReasoningDelta, ToolCallDelta
+from ..output.parser import OutputParser
+from ..protocol import ChatParams, GenerationParams, ToolChoice, parse_chat, parse_completion, parse_response_format, validate_tool_choice, validate_tools
+from ..state import Warmslot, open_request
+
+log = logging.getLogger("warmslot.server")
+
+
+def _finish_reason(reason: FinishReason | None, has_tool_calls: bool) -> str:
+    if has_tool_calls:
+        return "tool_calls"
+    return "length" if reason is FinishReason.LENGTH else "stop"
+
+
+async def chat_completions(request: Request) -> Response:
+    server, key, body = await open_request(request)
+    params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
+    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
+    prompt = plan.prompt
+    sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
+    started = await _started(sub, request)
+    parser = OutputParser(
+        format=server.tool_format,
+        reasoning=server.reasoning[0],
+        starts_in_reasoning=plan.opens_reasoning,
+        tools_enabled=plan.tools is not None,
+        tools=plan.tools,
+    )
+    env = server.envelope("chatcmpl", sub)
+    n_prompt = len(prompt.tokens)
+    headers = explain.header(started.reuse, n_prompt, prompt)
+    done = functools.partial(_log_request, "chat", started.reuse, prompt)
+    if params.gen.stream:
+        sub.stop_watching()
+        return EventSourceResponse(_chat_stream(server, sub, env, parser, params.gen, done), headers=headers, ping=15)
+    result_text, usage, finish = await _collect(sub, request)
+    done(usage)
+    parsed = parser.parse_complete(result_text)
+    message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
+    reasoning_tokens = await _count_tokens(server, parsed.reasoning_content)
+    body = responses.chat_response(env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage, reasoning_tokens)
+    if params.gen.explain_cache:
+        body["warmslot"] = {"cache": explain.explanation(started.reuse, n_prompt, prompt)}
+    return JSONResponse(body, headers=headers)
+
+
+async def completions(request: Request) -> Response:
+    server, key, body = await open_request(request)
+    params = parse_completion(body, server.engine.info.n_vocab, server.config.sampling)
+    if isinstance(params.prompt, str):
+        tokens = await asyncio.get_running_loop().run_in_executor(
+            server.tokenize_pool, server.builder.tokenizer.prompt, params.prompt
+        )
+    else:
+        tokens = list(params.prompt)
+    if not tokens:
+        raise InvalidRequest("the prompt has no tokens", param="prompt")
+    sub = server.submit(tokens, params.gen, key)
+    started = await _started(sub, request)
+    env = server.envelope("cmpl", sub)
+    headers = explain.header(started.reuse, len(tokens), None)
+    done = functools.partial(_log_request, "completion", started.reuse, None)
+    if params.gen.stream:
+        sub.stop_watching()
+        return EventSourceResponse(_completion_stream(sub, env, params.gen, done), headers=headers, ping=15)
+    text, usage, finish = await _collect(sub, request)
+    done(usage)
+    body = responses.completion_response(env, text, _finish_reason(finish, False), usage)
+    if params.gen.explain_cache:
+        body["warmslot"] = {"cache": explain.explanation(started.reuse, len(tokens), None)}
+    return JSONResponse(body, headers=headers)
+
+
+@dataclass(slots=True)
+class ChatPlan:
+    """What a chat request needs before it is submitted."""
+
+    prompt: Prompt
+    tools: list[dict] | None  # the tools offered to the model (None: no tool calls)
+    opens_reasoning: bool  # the prompt leaves a think block open
+    grammar: GrammarSpec | None
+
+
+def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
+    """Validate the tools, build the prompt and the grammar. Runs on the tokenize pool: schema
+    conversion, template rendering and grammar checks can take a while."""
+    tools = validate_tools(params.tools) if params.tools is not None else []
+    choice = validate_tool_choice(params.tool_choice, tools)
+    offered = tools if tools and choice.mode != "none" else None
+    prompt = server.builder.build(params.messages, offered, extra=params.template_kwargs)
+    reasoning = server.reasoning[0]
+    opens = reasoning and prompt_opens_reasoning(prompt.text)
+    grammar = _grammar(server, params, offered, choice, reasoning, opens)
+    return ChatPlan(prompt, offered, opens, grammar)
+
+
+def _grammar(
+    server: Warmslot, params: ChatParams, tools: list[dict] | None, choice: ToolChoice, reasoning: bool, opens: bool
+) -> GrammarSpec | None:
+    """The grammar that constrains the output (tool_choice, response_format), if any."""
+    spec = None
+    if tools:
+        spec = tool_call_grammar(
+            tools, choice, server.tool_format, parallel_tool_calls=params.parallel_tool_calls,
+            reasoning=reasoning, starts_in_reasoning=opens,
+        )
+    response = parse_response_format(params.response_format)
+    if response is not None:
+        json_spec = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)
+        if spec is not None and not spec.lazy:
+            raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
+        spec = json_spec if spec is None else spec
+    return spec
+
+
+def _checkpoint_boundaries(prompt) -> list[int]:
+    """Where agent histories diverge: the end of the system+tools prefix (the content start
+    of the first non-system message), the start of every user or tool message, and the start
+    of the generation prompt (templates often render the previous turn's generation prompt
+    differently once the reply is in the history, e.g. adding an empty think block)."""
+    out = []
+    seen_non_system = False
+    for role, _glue, content in prompt.messages:
+        if role != "system" and not seen_non_system:
+            seen_non_system = True
+            out.append(content)
+        elif role in ("user", "tool"):
+            out.append(content)
+    if prompt.generation_start is not None:
+        out.append(prompt.generation_start)
+    return sorted({b for b in out if 0 < b < len(prompt.tokens)})
+
+
+async def _started(sub: Submission, request: Request):
+    try:
+        return await sub.started(request.receive)
+    except ClientGone:
+        raise Gone() from None
+
+
+class Gone(Exception):
+    """The client left before the response started; nothing to send."""
+
+
+async def _collect(sub: Submission, request: Request):
+    text, usage, finish = [], None, None
+    try:
+        async for ev in sub.events(request.receive):
+            text.append(ev.text)
+            if ev.finish is not None:
+                usage, finish = ev.usage, ev.finish
+    except ClientGone:
+        raise Gone() from None
+    return "".join(text), usage, finish
+
+
+def _log_request(endpoint: str, reuse, prompt, usage) -> None:
+    if usage is not None:
+        log.info("%s", explain.log_line(endpoint, reuse, usage, prompt))
+
+
+async def _count_tokens(server: Warmslot, text: str | None) -> int:
+    if not text:
+        return 0
+    tokens = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.builder.tokenizer.raw, text)
+    return len(tokens)
+
+
+async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: GenerationParams, done):
+    try:
+        yield responses.chat_chunk(env, {"role": "assistant", "content": ""})
+        has_calls = False
+        reasoning: list[str] = []
+        async for ev in sub.events():
+            outputs = parser.feed(ev.text) if ev.text else []
+            if ev.finish is not None:
+                outputs += parser.finish()
+            for out in outputs:
+                has_calls |= isinstance(out, ToolCallDelta)
+                if isinstance(out, ReasoningDelta):
+                    reasoning.append(out.text)
+                yield responses.chat_chunk(env, responses.delta_body(out))
+            if ev.finish is not None:
+                done(ev.usage)
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls), ev.usage)
+                if gen.include_usage:
+                    n_reasoning = await _count_tokens(server, "".join(reasoning))
+                    yield responses.usage_chunk(env, ev.usage, reasoning_tokens=n_reasoning)
+        yield "[DONE]"
+    except ApiError as exc:
+        yield json.dumps(exc.body())
+        yield "[DONE]"
+
+
+async def _completion_stream(sub: Submission, env, gen: GenerationParams, done):
+    try:
+        async for ev in sub.events():
+            if ev.text:
+                yield responses.completion_chunk(env, ev.text)
+            if ev.finish is not None:
+                done(ev.usage)
+                yield responses.completion_chunk(env, "", _finish_reason(ev.finish, False), ev.usage)
+                if gen.include_usage:
+                    yield responses.usage_chunk(env, ev.usage, "text_completion")
+        yield "[DONE]"
+    except ApiError as exc:
+        yield json.dumps(exc.body())
+        yield "[DONE]"

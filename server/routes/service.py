@@ -1,0 +1,93 @@
+"""Service routes: health, models, tokenize and detokenize, the slots view."""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import InvalidRequest, NotFound
+from ..protocol import parse_body, parse_messages, validate_tools
+from ..state import server_of
+
+
+async def health(request: Request) -> Response:
+    server = server_of(request)
+    if server.init_error is not None:
+        return JSONResponse({"status": "error", "error": {"message": str(server.init_error), "type": "server_error"}}, 500)
+    if not server.ready:
+        return JSONResponse(
+            {"status": "loading", "progress": round(server.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
+            503,
+            headers={"Retry-After": "5"},
+        )
+    return JSONResponse({"status": "ok"})
+
+
+async def models(request: Request) -> Response:
+    server = server_of(request)
+    data = [{"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot"}]
+    if server.ready:
+        info = server.engine.info
+        data[0]["meta"] = {
+            "arch": info.arch,
+            "n_params": info.n_params,
+            "size": info.size_bytes,
+            "n_ctx_train": info.n_ctx_train,
+            "n_ctx": info.n_ctx,
+            "n_vocab": info.n_vocab,
+            "memory": info.memory.value,
+        }
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def tokenize(request: Request) -> Response:
+    """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
+    tokenizes it) or for `messages` (and `tools`), as /v1/chat/completions renders them."""
+    server = server_of(request)
+    server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    loop = asyncio.get_running_loop()
+    if "messages" in body:
+        messages = parse_messages(body["messages"])
+        tools = body.get("tools")
+        prompt = await loop.run_in_executor(
+            server.tokenize_pool, lambda: server.builder.build(messages, validate_tools(tools) if tools else None)
+        )
+        spans = [{"role": role, "start": glue, "content_start": content} for role, glue, content in prompt.messages]
+        return JSONResponse({"tokens": prompt.tokens, "messages": spans})
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise InvalidRequest("send 'content' (a string) or 'messages'", param="content")
+    add_special = body.get("add_special", True)
+    if not isinstance(add_special, bool):
+        raise InvalidRequest("'add_special' must be a boolean", param="add_special")
+    tokens = await loop.run_in_executor(
+        server.tokenize_pool, lambda: server.engine.vocab.tokenize(content, add_special=add_special, parse_special=True)
+    )
+    return JSONResponse({"tokens": tokens})
+
+
+async def detokenize(request: Request) -> Response:
+    server = server_of(request)
+    server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    tokens = body.get("tokens")
+    n_vocab = server.engine.info.n_vocab
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
+        raise InvalidRequest(f"'tokens' must be a list of token ids (0..{n_vocab - 1})", param="tokens")
+    text = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.vocab.detokenize, tokens)
+    return JSONResponse({"content": text})
+
+
+async def slots_view(request: Request) -> Response:
+    server = server_of(request)
+    server.authorize(request)
+    if not server.config.slots_endpoint:
+        raise NotFound("the /slots endpoint is disabled (--no-slots)")
+    server.require_ready()
+    snapshot = await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True))
+    return JSONResponse(snapshot.to_json())
