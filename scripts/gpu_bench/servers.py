@@ -52,7 +52,9 @@ _COUNTER_NAMES = (
 def state_counters(metrics: dict[str, float]) -> dict[str, float]:
     """The counters (parsed /metrics) worth diffing around a run; see _COUNTER_PATTERN."""
     return {k: v for k, v in metrics.items()
-            if _COUNTER_PATTERN.match(k) or k in _COUNTER_NAMES or k.startswith("warmslot_prompt_tokens_total{")}
+            if _COUNTER_PATTERN.match(k) or k in _COUNTER_NAMES
+            or k.startswith(("warmslot_prompt_tokens_total{", "warmslot_state_copy_bytes_total{", "warmslot_state_copy_seconds_total{"))
+            or k == "warmslot_filler_tokens_total"}
 
 
 def counters_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
