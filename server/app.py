@@ -22,7 +22,7 @@ from warmslot.slots import Engine
 from . import metrics
 from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound, ServerError
-from .routes import generation, service
+from .routes import generation, props, service
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -77,8 +77,12 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
     routes = [
         Route("/health", service.health),
         Route("/v1/health", service.health),
-        Route("/v1/models", service.models),
-        Route("/models", service.models),
+        Route("/v1/models", props.models),
+        Route("/models", props.models),
+        Route("/v1/models/{model_id:path}", props.model),
+        Route("/props", props.props),
+        Route("/v1/props", props.props),
+        Route("/version", props.version),
         Route("/v1/chat/completions", generation.chat_completions, methods=["POST"]),
         Route("/chat/completions", generation.chat_completions, methods=["POST"]),
         Route("/v1/completions", generation.completions, methods=["POST"]),

@@ -17,10 +17,11 @@ from warmslot.slots import Engine, GenerateRequest
 
 from . import responses
 from .bridge import AsyncSink, Submission
-from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format, detect_reasoning
+from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable
 from .protocol import GenerationParams, parse_body
+from .reasoning import reasoning_mode, thinks
 
 log = logging.getLogger("warmslot.server")
 
@@ -35,7 +36,8 @@ class Warmslot:
         self.model_name = config.alias or os.path.basename(config.engine.model_path) or "model"
         self.created = int(time.time())
         self.tool_format = "hermes"
-        self.reasoning = (False, False)
+        self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
+        self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
 
@@ -54,7 +56,8 @@ class Warmslot:
         template = ChatTemplate(name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos))
         fmt = self.config.tool_format
         self.tool_format = detect_format(source) if fmt == "auto" else fmt
-        self.reasoning = detect_reasoning(source) if self.config.reasoning_format == "auto" else (False, False)
+        self.reasoning = reasoning_mode(self.config.reasoning_format, source)
+        self.thinks = thinks(self.config.reasoning_format, source)
         self.builder = PromptBuilder(template, vocab)
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",

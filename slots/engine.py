@@ -60,7 +60,7 @@ class Rejected(Exception):
 class EngineConfig:
     model_path: str
     n_parallel: int = 4
-    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_MAX_CTX
+    n_ctx: int = 0  # cells of all slots; 0: the training context if it fits the memory (context_size.py)
     n_batch: int = 2048
     n_ubatch: int = 512
     n_threads: int = 0
@@ -79,6 +79,9 @@ class EngineConfig:
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
+    cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
+    use_mmap: bool = True
+    use_mlock: bool = False
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from .llama_api import MemoryKind
 
 if TYPE_CHECKING:
+    from .capacity import Capacity
+    from .context_size import ContextChoice
     from .engine import Engine
 
 
@@ -42,6 +44,9 @@ class EngineInfo:
     n_ctx: int  # KV cells in all
     n_ctx_slot: int  # the most tokens one slot holds: a request's prompt plus its output
     kv_bytes_per_token: int | None  # attention KV bytes of one token (None: unknown)
+    context: "ContextChoice | None" = None  # how n_ctx was chosen
+    pinned_limit: int = 0  # page-locked host memory the states may take (0: none)
+    capacity: "Capacity | None" = None  # what is held where, once loaded
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from warmslot.slots import FinishReason, GrammarSpec
+from warmslot.slots.reasoning_budget import ReasoningBudget
 
 from .. import explain, responses
 from ..bridge import ClientGone, Submission
@@ -29,15 +30,36 @@ from ..gbnf.tools import tool_call_grammar
 from ..output.events import ReasoningDelta, ToolCallDelta
 from ..output.parser import OutputParser
 from ..protocol import ChatParams, GenerationParams, ToolChoice, parse_chat, parse_completion, parse_response_format, validate_tool_choice, validate_tools
+from ..reasoning import budget_spec
 from ..state import Warmslot, open_request
 
 log = logging.getLogger("warmslot.server")
 
 
-def _finish_reason(reason: FinishReason | None, has_tool_calls: bool) -> str:
-    if has_tool_calls:
-        return "tool_calls"
-    return "length" if reason is FinishReason.LENGTH else "stop"
+def _finish_reason(reason: FinishReason | None, has_tool_calls: bool, cut: bool = False) -> str:
+    """"length" when max_tokens cut the reply, also inside a tool call (`cut`): a client must
+    not run a call that never closed. Calls that all closed before the cut are "tool_calls"."""
+    if reason is FinishReason.LENGTH and (cut or not has_tool_calls):
+        return "length"
+    return "tool_calls" if has_tool_calls else "stop"
+
+
+def _complete_calls(parsed, cut: bool):
+    """A whole reply cut inside a call keeps only the calls whose arguments are whole JSON."""
+    if not cut:
+        return parsed
+    parsed.tool_calls = [c for c in parsed.tool_calls if _is_json(c.arguments)]
+    if parsed.content is None and not parsed.tool_calls:
+        parsed.content = ""
+    return parsed
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 async def chat_completions(request: Request) -> Response:
@@ -45,6 +67,7 @@ async def chat_completions(request: Request) -> Response:
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
     prompt = plan.prompt
+    params.gen.sampling.reasoning_budget = plan.budget
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
     started = await _started(sub, request)
     parser = OutputParser(
@@ -63,10 +86,11 @@ async def chat_completions(request: Request) -> Response:
         return EventSourceResponse(_chat_stream(server, sub, env, parser, params.gen, done), headers=headers, ping=15)
     result_text, usage, finish = await _collect(sub, request)
     done(usage)
-    parsed = parser.parse_complete(result_text)
+    parsed = _complete_calls(parser.parse_complete(result_text, truncated=finish is FinishReason.LENGTH), parser.cut)
     message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
     reasoning_tokens = await _count_tokens(server, parsed.reasoning_content)
-    body = responses.chat_response(env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage, reasoning_tokens)
+    reason = _finish_reason(finish, bool(parsed.tool_calls), parser.cut)
+    body = responses.chat_response(env, message, reason, usage, reasoning_tokens)
     if params.gen.explain_cache:
         body["warmslot"] = {"cache": explain.explanation(started.reuse, n_prompt, prompt)}
     return JSONResponse(body, headers=headers)
@@ -107,6 +131,7 @@ class ChatPlan:
     tools: list[dict] | None  # the tools offered to the model (None: no tool calls)
     opens_reasoning: bool  # the prompt leaves a think block open
     grammar: GrammarSpec | None
+    budget: ReasoningBudget | None = None  # --reasoning-budget
 
 
 def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
@@ -115,11 +140,14 @@ def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
     tools = validate_tools(params.tools) if params.tools is not None else []
     choice = validate_tool_choice(params.tool_choice, tools)
     offered = tools if tools and choice.mode != "none" else None
-    prompt = server.builder.build(params.messages, offered, extra=params.template_kwargs)
+    # NOTE: tool_choice "none" still renders the tools (only the grammar and the parsing turn
+    # off), as llama-server and vLLM do: the prompt, and so the cached prefix, stays the same
+    prompt = server.builder.build(params.messages, tools or None, extra=params.template_kwargs)
     reasoning = server.reasoning[0]
     opens = reasoning and prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, opens)
-    return ChatPlan(prompt, offered, opens, grammar)
+    budget = budget_spec(server.config.reasoning_budget, server.engine.vocab, prompt_opens_reasoning(prompt.text)) if server.thinks else None
+    return ChatPlan(prompt, offered, opens, grammar, budget)
 
 
 def _grammar(
@@ -142,11 +170,13 @@ def _grammar(
 
 
 def _checkpoint_boundaries(prompt) -> list[int]:
-    """Where agent histories diverge: the end of the system+tools prefix (the content start
-    of the first non-system message), the start of every user or tool message, and the start
-    of the generation prompt (templates often render the previous turn's generation prompt
-    differently once the reply is in the history, e.g. adding an empty think block)."""
-    out = []
+    """Where agent histories diverge: the end of the system text itself (a turn that drops
+    the tools, such as a summary turn, still reuses the system prompt), the end of the
+    system+tools prefix (the content start of the first non-system message), the start of
+    every user or tool message, and the start of the generation prompt (templates often
+    render the previous turn's generation prompt differently once the reply is in the
+    history, e.g. adding an empty think block)."""
+    out = [prompt.system_end] if prompt.system_end is not None else []
     seen_non_system = False
     for role, _glue, content in prompt.messages:
         if role != "system" and not seen_non_system:
@@ -202,7 +232,7 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
         async for ev in sub.events():
             outputs = parser.feed(ev.text) if ev.text else []
             if ev.finish is not None:
-                outputs += parser.finish()
+                outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
             for out in outputs:
                 has_calls |= isinstance(out, ToolCallDelta)
                 if isinstance(out, ReasoningDelta):
@@ -210,7 +240,7 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
                 yield responses.chat_chunk(env, responses.delta_body(out))
             if ev.finish is not None:
                 done(ev.usage)
-                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls), ev.usage)
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls, parser.cut), ev.usage)
                 if gen.include_usage:
                     n_reasoning = await _count_tokens(server, "".join(reasoning))
                     yield responses.usage_chunk(env, ev.usage, reasoning_tokens=n_reasoning)

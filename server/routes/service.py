@@ -1,4 +1,4 @@
-"""Service routes: health, models, tokenize and detokenize, the slots view."""
+"""Service routes: health, tokenize and detokenize, the slots view (the models: `props.py`)."""
 
 from __future__ import annotations
 
@@ -23,23 +23,6 @@ async def health(request: Request) -> Response:
             headers={"Retry-After": "5"},
         )
     return JSONResponse({"status": "ok"})
-
-
-async def models(request: Request) -> Response:
-    server = server_of(request)
-    data = [{"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot"}]
-    if server.ready:
-        info = server.engine.info
-        data[0]["meta"] = {
-            "arch": info.arch,
-            "n_params": info.n_params,
-            "size": info.size_bytes,
-            "n_ctx_train": info.n_ctx_train,
-            "n_ctx": info.n_ctx,
-            "n_vocab": info.n_vocab,
-            "memory": info.memory.value,
-        }
-    return JSONResponse({"object": "list", "data": data})
 
 
 async def tokenize(request: Request) -> Response:
@@ -90,4 +73,5 @@ async def slots_view(request: Request) -> Response:
         raise NotFound("the /slots endpoint is disabled (--no-slots)")
     server.require_ready()
     snapshot = await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True))
-    return JSONResponse(snapshot.to_json())
+    capacity = server.engine.info.capacity
+    return JSONResponse({**snapshot.to_json(), "capacity": capacity.to_json() if capacity is not None else None})

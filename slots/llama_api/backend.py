@@ -45,6 +45,17 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
 
 
+def ggml_build() -> tuple[str, str]:
+    """(ggml's version, the llama.cpp commit it was built from), e.g. ("0.25.3", "0c1e570")."""
+    try:
+        base = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+        base.ggml_version.restype = ctypes.c_char_p
+        base.ggml_commit.restype = ctypes.c_char_p
+        return base.ggml_version().decode(), base.ggml_commit().decode()
+    except (OSError, AttributeError):
+        return "unknown", "unknown"
+
+
 class _CudaHost:
     """ggml's CUDA host buffer type (page-locked memory), as `host_buffers.PinnedAllocator`."""
 

@@ -96,6 +96,8 @@ class Model:
         n_gpu_layers: int = -1,
         progress: Callable[[float], None] | None = None,
         vocab_only: bool = False,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
     ) -> None:
         init_backend()
         if not os.path.isfile(path):
@@ -103,6 +105,8 @@ class Model:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.use_mmap = use_mmap  # --no-mmap: read the weights into memory instead
+        params.use_mlock = use_mlock  # --mlock: keep them in RAM, never paged out
         self._progress_cb = None
         if progress is not None:
 
