@@ -15,6 +15,7 @@ from warmslot.slots import Vocab
 from warmslot.slots.reasoning_budget import ReasoningBudget
 
 from .chat import detect_reasoning
+from .errors import InvalidRequest
 from .output.markers import THINK_CLOSE, THINK_OPEN
 
 
@@ -41,3 +42,16 @@ def budget_spec(budget: int, vocab: Vocab, opened: bool) -> ReasoningBudget | No
     start = tuple(vocab.tokenize(THINK_OPEN, add_special=False, parse_special=True))
     end = tuple(vocab.tokenize(THINK_CLOSE, add_special=False, parse_special=True))
     return ReasoningBudget(start=start, end=end, forced=end, budget=budget, inside=opened)
+
+
+def request_budget(body: dict, default: int) -> int:
+    """A request's `reasoning_budget_tokens` (or `thinking_budget_tokens`), as llama-server
+    reads them: -1 or absent keeps the server's --reasoning-budget."""
+    for name in ("reasoning_budget_tokens", "thinking_budget_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= 2**31 - 1:
+            raise InvalidRequest(f"'{name}' must be an integer, -1 (the server's budget) or more", param=name)
+        return default if value == -1 else value
+    return default

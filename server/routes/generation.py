@@ -30,7 +30,7 @@ from ..gbnf.tools import tool_call_grammar
 from ..output.events import ReasoningDelta, ToolCallDelta
 from ..output.parser import OutputParser
 from ..protocol import ChatParams, GenerationParams, ToolChoice, parse_chat, parse_completion, parse_response_format, validate_tool_choice, validate_tools
-from ..reasoning import budget_spec
+from ..reasoning import budget_spec, request_budget
 from ..state import Warmslot, open_request
 
 log = logging.getLogger("warmslot.server")
@@ -65,7 +65,8 @@ def _is_json(text: str) -> bool:
 async def chat_completions(request: Request) -> Response:
     server, key, body = await open_request(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
-    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
+    budget = request_budget(body, server.config.reasoning_budget)
+    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params, budget)
     prompt = plan.prompt
     params.gen.sampling.reasoning_budget = plan.budget
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
@@ -134,7 +135,7 @@ class ChatPlan:
     budget: ReasoningBudget | None = None  # --reasoning-budget
 
 
-def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
+def _plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPlan:
     """Validate the tools, build the prompt and the grammar. Runs on the tokenize pool: schema
     conversion, template rendering and grammar checks can take a while."""
     tools = validate_tools(params.tools) if params.tools is not None else []
@@ -146,8 +147,8 @@ def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
     reasoning = server.reasoning[0]
     opens = reasoning and prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, opens)
-    budget = budget_spec(server.config.reasoning_budget, server.engine.vocab, prompt_opens_reasoning(prompt.text)) if server.thinks else None
-    return ChatPlan(prompt, offered, opens, grammar, budget)
+    spec = budget_spec(budget, server.engine.vocab, prompt_opens_reasoning(prompt.text)) if server.thinks else None
+    return ChatPlan(prompt, offered, opens, grammar, spec)
 
 
 def _grammar(
