@@ -34,7 +34,7 @@ async def props(request: Request) -> Response:
         "default_generation_settings": {"params": default_params(server), "n_ctx": info.n_ctx_slot},
         "total_slots": info.n_slots,
         "model_alias": server.model_name,
-        "model_path": info.model_path,
+        "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
         "modalities": {"vision": False, "video": False, "audio": False},
         "endpoint_slots": server.config.slots_endpoint,
         "endpoint_props": False,
