@@ -249,3 +249,29 @@ def test_reasoning_budget_forces_the_end_of_thinking(default_model, tmp_path):
     assert short.usage.completion_tokens > thought + 2  # and the reply went on after it
     assert thought < longer.usage.completion_tokens_details.reasoning_tokens <= 11
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "thinking_budget_tokens"
+
+
+def test_model_and_sampling_flags_on_the_server(default_model):
+    proc = warmslot_server(default_model, "-np", "1", "-c", "1024", "--no-mmap", "--mlock", "-s", "7", "--temp", "1.0",
+                           "-v", "--reasoning-format", "deepseek")
+    try:
+        locked_kib = int(next(line.split()[1] for line in open(f"/proc/{proc.pid}/status") if line.startswith("VmLck:")))
+        props = httpx.get(proc.url + "/props").json()
+        ask = {"prompt": "Once upon a time", "max_tokens": 12}  # no seed, no temperature: the flags'
+        texts = [httpx.post(proc.url + "/v1/completions", json=ask, timeout=120).json()["choices"][0]["text"] for _ in range(2)]
+        log = proc.output()
+    finally:
+        proc.stop()
+    # --mlock: the weights are locked in RAM, or llama.cpp tried and met RLIMIT_MEMLOCK
+    assert locked_kib * 1024 > 200 << 20 or "failed to mlock" in log
+    assert "CPU model buffer size" in log and "CPU_Mapped" not in log  # --no-mmap: read, not mapped
+    assert " DEBUG " in log  # -v
+    params = props["default_generation_settings"]["params"]
+    assert (params["seed"], params["temperature"], params["reasoning_format"]) == (7, 1.0, "deepseek")
+    assert texts[0] == texts[1]  # both sampled at temperature 1 from the server's seed
+
+
+def test_version_flag():
+    done = subprocess.run([*warmslot_command("unused"), "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.startswith("warmslot ") and "llama.cpp" in done.stdout and "llama-cpp-python 0.3.36" in done.stdout

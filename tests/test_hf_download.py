@@ -109,12 +109,14 @@ def test_hf_repo_downloads_into_the_hub_cache_and_serves(hub, tmp_path):
         props = httpx.get(proc.url + "/props").json()
         r = httpx.post(proc.url + "/v1/completions", json={"prompt": "The sea", "max_tokens": 4, "temperature": 0}, timeout=120)
         models = httpx.get(proc.url + "/v1/models").json()["data"]
+        by_id = httpx.get(f"{proc.url}/v1/models/{REPO}")  # an id with a slash
     finally:
         proc.stop()
     assert props["model_path"].startswith(str(tmp_path / "hf" / "hub"))
     assert props["model_path"].endswith("gemma-Q4_K_M.gguf")  # the default quant; never the projector
     assert r.status_code == 200 and r.json()["choices"][0]["text"]
     assert models[0]["id"] == REPO  # named like llama-server names a downloaded model
+    assert by_id.status_code == 200 and by_id.json()["id"] == REPO
     downloads = [(m, p) for m, p, _ in hub.seen if "/resolve/" in p]
     assert ("GET", f"/{REPO}/resolve/main/gemma-Q4_K_M.gguf") in downloads or any(
         m == "GET" and p.endswith("gemma-Q4_K_M.gguf") for m, p in downloads)

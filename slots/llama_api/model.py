@@ -67,6 +67,14 @@ class LlamaError(RuntimeError):
     """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
 
 
+def load_mode(use_mmap: bool, use_mlock: bool) -> int:
+    """llama.cpp's one load mode for --no-mmap (read the weights into memory instead of
+    mapping the file) and --mlock (keep them in RAM, never paged out)."""
+    if use_mlock:
+        return llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if use_mmap else llama_cpp.LLAMA_LOAD_MODE_MLOCK
+    return llama_cpp.LLAMA_LOAD_MODE_AUTO if use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
     path: str
@@ -105,8 +113,7 @@ class Model:
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
-        params.use_mmap = use_mmap  # --no-mmap: read the weights into memory instead
-        params.use_mlock = use_mlock  # --mlock: keep them in RAM, never paged out
+        params.load_mode = load_mode(use_mmap, use_mlock)
         self._progress_cb = None
         if progress is not None:
 
