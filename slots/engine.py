@@ -155,13 +155,14 @@ class Engine:
             self._cv.notify()
         return fut
 
-    def snapshot(self, *, detail: bool = False, timeout: float = 10.0) -> EngineSnapshot | None:
+    def snapshot(self, *, detail: bool = False, timeout: float = 10.0, visible: Callable[[str], bool] | None = None) -> EngineSnapshot | None:
         """The slots, queue and prompt cache. detail=False: the view published after the last
         step (any thread, no wait; None before the model is loaded). detail=True: a fresh one
-        with every checkpoint and cache entry, taken on the engine thread between steps."""
+        with every checkpoint and cache entry, taken on the engine thread between steps; only
+        tenants for which `visible(tenant)` holds show their details (None: all)."""
         if not detail:
             return self._published
-        return self.call(lambda engine: take_snapshot(engine, detail=True)).result(timeout)
+        return self.call(lambda engine: take_snapshot(engine, detail=True, visible=visible)).result(timeout)
 
     @property
     def cache_stats(self):

@@ -88,9 +88,10 @@ class Reuse:
     candidate_len: int = 0  # how many tokens the best candidate holds
     candidate_source: Source = Source.NONE  # where the best candidate was
     # around the first token where the best candidate and the prompt differ:
-    context_text: str = ""  # the shared text just before it
-    old_text: str = ""  # the candidate's text from there
+    context_text: str = ""  # the prompt's own text just before it
+    old_text: str = ""  # the candidate's text from there, when it may be quoted (old_quoted)
     new_text: str = ""  # the prompt's text from there
+    old_quoted: bool = False  # the candidate's text is the requester's own conversation's
     reason: str = ""
 
 

@@ -84,10 +84,15 @@ async def detokenize(request: Request) -> Response:
 
 
 async def slots_view(request: Request) -> Response:
+    """The slots and cache entries; a key that is not the admin key sees the details of its
+    own tenants only (other tenants' slots show their id and state)."""
     server = server_of(request)
-    server.authorize(request)
+    key = server.authorize(request)
     if not server.config.slots_endpoint:
         raise NotFound("the /slots endpoint is disabled (--no-slots)")
     server.require_ready()
-    snapshot = await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True))
+    visible = server.visible_tenants(key)
+    snapshot = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: server.engine.snapshot(detail=True, visible=visible)
+    )
     return JSONResponse(snapshot.to_json())
