@@ -16,7 +16,7 @@ from starlette.requests import Request
 from warmslot.slots import Engine, GenerateRequest
 
 from . import responses
-from .bridge import AsyncSink, Submission
+from .bridge import AsyncSink, Submission, shutting_down
 from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format, detect_reasoning
 from .config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable
@@ -37,6 +37,7 @@ class Warmslot:
         self.tool_format = "hermes"
         self.reasoning = (False, False)
         self.init_error: BaseException | None = None
+        self.draining = False  # shutting down: no new requests (see drain.py)
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
 
     # -- readiness --------------------------------------------------------------------
@@ -64,6 +65,8 @@ class Warmslot:
     def require_ready(self) -> None:
         if self.init_error is not None:
             raise ServerError(f"the model failed to load: {self.init_error}")
+        if self.draining:
+            raise shutting_down()
         if not self.ready:
             raise Unavailable("the model is loading", retry_after=5, code="loading")
 
@@ -127,8 +130,14 @@ class Warmslot:
             tenant=self.tenant(key, gen.tenant_hint),
             reuse_prefix=gen.cache_prompt,
             boundaries=tuple(boundaries),
+            deadline=self.deadline(gen.timeout),
         )
         return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
+
+    def deadline(self, timeout: float | None) -> float | None:
+        """When a request submitted now must end: its own `timeout`, at most --request-timeout."""
+        limits = [t for t in (timeout, self.config.request_timeout) if t]
+        return time.monotonic() + min(limits) if limits else None
 
     def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
         return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.info.fingerprint[:10]}")
