@@ -24,6 +24,7 @@ from . import metrics
 from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard
+from .openapi import openapi_endpoint
 from .routes import generation, service
 from .state import Warmslot
 
@@ -84,6 +85,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
+        Route("/openapi.json", openapi_endpoint),
     ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(
