@@ -30,6 +30,7 @@ ENDPOINTS = {
     "/slots": "slots",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
+    "/openapi.json": "openapi",
 }
 
 

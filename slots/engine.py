@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 from warmslot.cache.prompt_cache import PromptCache
 
-from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .fairness import longest_over_share
+from .lifecycle import Lifecycle, ShuttingDown
+from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .loader import load_parts
 from .parallel_sampling import BatchSampler
-from .lifecycle import Lifecycle, ShuttingDown
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, Reuse, Usage
 from .router import Route, Wait
 from .scheduler import BatchEntry, plan_batch
