@@ -1,6 +1,7 @@
 """The Starlette application: the route table, errors and the engine's lifetime.
 
-Errors are typed (`ApiError`) and become OpenAI error bodies in one exception handler.
+Errors are typed (`ApiError`) and become OpenAI error bodies in one exception handler; any
+other exception becomes an OpenAI-shaped 500 in `guard.ErrorGuard`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from warmslot.slots import Engine
 
 from . import metrics
 from .config import ServerConfig
-from .errors import ApiError, MethodNotAllowed, NotFound, ServerError
+from .errors import ApiError, MethodNotAllowed, NotFound
+from .guard import BodyLimit, ErrorGuard
+from .openapi import openapi_endpoint
 from .routes import generation, props, service
 from .state import Warmslot
 
@@ -48,11 +51,6 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 async def _gone(request: Request, exc: generation.Gone) -> Response:
     return Response(status_code=499)
-
-
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse(ServerError(f"internal error: {type(exc).__name__}").body(), status_code=500)
 
 
 def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
@@ -91,18 +89,18 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
+        Route("/openapi.json", openapi_endpoint),
     ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(metrics.RequestCounter, counts=request_counts)],
-        exception_handlers={
-            ApiError: _api_error,
-            HTTPException: _http_error,
-            generation.Gone: _gone,
-            Exception: _unexpected,
-        },
+        middleware=[
+            Middleware(metrics.RequestCounter, counts=request_counts),
+            Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
+            Middleware(BodyLimit, limit=config.max_body),
+        ],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, generation.Gone: _gone},
     )
     app.state.warmslot = server
     app.state.metrics_registry = metrics.make_registry(server, request_counts)

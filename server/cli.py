@@ -142,13 +142,14 @@ def _serve(config, sock: socket.socket) -> int:
     import uvicorn
 
     from .app import create_app
+    from .drain import DrainingServer
 
     # The engine thread runs Python between llama.cpp calls; a short switch interval lets it
     # take the GIL back from the event loop quickly (the default 5 ms would stall decoding).
     sys.setswitchinterval(0.0005)
 
     failed: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server = None
 
     def on_fatal(exc: BaseException) -> None:
         failed.append(exc)
@@ -159,7 +160,7 @@ def _serve(config, sock: socket.socket) -> int:
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )
-    server = uvicorn.Server(uv_config)
+    server = DrainingServer(uv_config, app.state.warmslot, config.shutdown_timeout)
     log.info("listening on %s (OpenAI API under /v1)", url_of(sock, config.host))
     server.run(sockets=[sock])
     if failed:

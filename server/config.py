@@ -66,6 +66,11 @@ class ServerConfig:
     hf_file: str | None = None
     hf_token: str | None = None
     ignored_flags: list[str] = field(default_factory=list)  # llama-server flags that change nothing here
+    admin_key: str | None = None  # sees every tenant on /slots (default: the first API key)
+    metrics_open: bool = False  # /metrics without a key even when keys are set
+    max_body: int = 8 << 20  # bytes of a request body; more gets 413 (0: no limit)
+    request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
+    shutdown_timeout: float = 30.0  # seconds running requests get to finish after SIGTERM
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
@@ -88,6 +93,11 @@ _FLAGS = [
     (("-a", "--alias"), "alias", str, None, "model name to report in the API (default: the file name); several names separated by commas, the first is reported"),
     (("--api-key",), "api_key", str, None, "require this key (Authorization: Bearer KEY); several keys separated by commas"),
     (("--max-queue",), "max_queue", int, 64, "requests that may wait for a slot; more get 503 with Retry-After"),
+    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots (default: the first --api-key)"),
+    (("--metrics-open",), "metrics_open", bool, False, "serve /metrics without a key even when --api-key is set (anyone who reaches the port reads the model path and the load)"),
+    (("--max-body",), "max_body", "size", "8MiB", "largest request body; larger bodies get 413 (0: no limit); " + SIZE_HELP),
+    (("--request-timeout",), "request_timeout", float, 0.0, "seconds a request may take from arrival to its last token; a request's own 'timeout' can only shorten it (0: no limit)"),
+    (("--shutdown-timeout",), "shutdown_timeout", float, 30.0, "seconds running requests get to finish after SIGTERM before they end with an error"),
     (("--swa-full",), "swa_full", bool, False, "keep the full KV cache on sliding-window models (more memory, no checkpoints needed)"),
     (("-ctxcp", "--ctx-checkpoints"), "ctx_checkpoints", int, 32, "checkpoints kept per slot on non-truncatable models"),
     (("--checkpoint-every",), "checkpoint_every", int, 8192, "tokens between checkpoints inside a long prefill (0: only at message starts)"),
@@ -236,6 +246,11 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         hf_file=a.hf_file,
         hf_token=a.hf_token,
         ignored_flags=[flags[-1] for flags, dest, kind, _, _ in _FLAGS if kind == "noop" and getattr(a, dest)],
+        admin_key=a.admin_key or None,
+        metrics_open=a.metrics_open,
+        max_body=a.max_body,
+        request_timeout=max(0.0, a.request_timeout),
+        shutdown_timeout=max(0.0, a.shutdown_timeout),
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")

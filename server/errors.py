@@ -105,6 +105,18 @@ class Unavailable(ApiError):
         super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
 
 
+class RequestTimeout(ApiError):
+    """408: the request passed its deadline (`timeout` in the body, --request-timeout)."""
+
+    status = 408
+    type = "timeout_error"
+
+    def __init__(self, message: str) -> None:
+        # NOTE: OpenAI's clients retry a 408 unless told not to; the same request would
+        # only pass the same deadline again
+        super().__init__(message, code="request_timeout", headers={"x-should-retry": "false"})
+
+
 class ServerError(ApiError):
     status = 500
     type = "server_error"

@@ -30,6 +30,7 @@ ENDPOINTS = {
     "/slots": "slots",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
+    "/openapi.json": "openapi",
 }
 
 
@@ -185,6 +186,11 @@ def make_registry(server, request_counts: Counter) -> CollectorRegistry:
 
 
 async def metrics_endpoint(request: Request) -> Response:
+    """Prometheus text. With API keys it needs one, as llama-server's does, unless
+    --metrics-open (the model path and the load are then readable by anyone)."""
+    server = request.app.state.warmslot
+    if not server.config.metrics_open:
+        server.authorize(request)
     registry = request.app.state.metrics_registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -194,6 +194,7 @@ class GenerationParams:
     tenant_hint: str  # cache_salt or user
     explain_cache: bool  # return the cache explanation in the body
     cache_prompt: bool  # false: reuse nothing for this request (a cold baseline)
+    timeout: float | None = None  # seconds the request may take, waiting and running
 
 
 def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> GenerationParams:
@@ -231,7 +232,18 @@ def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None =
         tenant_hint=salt,
         explain_cache=_boolean(body, "warmslot_explain", False),
         cache_prompt=_boolean(body, "cache_prompt", True),
+        timeout=_timeout(body),
     )
+
+
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def _timeout(body: dict) -> float | None:
+    value = _number(body, "timeout", None, 0.0, MAX_TIMEOUT)
+    if value is not None and value <= 0:
+        raise InvalidRequest("'timeout' must be a number of seconds above 0", param="timeout")
+    return value
 
 
 # -- chat ---------------------------------------------------------------------------------

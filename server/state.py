@@ -16,7 +16,7 @@ from starlette.requests import Request
 from warmslot.slots import Engine, GenerateRequest
 
 from . import responses
-from .bridge import AsyncSink, Submission
+from .bridge import AsyncSink, Submission, shutting_down
 from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable
@@ -39,6 +39,7 @@ class Warmslot:
         self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
         self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
+        self.draining = False  # shutting down: no new requests (see drain.py)
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
 
     # -- readiness --------------------------------------------------------------------
@@ -67,29 +68,52 @@ class Warmslot:
     def require_ready(self) -> None:
         if self.init_error is not None:
             raise ServerError(f"the model failed to load: {self.init_error}")
+        if self.draining:
+            raise shutting_down()
         if not self.ready:
             raise Unavailable("the model is loading", retry_after=5, code="loading")
 
     # -- auth and tenants ---------------------------------------------------------------
 
     def authorize(self, request: Request) -> str:
-        """The API key the request used ("" when the server has none). Raises 401."""
-        keys = self.config.api_keys
-        if not keys:
-            return ""
+        """The key the request used: an API key or the admin key. Without API keys every
+        request may pass (as "" unless it shows the admin key). Raises 401."""
         header = request.headers.get("authorization", "")
         given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-        for key in keys:
+        known = [*self.config.api_keys, *([self.config.admin_key] if self.config.admin_key else [])]
+        found = ""
+        for key in known:  # every key is compared, so the time says nothing of which matched
             if given and hmac.compare_digest(given.encode(), key.encode()):
-                return key
+                found = key
+        if found or not self.config.api_keys:
+            return found
         raise Unauthorized()
 
+    def is_admin(self, key: str) -> bool:
+        """The admin key (--admin-key, else the first API key) sees every tenant on /slots."""
+        admin = self.config.admin_key or (self.config.api_keys[0] if self.config.api_keys else None)
+        return admin is None or key == admin
+
     @staticmethod
-    def tenant(key: str, hint: str) -> str:
-        """Prefixes are shared only within a tenant: the API key plus cache_salt (or user)."""
+    def owner(key: str) -> str:
+        """The part of a tenant that names the key ("" without a key)."""
+        return hashlib.sha256(b"owner\0" + key.encode()).hexdigest()[:12] if key else ""
+
+    @classmethod
+    def tenant(cls, key: str, hint: str) -> str:
+        """Prefixes are shared only within a tenant: the API key plus cache_salt (or user).
+        Written `owner:salt`, so that /slots can show a key all of its own tenants."""
         if not key and not hint:
             return ""
-        return hashlib.sha256(f"{key}\0{hint}".encode()).hexdigest()[:16]
+        salted = hashlib.sha256(f"{key}\0{hint}".encode()).hexdigest()[:16] if hint else ""
+        return f"{cls.owner(key)}:{salted}"
+
+    def visible_tenants(self, key: str):
+        """Which tenants' slots and cache entries a key may see on /slots (None: all)."""
+        if self.is_admin(key):
+            return None
+        owner = self.owner(key)
+        return lambda tenant: tenant.split(":", 1)[0] == owner
 
     # -- generation --------------------------------------------------------------------
 
@@ -109,8 +133,14 @@ class Warmslot:
             tenant=self.tenant(key, gen.tenant_hint),
             reuse_prefix=gen.cache_prompt,
             boundaries=tuple(boundaries),
+            deadline=self.deadline(gen.timeout),
         )
         return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
+
+    def deadline(self, timeout: float | None) -> float | None:
+        """When a request submitted now must end: its own `timeout`, at most --request-timeout."""
+        limits = [t for t in (timeout, self.config.request_timeout) if t]
+        return time.monotonic() + min(limits) if limits else None
 
     def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
         return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.info.fingerprint[:10]}")

@@ -24,10 +24,12 @@ from typing import Any, Callable
 
 from warmslot.cache.prompt_cache import PromptCache
 
+from .fairness import longest_over_share
+from .lifecycle import Lifecycle, ShuttingDown
 from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .loader import load_parts
 from .parallel_sampling import BatchSampler
-from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, Reuse, Usage
+from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, Reuse, Usage
 from .router import Route, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
@@ -37,23 +39,6 @@ from .text import TextStream
 from .vocab import Vocab
 
 log = logging.getLogger("warmslot.engine")
-
-
-class QueueFull(Exception):
-    """The waiting queue is at --max-queue."""
-
-
-class NotReady(Exception):
-    """The model is still loading (or failed to load)."""
-
-
-class Rejected(Exception):
-    """The request can never run (a prompt that does not fit a slot, token ids outside the
-    vocabulary); `error` says why."""
-
-    def __init__(self, error: EngineError) -> None:
-        super().__init__(error.message)
-        self.error = error
 
 
 @dataclass(slots=True)
@@ -85,7 +70,9 @@ class EngineConfig:
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
-class Engine:
+
+
+class Engine(Lifecycle):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.stats = EngineStats()
@@ -135,6 +122,8 @@ class Engine:
             self.stats.requests[error.kind.value] += 1
             raise Rejected(error)
         with self._cv:
+            if self._draining:  # under the lock: drain() fails all that it queued before
+                raise ShuttingDown("the server is shutting down")
             # requests that idle slots will take at the next step are not waiting (a read of
             # other threads' state: one step stale at worst, and conservative either way)
             idle = self.config.n_parallel - sum(1 for slot in self.slots if slot.active is not None)
@@ -158,13 +147,14 @@ class Engine:
             self._cv.notify()
         return fut
 
-    def snapshot(self, *, detail: bool = False, timeout: float = 10.0) -> EngineSnapshot | None:
+    def snapshot(self, *, detail: bool = False, timeout: float = 10.0, visible: Callable[[str], bool] | None = None) -> EngineSnapshot | None:
         """The slots, queue and prompt cache. detail=False: the view published after the last
         step (any thread, no wait; None before the model is loaded). detail=True: a fresh one
-        with every checkpoint and cache entry, taken on the engine thread between steps."""
+        with every checkpoint and cache entry, taken on the engine thread between steps; only
+        tenants for which `visible(tenant)` holds show their details (None: all)."""
         if not detail:
             return self._published
-        return self.call(lambda engine: take_snapshot(engine, detail=True)).result(timeout)
+        return self.call(lambda engine: take_snapshot(engine, detail=True, visible=visible)).result(timeout)
 
     @property
     def cache_stats(self):
@@ -264,6 +254,7 @@ class Engine:
             return
         t0 = time.monotonic()
         self._reap_aborts()
+        self._expire_deadlines()
         self._admit()
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
@@ -597,13 +588,19 @@ class Engine:
 
     def _on_kv_full(self, entries: list[BatchEntry]) -> None:
         """No room in the KV pool for this batch (memory is unchanged). Free idle slots' cells,
-        least recently used first; then try smaller prefill chunks; then fail the newest request."""
+        least recently used first; then try smaller prefill chunks; then end the generation
+        furthest past its fair share of the pool; then fail the newest request."""
         if self.prefixes.evict_idle():
             return
         prefill = [e for e in entries if not e.is_decode]
         largest = max((e.n for e in prefill), default=0)
         if largest > MIN_CHUNK_ON_PRESSURE:
             self._chunk_cap = largest // 2  # fragmented cells may still fit a smaller chunk
+            return
+        greedy = longest_over_share(self.slots, self.ctx.n_ctx, self.config.n_parallel)
+        if greedy is not None:  # see fairness.py
+            log.info("slot %d: the KV pool is full; ending its generation at %d tokens, past its fair share", greedy.id, greedy.n_past)
+            self._finish(greedy, FinishReason.LENGTH)
             return
         newest = max((e.slot for e in entries), key=lambda s: s.active.admitted)
         log.warning("slot %d: the KV pool is full; failing request %s", newest.id, newest.active.req.id)

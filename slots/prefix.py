@@ -61,7 +61,7 @@ class Prefixes:
             reuse.candidate_len = len(best.tokens)
             # described before the prefix is taken, which may cut the candidate's tokens
             if best.matched < min(len(best.tokens), len(req.tokens)):
-                self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
+                self._describe_divergence(reuse, best, req.tokens)
         keep, plan = self._take_prefix(route, req)
         reuse.source = route.source if keep else Source.NONE
         reuse.cached = keep
@@ -93,13 +93,25 @@ class Prefixes:
             self.memory.clear(slot)
             self.stats.parked += 1
 
-    def _describe_divergence(self, reuse: Reuse, old: list[int], new: list[int], at: int, width: int = 12) -> None:
+    def _describe_divergence(self, reuse: Reuse, best, new: list[int], width: int = 12) -> None:
+        """The text around the first differing token: the prompt's own text before and after
+        it, and the candidate's text after it only where the prompt holds the candidate's
+        whole prompt (it continues that conversation: what differs is the reply the server
+        gave it, which the requester already had).
+
+        NOTE: a candidate that diverges inside its own prompt may be another conversation of
+        the same tenant (a shared system prompt is enough to match); quoting its text would
+        let anyone read other prompts a few tokens at a time. Positions and counts stay."""
+        at, old = best.matched, best.tokens
+        prompt_end = best.prompt_end if best.prompt_end is not None else len(old)
+
         def text(tokens) -> str:
             return self.model.detokenize(tokens, special=True)
 
         reuse.context_text = text(new[max(0, at - width) : at])
-        reuse.old_text = text(old[at : at + width])
         reuse.new_text = text(new[at : at + width])
+        reuse.old_quoted = at >= prompt_end
+        reuse.old_text = text(old[at : at + width]) if reuse.old_quoted else ""
 
     def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
         """Fill the target slot with the route's source, cut back to what the prompt shares.

@@ -40,6 +40,9 @@ class Candidate:
     tokens: Sequence[int]
     usable: int
     reason: str = ""
+    # where the prompt that produced `tokens` ended (what follows is its generated reply);
+    # unknown: len(tokens). Text before it is quoted to no one (see Prefixes.take)
+    prompt_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +160,7 @@ class Router:
                 continue
             plan = plan_reuse(slot.tokens, slot.checkpoints, prompt, self.cutter(slot))
             source = Source.SLOT if slot.active is None else Source.FORK
-            candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason)
+            candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason, slot.prompt_end or None)
             if slot.active is None:
                 consider(KeepSlot(slot, plan), candidate)
             if plan.keep > 0 and self.can_fork:
@@ -172,11 +175,11 @@ class Router:
         lookup = self.cache.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
         if lookup.best is not None:
             e = lookup.best
-            consider(Load(None, e.entry, e.usable), Candidate(Source.RAM, e.matched, e.entry.tokens, e.usable))
+            consider(Load(None, e.entry, e.usable), Candidate(Source.RAM, e.matched, e.entry.tokens, e.usable, "", e.entry.prompt_end))
         elif lookup.closest is not None:
             e = lookup.closest
             consider(None, Candidate(Source.RAM, e.matched, e.entry.tokens, 0,
-                                     "the prompt cache entry has no checkpoint at or before the divergence"))
+                                     "the prompt cache entry has no checkpoint at or before the divergence", e.entry.prompt_end))
         if lookup.evicted is not None:
             matched, tokens = lookup.evicted
             consider(None, Candidate(Source.EVICTED, matched, tokens, 0,

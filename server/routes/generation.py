@@ -24,7 +24,7 @@ from warmslot.slots.reasoning_budget import ReasoningBudget
 from .. import explain, responses
 from ..bridge import ClientGone, Submission
 from ..chat import Prompt, prompt_opens_reasoning
-from ..errors import ApiError, InvalidRequest
+from ..errors import ApiError, InvalidRequest, ServerError
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..output.events import ReasoningDelta, ToolCallDelta
@@ -246,9 +246,9 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
                     n_reasoning = await _count_tokens(server, "".join(reasoning))
                     yield responses.usage_chunk(env, ev.usage, reasoning_tokens=n_reasoning)
         yield "[DONE]"
-    except ApiError as exc:
-        yield json.dumps(exc.body())
-        yield "[DONE]"
+    except Exception as exc:  # noqa: BLE001 - the stream started: the error goes inside it
+        for event in _stream_error(exc):
+            yield event
 
 
 async def _completion_stream(sub: Submission, env, gen: GenerationParams, done):
@@ -262,6 +262,15 @@ async def _completion_stream(sub: Submission, env, gen: GenerationParams, done):
                 if gen.include_usage:
                     yield responses.usage_chunk(env, ev.usage, "text_completion")
         yield "[DONE]"
-    except ApiError as exc:
-        yield json.dumps(exc.body())
-        yield "[DONE]"
+    except Exception as exc:  # noqa: BLE001 - the stream started: the error goes inside it
+        for event in _stream_error(exc):
+            yield event
+
+
+def _stream_error(exc: Exception):
+    """The events that end a started stream on an error: an OpenAI error body, then [DONE]."""
+    if not isinstance(exc, ApiError):
+        log.exception("unhandled error in a stream")
+        exc = ServerError(f"internal error: {type(exc).__name__}")
+    yield json.dumps(exc.body())
+    yield "[DONE]"
