@@ -6,12 +6,14 @@ returns belongs to that thread except `vocab` and `info`, which any thread may u
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 from dataclasses import dataclass
 from typing import Callable
 
 from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
 from .layout import KvLayout, plan_layout
@@ -19,6 +21,7 @@ from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classif
 from .memory import SlotMemory
 from .parallel_sampling import BatchSampler, sampling_threads
 from .prefix import Prefixes
+from .disk_tier import DiskTier
 from .router import Router
 from .slot import Slot
 from .snapshot import EngineInfo
@@ -52,10 +55,12 @@ class Parts:
     filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
     vocab: Vocab
     info: EngineInfo
+    disk: DiskTier | None = None
 
 
-def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Parts:
-    """Load the model and build the engine's parts (`cfg` is an EngineConfig)."""
+def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
+    """Load the model and build the engine's parts (`cfg` is an EngineConfig). `wake(fn)`
+    runs fn on the engine thread (the disk tier's reads report back through it)."""
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
     model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
@@ -93,9 +98,19 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
     ]
     kind = ctx.memory_kind
-    # a saved state records the KV layout (one pool, or its stream count)
-    fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+    # a saved state records the KV layout (one pool, or its stream count); states on disk
+    # also outlive the llama.cpp build that wrote them
+    fingerprint = (
+        f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+        f":llama-cpp-python-{_library_version()}"
+    )
     cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+    disk = None
+    if cfg.cache_disk:
+        if cache is None:
+            raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
+        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty)
+        disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -103,10 +118,10 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
-    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified)
+    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk)
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
-        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every,
+        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk,
     )
     log.info(
         "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
@@ -128,6 +143,13 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         fingerprint=info.fingerprint, n_params=info.n_params, size_bytes=info.size_bytes, n_vocab=info.n_vocab,
         n_ctx_train=info.n_ctx_train, chat_template=info.chat_template, memory=kind, n_slots=cfg.n_parallel,
         n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
-        kv_bytes_per_token=per_token,
+        kv_bytes_per_token=per_token, state_fingerprint=fingerprint,
     )
-    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info)
+    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk)
+
+
+def _library_version() -> str:
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -42,6 +42,7 @@ class EngineInfo:
     n_ctx: int  # KV cells in all
     n_ctx_slot: int  # the most tokens one slot holds: a request's prompt plus its output
     kv_bytes_per_token: int | None  # attention KV bytes of one token (None: unknown)
+    state_fingerprint: str = ""  # the model and the state layout: saved states load only where it is equal
 
 
 @dataclass(frozen=True, slots=True)
