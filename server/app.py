@@ -22,7 +22,7 @@ from warmslot.slots import Engine
 from . import metrics
 from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound, ServerError
-from .routes import generation, service
+from .routes import generation, service, slot_files
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -84,6 +84,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/v1/completions", generation.completions, methods=["POST"]),
         Route("/completions", generation.completions, methods=["POST"]),
         Route("/slots", service.slots_view),
+        Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),

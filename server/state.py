@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import hashlib
 import hmac
@@ -37,6 +38,7 @@ class Warmslot:
         self.tool_format = "hermes"
         self.reasoning = (False, False)
         self.init_error: BaseException | None = None
+        self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
 
     # -- readiness --------------------------------------------------------------------
@@ -105,6 +107,8 @@ class Warmslot:
             ignore_eos=gen.ignore_eos,
             tenant=self.tenant(key, gen.tenant_hint),
             reuse_prefix=gen.cache_prompt,
+            cache_key=gen.cache_key,
+            keep_s=gen.keep_s,
             boundaries=tuple(boundaries),
         )
         return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)

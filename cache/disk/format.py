@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import secrets
 import struct
 import zlib
 from dataclasses import dataclass
@@ -203,7 +204,7 @@ def write(directory: str, name: str, meta: Meta, tokens: Sequence[int], state: n
     layout = plan(meta, len(tokens), int(state.nbytes), infos)
     arrays = _section_arrays(state, checkpoints)
     token_bytes = np.asarray(tokens, dtype="<i4").tobytes()
-    tmp = os.path.join(directory, f".{name}.tmp")
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
     final = os.path.join(directory, name)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..checkpoints import Checkpoint, CheckpointList
 from ..prefix_trie import PrefixTrie, common_prefix
-from .format import CheckpointInfo, Header, Payload
+from .format import CheckpointInfo, Header, Meta, Payload
 
 # stands for bytes that exist in the file: an outline checkpoint only says what is there
 _PRESENT = np.empty(0, dtype=np.uint8)
@@ -47,6 +47,7 @@ class DiskEntry:
     id: int = 0
     header: Header | None = None  # the head as written or indexed: a load checks the file still has it
     pending: Payload | None = None  # the bytes while they are being written (a load takes them from here)
+    meta: Meta | None = None  # what its header says, as planned when it was queued (sizes depend on it)
     stale: str | None = None  # why this server cannot use it (another model or version); not in any tree
     alive: bool = True  # False once removed from the index
     _outline: CheckpointList | None = field(default=None, repr=False)

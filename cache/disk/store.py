@@ -202,7 +202,7 @@ class DiskCache:
             entry = DiskEntry(
                 name=secrets.token_hex(16) + fmt.SUFFIX, tokens=tokens, tenant=tenant, fingerprint=self.fingerprint,
                 nbytes=layout.file_bytes, state_bytes=int(state.nbytes), infos=infos, prompt_end=prompt_end,
-                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints)),
+                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints)), meta=meta,
             )
             if entry.nbytes > self.budget:
                 self.stats.refused += 1
@@ -413,8 +413,12 @@ class DiskCache:
         self._jobs.put(("delete", entry.name))
 
     def _writer(self) -> None:
-        while self._run_jobs(block=True):
-            pass
+        while True:
+            try:
+                if not self._run_jobs(block=True):
+                    return
+            except Exception:  # noqa: BLE001 - the writer must outlive any one failure
+                log.exception("disk cache: the writer failed a job")
 
     def _run_jobs(self, block: bool) -> bool:
         """Run queued jobs (one, waiting for it, when `block`; else all there are). False
@@ -446,10 +450,13 @@ class DiskCache:
                 self.stats.queued_bytes -= entry.nbytes
                 entry.pending = None
                 return
-        meta = Meta(entry.fingerprint, entry.tenant, entry.prompt_end, entry.last_used, entry.keep_s)
         t0 = time.monotonic()
         try:
-            header = fmt.write(self.directory, entry.name, meta, entry.tokens, payload.state, payload.checkpoints)
+            # the planned header (a later touch changes last_used, whose digits change the size)
+            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, payload.state, payload.checkpoints)
+            if header.file_bytes != entry.nbytes:
+                _unlink(os.path.join(self.directory, entry.name))
+                raise OSError(f"wrote {header.file_bytes} bytes, {entry.nbytes} were planned")
         except OSError as exc:
             log.error("disk cache: writing %s failed: %s", entry.name, exc)
             self.stats.write_errors += 1
@@ -459,7 +466,6 @@ class DiskCache:
                 if entry.alive:
                     self._index.remove(entry)
             return
-        assert header.file_bytes == entry.nbytes, (header.file_bytes, entry.nbytes)
         self.stats.writes += 1
         self.stats.write_bytes += header.file_bytes
         self.stats.write_seconds += time.monotonic() - t0
