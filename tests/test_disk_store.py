@@ -337,3 +337,48 @@ def test_budget_holds_under_200_alternating_conversations(tmp_path):
         cache.close()
     with open(tmp_path / "disk" / "last-used.json") as f:
         assert len(json.load(f)["last_used"]) == len([p for p in (tmp_path / "disk").glob("*.wsc")])
+
+
+# -- flags and request hints ---------------------------------------------------------------------
+
+
+def test_disk_flags(tmp_path):
+    from warmslot.server.config import parse_config
+
+    config, _ = parse_config(["--cache-disk", str(tmp_path / "d"), "--cache-disk-size", "3GiB", "--cache-ram", "1GiB",
+                              "--slot-save-path", str(tmp_path)])
+    assert (config.engine.cache_disk, config.engine.cache_disk_size) == (str(tmp_path / "d"), 3 << 30)
+    assert config.slot_save_path == str(tmp_path)
+    auto, _ = parse_config(["--cache-disk", str(tmp_path / "d")])
+    assert 0 < auto.engine.cache_disk_size <= 64 << 30
+    for bad in (["--cache-disk", str(tmp_path), "--cache-ram", "0"], ["--slot-save-path", str(tmp_path / "missing")],
+                ["--cache-disk", str(tmp_path), "--cache-disk-size", "0"], ["--cache-disk", str(tmp_path), "--cache-disk-size", "lots"]):
+        with pytest.raises(SystemExit):
+            parse_config(bad)
+
+
+def test_prompt_cache_hints_are_parsed_and_checked():
+    from warmslot.server.cache_hints import parse_cache_hints
+    from warmslot.server.errors import InvalidRequest
+
+    assert parse_cache_hints({}) == ("", None)
+    assert parse_cache_hints({"prompt_cache_key": "agent-7", "prompt_cache_retention": "24h"}) == ("agent-7", 86400.0)
+    assert parse_cache_hints({"prompt_cache_retention": "in-memory"})[1] == 0.0
+    assert parse_cache_hints({"prompt_cache_retention": "in_memory"})[1] == 0.0
+    assert parse_cache_hints({"prompt_cache_retention": "30m"})[1] == 1800.0
+    for body in ({"prompt_cache_retention": "forever"}, {"prompt_cache_retention": 5}, {"prompt_cache_retention": "0h"},
+                 {"prompt_cache_key": 12}, {"prompt_cache_key": "k" * 2000}):
+        with pytest.raises(InvalidRequest) as exc:
+            parse_cache_hints(body)
+        assert exc.value.param == next(iter(body))
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("conversation.bin", True), ("état été.bin", True), ("a..b", False), ("../x", False), ("a/b", False),
+    ("a\\b", False), (" lead", False), ("trail ", False), ("dot.", False), (".", False), ("", False),
+    ("x" * 256, False), ("tab\there", False), ("a:b", False), ("q?", False), ("\ufeffbom", False),
+])
+def test_slot_file_names_follow_llama_servers_rules(name, ok):
+    from warmslot.server.routes.slot_files import valid_filename
+
+    assert valid_filename(name) is ok
