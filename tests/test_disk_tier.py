@@ -7,6 +7,7 @@ import os
 import pytest
 
 from warmslot.cache.disk import format as fmt
+from warmslot.slots import GenerateRequest, QueueSink, SamplingParams
 from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 from tests.tiny_models import KINDS
 
@@ -49,6 +50,37 @@ def test_a_conversation_outlives_its_engine_and_comes_back_from_disk(tiny_models
     finally:
         engine.stop()
     assert_same_answer(warm, cold_run(path, NEXT, boundaries=(len(FIRST),)))
+
+
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+def test_a_disk_load_runs_beside_a_generating_slot(tiny_models, tmp_path, kind):
+    """One slot generates a long reply while another request's prefix is read from disk and
+    loaded into the other slot: both answers equal cold runs."""
+    path, directory = tiny_models[kind], tmp_path / "disk"
+    engine = disk_engine(path, directory, n_parallel=2)  # the same KV layout as below
+    try:
+        generate(engine, FIRST)
+    finally:
+        engine.stop()
+    other = random_tokens(43, 60)
+    engine = disk_engine(path, directory, n_parallel=2)
+    try:
+        sink = QueueSink()
+        engine.submit(GenerateRequest("long", other, sink, SamplingParams(temperature=0), max_tokens=120))
+        early = []
+        while not any(ev.tokens for ev in early):
+            early += sink.queue.get(timeout=60)
+        warm = generate(engine, NEXT, return_prompt_logits=True, boundaries=(len(FIRST),))
+        rest = sink.collect()
+        assert rest.tokens, "the long reply was still generating when the disk entry was loaded"
+        long_tokens = [t for ev in early for t in ev.tokens] + rest.tokens
+        long_slot = next(ev.reuse.slot for ev in early if ev.reuse is not None)
+        assert (warm.reuse.source, warm.usage.cached_tokens) == ("disk", len(FIRST))
+        assert warm.reuse.slot != long_slot and rest.finish == "length" and len(long_tokens) == 120
+    finally:
+        engine.stop()
+    assert_same_answer(warm, cold_run(path, NEXT, boundaries=(len(FIRST),)))
+    assert long_tokens == cold_run(path, other, max_tokens=120).tokens
 
 
 def test_spills_stay_within_the_budget_under_200_alternating_conversations(tiny_models, tmp_path):

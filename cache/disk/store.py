@@ -63,7 +63,8 @@ class DiskInUse(Exception):
 
 @dataclass
 class DiskStats:
-    """Counters (plain numbers; each is written by one thread, except `rejected`)."""
+    """Counters (plain numbers). The read and rejection counters are written under a lock
+    (several threads read); the others by one thread each, or under the index lock."""
 
     reads: int = 0  # files read for loads
     read_bytes: int = 0
@@ -240,7 +241,8 @@ class DiskCache:
                 return None
             pending, expect = entry.pending, entry.header
         if pending is not None:
-            self.stats.memory_reads += 1
+            with self._stats_lock:  # reads run on several threads
+                self.stats.memory_reads += 1
             return pending
         t0 = time.monotonic()
         try:
@@ -254,9 +256,10 @@ class DiskCache:
             with self._lock:
                 self._drop(entry, None)
             raise
-        self.stats.reads += 1
-        self.stats.read_bytes += header.file_bytes
-        self.stats.read_seconds += time.monotonic() - t0
+        with self._stats_lock:
+            self.stats.reads += 1
+            self.stats.read_bytes += header.file_bytes
+            self.stats.read_seconds += time.monotonic() - t0
         return payload
 
     def reject(self, exc: Rejected, name: str, tenant: str | None = None, tokens: Sequence[int] | None = None) -> None:
