@@ -187,7 +187,7 @@ class DiskTier:
             state = state_of(slot.id)
             state.flags.writeable = False  # shared with the writer thread
             if self.disk.put(slot.tokens, state, list(slot.checkpoints), slot.tenant,
-                             slot.prompt_end or len(slot.tokens), wall_time(slot.last_used or time.monotonic()), slot.keep_s):
+                             slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s):
                 queued += 1
         for entry in reversed(list(self.ram.entries())):
             if entry.keep_s != 0 and self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant,

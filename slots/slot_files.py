@@ -63,7 +63,8 @@ def image(engine: "Engine", slot_id: int) -> SlotImage:
         raise SlotActionError(f"slot {slot_id} holds no tokens to save")
     state = engine.ctx.state_get(slot.id, partial=False)
     state.flags.writeable = False
-    return SlotImage(tuple(slot.tokens), state, tuple(slot.checkpoints), slot.tenant, slot.prompt_end or len(slot.tokens))
+    n = len(slot.tokens)
+    return SlotImage(tuple(slot.tokens), state, tuple(slot.checkpoints), slot.tenant, min(slot.prompt_end or n, n))
 
 
 def restore(engine: "Engine", slot_id: int, header: Header, payload: Payload) -> int:

@@ -345,6 +345,8 @@ def _parse(doc: dict, tokens: np.ndarray, head_bytes: int) -> Header:
         raise ValueError("the checksum list does not match the sections")
     if any(c.n_tokens <= 0 or c.n_tokens > len(tokens) or (c.data_bytes is None and c.n_logits is None) for c in infos):
         raise ValueError("a checkpoint position")
+    if not 0 <= meta.prompt_end <= len(tokens):
+        raise ValueError("the prompt end")
     body = sum(s.nbytes for s in sections)
     return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body)
 

@@ -209,13 +209,15 @@ class DiskIndex:
     def covered_by(self, entry: DiskEntry, truncatable: bool) -> list[DiskEntry]:
         """Older entries of the same tenant that `entry` serves up to the end of their last
         prompt (a strict prefix of it, or the previous turn of its conversation). Scans the
-        tenant's entries. Read-only."""
+        tenant's entries, comparing tokens only where the last prompt token matches. Read-only."""
         trie = self._tries.get(entry.tenant)
         if trie is None:
             return []
         out = []
+        new = entry.tokens
         for old in trie.values():
-            if old is entry:
+            end = old.prompt_end
+            if old is entry or end > len(new) or (end > 0 and old.tokens[end - 1] != new[end - 1]):
                 continue
             shared = common_prefix(old.tokens, entry.tokens)
             point = min(old.prompt_end, shared)

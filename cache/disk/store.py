@@ -189,6 +189,7 @@ class DiskCache:
         if keep_s == 0 or not tokens:
             return None
         tokens = tuple(tokens)
+        prompt_end = min(prompt_end, len(tokens)) if prompt_end > 0 else len(tokens)
         with self._lock:
             if self._closed:
                 return None
