@@ -4,10 +4,12 @@
 #
 # Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
 #   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
-#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent (words or
+#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk (words or
 #               comma lists; default: the first five)
 #     throughput  distinct requests from 32 clients, -np 1,4,8,16 (--tp-* flags, --profile-warmslot S)
 #     multiagent  8 agents looping at once on -np 4 (--ma-* flags)
+#     disk        warmslot only: restart with a 30K-token conversation on disk, spills behind a
+#                 stream (--disk-* and --spill-* flags); e.g. scripts/run_gpu_bench.sh qwen35-27b disk
 # e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
 #      scripts/run_gpu_bench.sh qwen3-8b throughput multiagent -- --profile-warmslot 12
 #

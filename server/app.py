@@ -25,7 +25,7 @@ from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard
 from .openapi import openapi_endpoint
-from .routes import generation, props, service
+from .routes import generation, props, service, slot_files
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -86,6 +86,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/v1/completions", generation.completions, methods=["POST"]),
         Route("/completions", generation.completions, methods=["POST"]),
         Route("/slots", service.slots_view),
+        Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),

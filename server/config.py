@@ -44,6 +44,19 @@ def parse_vram(text: str) -> int | None:
 
 
 DEFAULT_CACHE_RAM = "auto"
+DISK_AUTO_MAX = 64 << 30
+
+
+def parse_disk_size(text: str, directory: str | None) -> int:
+    """--cache-disk-size: a size in --cache-ram's units, or 'auto': half of the space free on
+    the directory's file system now, at most 64 GiB."""
+    if str(text).strip().lower() != "auto":
+        return parse_size(text)
+    probe = os.path.abspath(directory or ".")
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    return max(1 << 20, min(DISK_AUTO_MAX, st.f_bavail * st.f_frsize // 2))
 
 
 @dataclass
@@ -71,6 +84,7 @@ class ServerConfig:
     max_body: int = 8 << 20  # bytes of a request body; more gets 413 (0: no limit)
     request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
     shutdown_timeout: float = 30.0  # seconds running requests get to finish after SIGTERM
+    slot_save_path: str | None = None  # POST /slots/{id}?action=save|restore reads and writes files here
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
@@ -104,6 +118,9 @@ _FLAGS = [
     (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "memory for checkpoints per slot; " + SIZE_HELP),
     (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache (0: off; auto: a quarter of the RAM, at most 32GiB); " + SIZE_HELP),
     (("--cache-vram",), "cache_vram", "vram", "0", "device memory for spare sequences that keep idle conversations on the GPU, a size (" + SIZE_HELP + ") or auto (0: none). With a stream per slot (attention models) each spare is a stream; auto: up to one per slot in free device memory. Recurrent and hybrid models get two spare sequences per slot in their one pool"),
+    (("--cache-disk",), "cache_disk", str, None, "directory of the disk tier: prompt-cache entries evicted from RAM, and those worth keeping at shutdown, are written there and survive restarts (created owner-only; default: off)"),
+    (("--cache-disk-size",), "cache_disk_size", str, "auto", "byte budget of --cache-disk (auto: half the free space, at most 64GiB); " + SIZE_HELP),
+    (("--slot-save-path",), "slot_save_path", str, None, "directory for POST /slots/{id}?action=save|restore|erase and its 'filename' (as llama-server's); it must exist"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
@@ -195,6 +212,16 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     a = parser.parse_args(argv)
     if a.parallel < 1:
         parser.error("--parallel must be at least 1")
+    if a.cache_disk and a.cache_ram <= 0:
+        parser.error("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
+    if a.slot_save_path and not os.path.isdir(a.slot_save_path):
+        parser.error(f"--slot-save-path: not a directory: {a.slot_save_path}")
+    try:
+        disk_size = parse_disk_size(a.cache_disk_size, a.cache_disk) if a.cache_disk else 0
+    except (argparse.ArgumentTypeError, OSError) as exc:
+        parser.error(f"--cache-disk-size: {exc}")
+    if a.cache_disk and disk_size <= 0:
+        parser.error("--cache-disk-size must be above 0")
     engine = EngineConfig(
         model_path=a.model or "",
         n_parallel=a.parallel,
@@ -220,6 +247,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cache_ram_auto=isinstance(a.cache_ram, AutoSize),
         use_mmap=not a.no_mmap,
         use_mlock=a.mlock,
+        cache_disk=a.cache_disk,
+        cache_disk_size=disk_size,
     )
     if a.reasoning_budget < -1:
         parser.error("--reasoning-budget must be -1 (no limit), 0 or more")
@@ -251,6 +280,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         max_body=a.max_body,
         request_timeout=max(0.0, a.request_timeout),
         shutdown_timeout=max(0.0, a.shutdown_timeout),
+        slot_save_path=a.slot_save_path,
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")

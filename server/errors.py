@@ -76,6 +76,16 @@ class Unauthorized(ApiError):
         super().__init__(message, code="invalid_api_key")
 
 
+class Forbidden(ApiError):
+    """403: the key is valid, but the route is for the admin key."""
+
+    status = 403
+    type = "permission_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="admin_key_required")
+
+
 class NotFound(ApiError):
     status = 404
     type = "not_found_error"

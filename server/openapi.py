@@ -346,8 +346,9 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*statuses: int) -> dict[str, Any]:
     words = {
         400: "invalid request (param names the field)", 401: "missing or wrong API key", 404: "unknown route",
-        405: "method not allowed", 408: "the request passed its timeout", 413: "the body is larger than --max-body",
-        500: "the model failed to load, or an internal error", 503: "loading, queue full, KV cache full or shutting down",
+        403: "the route needs the admin key", 405: "method not allowed", 408: "the request passed its timeout", 413: "the body is larger than --max-body",
+        500: "the model failed to load, or an internal error", 501: "not enabled on this server (a flag turns it on)",
+        503: "loading, queue full, KV cache full or shutting down",
     }
     return {str(s): _json(_ref("Error"), words[s]) for s in statuses}
 
@@ -379,6 +380,24 @@ def _post(request: dict[str, Any], response: dict[str, Any], summary: str) -> di
     }}
 
 
+_SLOT_ACTION = {"post": {
+    "summary": "llama-server's slot persistence with --slot-save-path: save, restore or erase a slot (admin key)",
+    "parameters": [
+        {"name": "id_slot", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "action", "in": "query", "required": True, "schema": {"type": "string", "enum": ["save", "restore", "erase"]}},
+    ],
+    "requestBody": {"required": False, "content": {JSON: {"schema": {"type": "object", "properties": {"filename": {"type": "string"}}}}}},
+    "responses": {
+        "200": _json({"type": "object", "required": ["id_slot"], "properties": {
+            "id_slot": {"type": "integer"}, "filename": {"type": "string"}, "n_saved": {"type": "integer"},
+            "n_written": {"type": "integer"}, "n_restored": {"type": "integer"}, "n_read": {"type": "integer"},
+            "n_erased": {"type": "integer"}, "timings": {"type": "object"},
+        }}, "what the action did"),
+        **_errors(400, 401, 403, 413, 500, 501, 503),
+    },
+}}
+
+
 def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
     health = {"get": {"summary": "readiness: 200 when the model is loaded and the server takes requests", "responses": {
         "200": _json(_HEALTH, "ready"), "500": _json(_HEALTH, "the model failed to load"),
@@ -405,6 +424,7 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/slots": _get(_SLOTS, "the slots, the queue and the prompt cache (own tenants only, unless the admin key)", 401, 404, 500, 503),
         "/metrics": _get({"type": "string"}, "Prometheus metrics", 401, media="text/plain"),
         "/openapi.json": _get({"type": "object"}, "this document"),
+        "/slots/{id_slot}": _SLOT_ACTION,
     }
     return {
         "openapi": "3.0.3",

@@ -16,6 +16,7 @@ from typing import Any
 
 from warmslot.slots import SamplingParams
 
+from .cache_hints import parse_cache_hints
 from .errors import InvalidRequest
 from .gbnf.schema import convert_schema
 
@@ -195,6 +196,8 @@ class GenerationParams:
     explain_cache: bool  # return the cache explanation in the body
     cache_prompt: bool  # false: reuse nothing for this request (a cold baseline)
     timeout: float | None = None  # seconds the request may take, waiting and running
+    cache_key: str = ""  # prompt_cache_key: slot affinity
+    keep_s: float | None = None  # prompt_cache_retention in seconds (0: never on disk; None: default)
 
 
 def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> GenerationParams:
@@ -222,6 +225,7 @@ def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None =
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     include_usage = bool(options and _boolean(options, "include_usage", False))
     salt = _string(body, "cache_salt") or _string(body, "user") or ""
+    cache_key, keep_s = parse_cache_hints(body)
     return GenerationParams(
         sampling=sampling,
         max_tokens=max_tokens,
@@ -233,6 +237,8 @@ def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None =
         explain_cache=_boolean(body, "warmslot_explain", False),
         cache_prompt=_boolean(body, "cache_prompt", True),
         timeout=_timeout(body),
+        cache_key=cache_key,
+        keep_s=keep_s,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import hashlib
 import hmac
@@ -40,6 +41,7 @@ class Warmslot:
         self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
         self.draining = False  # shutting down: no new requests (see drain.py)
+        self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
 
     # -- readiness --------------------------------------------------------------------
@@ -132,6 +134,8 @@ class Warmslot:
             ignore_eos=gen.ignore_eos,
             tenant=self.tenant(key, gen.tenant_hint),
             reuse_prefix=gen.cache_prompt,
+            cache_key=gen.cache_key,
+            keep_s=gen.keep_s,
             boundaries=tuple(boundaries),
             deadline=self.deadline(gen.timeout),
         )

@@ -30,7 +30,7 @@ from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .loader import load_parts
 from .parallel_sampling import BatchSampler
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, Reuse, Usage
-from .router import Route, Wait
+from .router import Fetch, Route, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
@@ -67,6 +67,8 @@ class EngineConfig:
     cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
     use_mmap: bool = True
     use_mlock: bool = False
+    cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
+    cache_disk_size: int = 0  # its budget in bytes
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
@@ -82,6 +84,7 @@ class Engine(Lifecycle):
         self._published: EngineSnapshot | None = None
         self.ctx: Context | None = None
         self.cache: PromptCache | None = None
+        self.disk = None  # the disk tier (slots.disk_tier.DiskTier), when on
         self.slots: list[Slot] = []
         self.ready = threading.Event()
         self.load_error: BaseException | None = None
@@ -162,6 +165,11 @@ class Engine(Lifecycle):
         return self.cache.stats if self.cache is not None else None
 
     @property
+    def disk_view(self):
+        """The disk tier's sizes and counters (a copy; any thread); None without one."""
+        return self.disk.view() if self.disk is not None else None
+
+    @property
     def started(self) -> bool:
         return self._thread is not None
 
@@ -225,11 +233,11 @@ class Engine(Lifecycle):
                 last[0] = pct
                 log.info("loading model: %d%%", pct)
 
-        parts = load_parts(self.config, self.stats, progress)
+        parts = load_parts(self.config, self.stats, progress, wake=lambda fn: self.call(lambda engine: fn()))
         self.model, self.ctx, self.layout, self.cache = parts.model, parts.ctx, parts.layout, parts.cache
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
-        self.vocab, self.info = parts.vocab, parts.info
+        self.vocab, self.info, self.disk = parts.vocab, parts.info, parts.disk
         self._publish()
 
     def _publish(self) -> None:
@@ -241,6 +249,8 @@ class Engine(Lifecycle):
             if slot.active is not None:
                 self._finish(slot, FinishReason.ABORT)
         self._flush()
+        if self.disk is not None:
+            self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False))
         if self.sampling is not None:
             self.sampling.close()
         if self.ctx is not None:
@@ -273,7 +283,9 @@ class Engine(Lifecycle):
         self._publish()
 
     def _has_work(self) -> bool:
-        return bool(self._waiting) or any(s.active is not None for s in self.slots)
+        """Slots running, or requests that may be admitted (not those waiting for a disk read)."""
+        return any(s.active is not None for s in self.slots) or any(
+            self.disk is None or not self.disk.waiting(r.id) for r in self._waiting)
 
     def _drain_inbox(self) -> None:
         with self._cv:
@@ -325,6 +337,10 @@ class Engine(Lifecycle):
         while i < len(self._waiting) and not self.memory.fork_pending:
             req = self._waiting[i]
             route = self.router.route(req)
+            if isinstance(route, Fetch):
+                self.disk.fetch(route.entry, req.id)
+                i += 1
+                continue
             if isinstance(route, Wait):
                 if route.for_slot is None:
                     return  # no idle slot

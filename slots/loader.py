@@ -7,11 +7,13 @@ returns belongs to that thread except `vocab` and `info`, which any thread may u
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import logging
 from dataclasses import dataclass
 from typing import Callable
 
 from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
 from .capacity import Capacity, buffers_by_device
@@ -22,6 +24,7 @@ from .memory import SlotMemory
 from .native_log import record_buffers
 from .parallel_sampling import BatchSampler, sampling_threads
 from .prefix import Prefixes
+from .disk_tier import DiskTier
 from .router import Router
 from .slot import Slot
 from .snapshot import EngineInfo
@@ -51,12 +54,14 @@ class Parts:
     filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
     vocab: Vocab
     info: EngineInfo
+    disk: DiskTier | None = None
 
 
-def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Parts:
-    """Load the model and build the engine's parts (`cfg` is an EngineConfig)."""
+def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
+    """Load the model and build the engine's parts (`cfg` is an EngineConfig). `wake(fn)`
+    runs fn on the engine thread (the disk tier's reads report back through it)."""
     with record_buffers() as buffers:
-        parts = _load(cfg, stats, progress, buffers)
+        parts = _load(cfg, stats, progress, buffers, wake)
     parts.info = _with_capacity(parts, cfg, buffers)
     log.info("capacity:\n%s", parts.info.capacity.table())
     return parts
@@ -76,7 +81,7 @@ def _context_choice(cfg, model: Model, on_gpu: bool) -> ContextChoice:
     return choice
 
 
-def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers) -> Parts:
+def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, wake) -> Parts:
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
     model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock)
@@ -116,9 +121,19 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers) -
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
     ]
     kind = ctx.memory_kind
-    # a saved state records the KV layout (one pool, or its stream count)
-    fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+    # a saved state records the KV layout (one pool, or its stream count); states on disk
+    # also outlive the llama.cpp build that wrote them
+    fingerprint = (
+        f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+        f":llama-cpp-python-{_library_version()}"
+    )
     cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+    disk = None
+    if cfg.cache_disk:
+        if cache is None:
+            raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
+        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty)
+        disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -126,10 +141,10 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers) -
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
-    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified)
+    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk)
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
-        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every,
+        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk,
     )
     log.info(
         "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
@@ -152,8 +167,9 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers) -
         n_ctx_train=info.n_ctx_train, chat_template=info.chat_template, memory=kind, n_slots=cfg.n_parallel,
         n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
         kv_bytes_per_token=per_token, context=choice, pinned_limit=params.pinned_limit if host.pinned else 0,
+        state_fingerprint=fingerprint,
     )
-    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info)
+    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk)
 
 
 def _with_capacity(parts: Parts, cfg, buffers: list[tuple[str, str, int]]) -> EngineInfo:
@@ -172,3 +188,10 @@ def _with_capacity(parts: Parts, cfg, buffers: list[tuple[str, str, int]]) -> En
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
     )
     return dataclasses.replace(info, capacity=capacity)
+
+
+def _library_version() -> str:
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,7 +1,7 @@
 """Bringing a route's prefix into its slot: the steps of admission that move memory.
 
 `Prefixes.take` applies a route (keep the slot's own contents, fork another slot's, load a
-prompt-cache entry, or start empty), saves what the slot held first when it is worth it,
+prompt-cache entry or a fetched disk entry, or start empty), saves what the slot held first when it is worth it,
 and says what happened (`Reuse`). It also makes room: idle slots move to the prompt cache
 when a request starts (`park_idle`) or when the KV pool is full (`evict_idle`). Runs on the
 engine thread.
@@ -14,10 +14,11 @@ import logging
 from warmslot.cache.prompt_cache import PromptCache
 
 from .llama_api import Context, Model
+from .disk_tier import DiskTier
 from .memory import SlotMemory
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
-from .router import Fork, KeepSlot, Load, Route
+from .router import Fork, FromDisk, KeepSlot, Load, Route
 from .slot import Slot
 from .stats import CopyCause, EngineStats
 
@@ -41,6 +42,7 @@ class Prefixes:
         park: bool,
         n_spare: int,
         checkpoint_every: int,
+        disk: DiskTier | None = None,
     ) -> None:
         self.slots = slots
         self.memory = memory
@@ -51,6 +53,7 @@ class Prefixes:
         self.park = park  # move idle slots to the prompt cache when a request starts
         self.n_spare = n_spare
         self.checkpoint_every = checkpoint_every
+        self.disk = disk
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -73,6 +76,7 @@ class Prefixes:
             reuse.reason = best.reason if best else ""
         if reuse.matched > 0 and keep == 0:
             self.stats.full_prefills += 1
+        route.target.cache_key, route.target.keep_s = req.cache_key, req.keep_s  # it serves req now
         return reuse, plan
 
     def park_idle(self, keep: Slot) -> None:
@@ -131,14 +135,20 @@ class Prefixes:
             memory.save(slot, CopyCause.OVERWRITE)
         if isinstance(route, Fork):
             memory.fork(route.donor, slot, route.usable)
-        elif isinstance(route, Load):
+        elif isinstance(route, (Load, FromDisk)):
+            # a disk entry is loaded through the prompt-cache entry its fetched bytes make
+            entry = route.entry if isinstance(route, Load) else self.disk.take(route.entry)
+            if entry is None:
+                memory.clear(slot)
+                return 0, None
             # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
-            while sum(s.n_past for s in self.slots) + len(route.entry) > self.ctx.n_ctx and self.evict_idle(exclude=slot):
+            while sum(s.n_past for s in self.slots) + len(entry) > self.ctx.n_ctx and self.evict_idle(exclude=slot):
                 pass
-            while not memory.load(route.entry, slot):
+            while not memory.load(entry, slot):
                 if not self.evict_idle(exclude=slot):
                     return 0, None
-            self.cache.stats.hits += 1
+            if isinstance(route, Load):
+                self.cache.stats.hits += 1
         else:
             memory.clear(slot)
             if self.cache is not None:

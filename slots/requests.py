@@ -87,6 +87,8 @@ class GenerateRequest:
     boundaries: tuple[int, ...] = ()
     return_prompt_logits: bool = False
     reuse_prefix: bool = True  # False: evaluate the whole prompt (the slot's contents are still saved)
+    cache_key: str = ""  # prompt_cache_key: requests with the same key prefer the slot that last served it
+    keep_s: float | None = None  # prompt_cache_retention on disk: 0 never written there, None LRU only
     submitted: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() by which it ends, finished or not
 

@@ -47,6 +47,7 @@ class EngineInfo:
     context: "ContextChoice | None" = None  # how n_ctx was chosen
     pinned_limit: int = 0  # page-locked host memory the states may take (0: none)
     capacity: "Capacity | None" = None  # what is held where, once loaded
+    state_fingerprint: str = ""  # the model and the state layout: saved states load only where it is equal
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,3 +179,19 @@ def test_without_py_spy_the_run_notes_it_and_the_report_says_so(monkeypatch, tmp
     w = throughput_result()
     w["servers"][WARMSLOT]["runs"]["4"]["profile"] = note
     assert "No profile of warmslot at -np 4: py-spy is not on PATH" in throughput_section(w)
+
+
+def test_disk_workload_arguments_and_window_rate(tmp_path):
+    from gpu_bench.workload_disk import _rate_in_window, drop_page_cache, filesystem_of
+
+    a = parse_args(["-m", "x.gguf", "--out", "o.json", "--workloads", "disk", "--disk-tokens", "1500", "--spill-ram", "200KiB"])
+    assert a.workloads == ["disk"] and (a.disk_tokens, a.spill_ram, a.spill_requests) == (1500, "200KiB", 8)
+    # chunks at 0.1 s steps from t_start 10; the window [10.25, 10.75] holds 5 of them
+    rec = {"t_start": 10.0, "chunk_times": [0.1 * i for i in range(1, 11)], "completion_tokens": 10}
+    got = _rate_in_window(rec, 10.25, 10.75)
+    assert got["tokens"] == 5 and got["tokens_per_s"] == pytest.approx(10.0)
+    assert _rate_in_window(rec, 20.0, 21.0)["tokens_per_s"] is None
+    (tmp_path / "a.wsc").write_bytes(b"x" * 5000)
+    assert drop_page_cache(tmp_path) == 5000
+    fs = filesystem_of(tmp_path)
+    assert fs["mount"] and fs["free_bytes"] > 0
