@@ -22,7 +22,7 @@ from warmslot.slots import Engine
 from . import metrics
 from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound, ServerError
-from .routes import generation, service
+from .routes import generation, service, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -87,6 +87,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
+        *worker.ROUTES,  # what a load balancer asks its replicas
     ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(

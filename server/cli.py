@@ -38,9 +38,36 @@ def setup_logging(level: str) -> None:
     logging.getLogger("llama.cpp").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
 
 
+def list_devices(rpc_servers: tuple[str, ...]) -> int:
+    """--list-devices: llama-server's listing (RPC servers' devices included), then exit."""
+    from warmslot.slots.llama_api import LlamaError, devices
+
+    try:
+        devices.add_rpc_servers(rpc_servers)
+    except LlamaError as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
+        return 2
+    print(devices.format_device_list(devices.offload_devices()))
+    return 0
+
+
+def check_rpc(rpc_servers: tuple[str, ...]) -> str | None:
+    """Why --rpc cannot work in this build, before anything loads (None: it may)."""
+    from warmslot.slots.llama_api import devices
+
+    return devices.RPC_BUILD_HINT if rpc_servers and not devices.supports_rpc() else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    config, _ = parse_config(argv)
+    config, args = parse_config(argv)
     setup_logging(config.log_level)
+    placement = config.engine.placement
+    if args.list_devices:
+        return list_devices(placement.rpc_servers)
+    problem = check_rpc(placement.rpc_servers)
+    if problem is not None:
+        print(f"warmslot: --rpc: {problem}", file=sys.stderr)
+        return 2
     if not config.engine.model_path:
         path = default_model_path()
         if path is None:

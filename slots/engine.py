@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from warmslot.cache.prompt_cache import PromptCache
 
-from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
+from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Placement, Sampler
 from .loader import load_parts
 from .parallel_sampling import BatchSampler
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, Reuse, Usage
@@ -79,6 +79,7 @@ class EngineConfig:
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request

@@ -15,7 +15,10 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.prompt_cache import PromptCache
 
 from .layout import KvLayout, plan_layout
-from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, supports_gpu_offload
+from .llama_api import (
+    Batch, Context, ContextParams, MemoryKind, Model, classify_memory, device_memory, format_device_memory,
+    native_log_tap, supports_gpu_offload,
+)
 from .memory import SlotMemory
 from .parallel_sampling import BatchSampler, sampling_threads
 from .prefix import Prefixes
@@ -58,12 +61,14 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
     """Load the model and build the engine's parts (`cfg` is an EngineConfig)."""
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
-    model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
+    offload = cfg.n_gpu_layers != 0 and cfg.placement.offloads and supports_gpu_offload()
+    with native_log_tap() as allocated:  # llama.cpp logs each buffer it allocates, by device
+        model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, placement=cfg.placement)
     info = model.info
     layout = plan_layout(
         model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=cfg.n_ctx,
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
-        on_gpu=cfg.n_gpu_layers != 0 and supports_gpu_offload(),
+        on_gpu=offload,
     )
     unified = layout.unified
     params = ContextParams(
@@ -78,11 +83,16 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         type_v=cfg.type_v,
         swa_full=cfg.swa_full,
         kv_unified=unified,
-        pinned_states=cfg.n_gpu_layers != 0,
+        pinned_states=offload,
         # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
         pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
     )
-    ctx = Context(model, params)
+    with native_log_tap() as context_allocated:
+        ctx = Context(model, params)
+    allocated += context_allocated
+    by_device = device_memory(allocated)
+    if by_device:
+        log.info("memory by device (state: KV cache and recurrent state of all sequences):\n%s", format_device_memory(by_device))
     batch = Batch(ctx.n_batch, ctx.n_seq_max)
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
@@ -128,6 +138,6 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         fingerprint=info.fingerprint, n_params=info.n_params, size_bytes=info.size_bytes, n_vocab=info.n_vocab,
         n_ctx_train=info.n_ctx_train, chat_template=info.chat_template, memory=kind, n_slots=cfg.n_parallel,
         n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
-        kv_bytes_per_token=per_token,
+        kv_bytes_per_token=per_token, device_memory=by_device,
     )
     return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from typing import Iterator
 
 _native_log = logging.getLogger("llama.cpp")
 
@@ -18,6 +20,19 @@ class NativeLog:
         self.level = logging.INFO
         self.parts: list[str] = []
         self.lock = threading.Lock()
+        self.local = threading.local()  # `lines`: what a `tap` on this thread collects
+
+    @contextlib.contextmanager
+    def tap(self) -> Iterator[list[str]]:
+        """Collect the lines llama.cpp logs on this thread inside the block, whatever their level
+        and the Python log level (llama.cpp reports the buffers it allocates only in its log)."""
+        outer = getattr(self.local, "lines", None)
+        lines: list[str] = []
+        self.local.lines = lines
+        try:
+            yield lines
+        finally:
+            self.local.lines = outer
 
     def write(self, level: int, text: str) -> None:
         with self.lock:
@@ -28,5 +43,8 @@ class NativeLog:
                 return
             line = "".join(self.parts).rstrip("\n")
             self.parts.clear()
+        tapped = getattr(self.local, "lines", None)
+        if line and tapped is not None:
+            tapped.append(line)
         if line and _native_log.isEnabledFor(self.level):
             _native_log.log(self.level, "%s", line)

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .llama_api import MemoryKind
+from .llama_api import DeviceMemory, MemoryKind
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -42,6 +42,7 @@ class EngineInfo:
     n_ctx: int  # KV cells in all
     n_ctx_slot: int  # the most tokens one slot holds: a request's prompt plus its output
     kv_bytes_per_token: int | None  # attention KV bytes of one token (None: unknown)
+    device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by device, as llama.cpp allocated them
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,18 @@ and `slots/__init__.py` imports this package first.
 
 import llama_cpp  # noqa: F401,I001  (must precede numpy, see above)
 
-from .backend import Device, cuda_host_allocator, devices, gpu_memory, init_backend, supports_gpu_offload, system_info
+from .backend import (
+    Device, cuda_host_allocator, devices, gpu_memory, init_backend, native_log_tap, supports_gpu_offload, system_info,
+)
 from .context import Batch, Context, ContextParams, default_threads
+from .devices import DeviceMemory, Placement, device_memory, format_device_memory
 from .model import KV_TYPE_BYTES, KV_TYPES, LlamaError, MemoryKind, Model, ModelInfo, classify_memory
 from .sampler import GrammarError, GrammarSpec, Sampler, check_grammar, trigger_tokens
 
 __all__ = [
-    "Batch", "Context", "ContextParams", "Device", "GrammarError", "GrammarSpec", "KV_TYPES", "KV_TYPE_BYTES",
+    "Batch", "Context", "ContextParams", "Device", "DeviceMemory", "Placement", "device_memory", "format_device_memory",
+    "GrammarError", "GrammarSpec", "KV_TYPES", "KV_TYPE_BYTES",
     "LlamaError", "MemoryKind", "Model", "ModelInfo", "Sampler", "check_grammar", "classify_memory",
-    "cuda_host_allocator", "default_threads", "devices", "gpu_memory", "init_backend", "supports_gpu_offload",
+    "cuda_host_allocator", "default_threads", "devices", "gpu_memory", "init_backend", "native_log_tap", "supports_gpu_offload",
     "system_info", "trigger_tokens",
 ]

@@ -22,6 +22,11 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     _native.write(level, text.decode("utf-8", errors="replace"))
 
 
+def native_log_tap():
+    """A context manager collecting the lines llama.cpp logs on this thread (NativeLog.tap)."""
+    return _native.tap()
+
+
 _backend_lock = threading.Lock()
 _backend_ready = False
 

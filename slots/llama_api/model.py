@@ -10,11 +10,14 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .backend import init_backend
+
+if TYPE_CHECKING:
+    from .devices import Placement
 
 log = logging.getLogger("warmslot.llama")
 
@@ -96,13 +99,21 @@ class Model:
         n_gpu_layers: int = -1,
         progress: Callable[[float], None] | None = None,
         vocab_only: bool = False,
+        placement: Placement | None = None,
     ) -> None:
+        """`placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's)."""
         init_backend()
         if not os.path.isfile(path):
             raise LlamaError(f"model file not found: {path}")
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        self._placement = None
+        if placement is not None:
+            from .devices import PlacementParams  # not at the top: devices imports this module
+
+            self._placement = PlacementParams(placement)  # the arrays params point to
+            self._placement.apply(params)
         self._progress_cb = None
         if progress is not None:
 
