@@ -40,22 +40,22 @@ def setup_logging(level: str) -> None:
 
 def list_devices(rpc_servers: tuple[str, ...]) -> int:
     """--list-devices: llama-server's listing (RPC servers' devices included), then exit."""
-    from warmslot.slots.llama_api import LlamaError, devices
+    from warmslot.slots.llama_api import LlamaError, placement
 
     try:
-        devices.add_rpc_servers(rpc_servers)
+        placement.add_rpc_servers(rpc_servers)
     except LlamaError as exc:
         print(f"warmslot: {exc}", file=sys.stderr)
         return 2
-    print(devices.format_device_list(devices.offload_devices()))
+    print(placement.format_device_list(placement.offload_devices()))
     return 0
 
 
 def check_rpc(rpc_servers: tuple[str, ...]) -> str | None:
     """Why --rpc cannot work in this build, before anything loads (None: it may)."""
-    from warmslot.slots.llama_api import devices
+    from warmslot.slots.llama_api import placement
 
-    return devices.RPC_BUILD_HINT if rpc_servers and not devices.supports_rpc() else None
+    return placement.RPC_BUILD_HINT if rpc_servers and not placement.supports_rpc() else None
 
 
 def main(argv: list[str] | None = None) -> int:

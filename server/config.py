@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from warmslot.slots import SamplingParams
 from warmslot.slots.engine import EngineConfig
-from warmslot.slots.llama_api import devices
+from warmslot.slots.llama_api import placement
 from warmslot.slots.loader import physical_memory
 
 from .output.markers import FORMATS
@@ -47,9 +47,9 @@ def _argument(parse):
     return convert
 
 
-parse_tensor_split = _argument(devices.parse_tensor_split)
-parse_device_names = _argument(devices.parse_device_names)
-parse_rpc_servers = _argument(devices.parse_rpc_servers)
+parse_tensor_split = _argument(placement.parse_tensor_split)
+parse_device_names = _argument(placement.parse_device_names)
+parse_rpc_servers = _argument(placement.parse_rpc_servers)
 
 DEFAULT_CACHE_RAM = "auto"
 
@@ -113,7 +113,7 @@ _FLAGS = [
 ]
 
 _CHOICES = {
-    "split_mode": tuple(devices.SPLIT_MODES),
+    "split_mode": tuple(placement.SPLIT_MODES),
     "flash_attn": ("on", "off", "auto"),
     "cache_type_k": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "cache_type_v": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
@@ -160,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def placement_of(a: argparse.Namespace) -> devices.Placement:
-    return devices.Placement(
+def placement_of(a: argparse.Namespace) -> placement.Placement:
+    return placement.Placement(
         split_mode=a.split_mode, main_gpu=a.main_gpu, tensor_split=a.tensor_split or (), devices=a.device,
         rpc_servers=a.rpc or (),
     )

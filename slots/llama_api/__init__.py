@@ -18,7 +18,7 @@ from .backend import (
     Device, cuda_host_allocator, devices, gpu_memory, init_backend, native_log_tap, supports_gpu_offload, system_info,
 )
 from .context import Batch, Context, ContextParams, default_threads
-from .devices import DeviceMemory, Placement, device_memory, format_device_memory
+from .placement import DeviceMemory, Placement, device_memory, format_device_memory
 from .model import KV_TYPE_BYTES, KV_TYPES, LlamaError, MemoryKind, Model, ModelInfo, classify_memory
 from .sampler import GrammarError, GrammarSpec, Sampler, check_grammar, trigger_tokens
 

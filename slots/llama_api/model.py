@@ -17,7 +17,7 @@ import numpy as np
 from .backend import init_backend
 
 if TYPE_CHECKING:
-    from .devices import Placement
+    from .placement import Placement
 
 log = logging.getLogger("warmslot.llama")
 
@@ -110,7 +110,7 @@ class Model:
         params.vocab_only = vocab_only
         self._placement = None
         if placement is not None:
-            from .devices import PlacementParams  # not at the top: devices imports this module
+            from .placement import PlacementParams  # not at the top: placement imports this module
 
             self._placement = PlacementParams(placement)  # the arrays params point to
             self._placement.apply(params)

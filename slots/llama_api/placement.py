@@ -43,7 +43,7 @@ RPC_BUILD_HINT = (
     "(see the README's Scaling out section)"
 )
 
-_CPU, _GPU = 0, 1  # enum ggml_backend_dev_type
+_CPU, _ACCEL = 0, 3  # enum ggml_backend_dev_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +134,7 @@ class _Registry:
         self.dev_count = _bind(reg.ggml_backend_dev_count, ctypes.c_size_t, [])
         self.dev_get = _bind(reg.ggml_backend_dev_get, vp, [ctypes.c_size_t])
         self.dev_by_name = _bind(reg.ggml_backend_dev_by_name, vp, [cp])
+        self.dev_by_type = _bind(reg.ggml_backend_dev_by_type, vp, [ctypes.c_int])
         self.reg_by_name = _bind(reg.ggml_backend_reg_by_name, vp, [cp])
         self.register = _bind(reg.ggml_backend_register, None, [vp])
         self.dev_type = _bind(base.ggml_backend_dev_type, ctypes.c_int, [vp])
@@ -239,6 +240,25 @@ def _probe(endpoint: str, timeout: float) -> None:
             pass
     except OSError as exc:
         raise LlamaError(f"cannot reach the RPC server {endpoint}: {exc}") from exc
+
+
+def serve_rpc(endpoint: str, *, threads: int = 1) -> None:
+    """Lend this host's devices (its GPUs, else its CPU) to other processes' --rpc, as
+    llama.cpp's rpc-server does; blocks for good. Raises LlamaError without the RPC backend.
+    RPC has no authentication: listen on loopback or a trusted network only."""
+    _host_port(endpoint)
+    if not supports_rpc():
+        raise LlamaError(RPC_BUILD_HINT)
+    ggml = _Registry.get()
+    start = ggml.proc_address(ggml.reg_by_name(b"RPC"), b"ggml_backend_rpc_start_server")
+    if not start:
+        raise LlamaError("the RPC backend has no ggml_backend_rpc_start_server")
+    lent = [ggml.dev_get(i) for i in range(ggml.dev_count()) if ggml.dev_type(ggml.dev_get(i)) not in (_CPU, _ACCEL)]
+    lent = lent or [ggml.dev_by_type(_CPU)]
+    serve = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                             ctypes.POINTER(ctypes.c_void_p))(start)
+    log.info("lending %s on %s", ", ".join(_text(ggml.dev_name(d)) for d in lent), endpoint)
+    serve(endpoint.encode(), None, threads, len(lent), (ctypes.c_void_p * len(lent))(*lent))
 
 
 # -- model parameters ------------------------------------------------------------------------
