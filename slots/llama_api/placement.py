@@ -17,14 +17,13 @@ import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 import ctypes
 import logging
 import math
-import os
 import re
 import socket
 import threading
 from dataclasses import dataclass
 from typing import Iterable
 
-from .backend import init_backend
+from .backend import ggml_library, init_backend
 from .model import LlamaError
 
 log = logging.getLogger("warmslot.llama")
@@ -127,9 +126,7 @@ class _Registry:
     _bound: "_Registry | None" = None
 
     def __init__(self) -> None:
-        lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
-        reg = ctypes.CDLL(os.path.join(lib_dir, "libggml.so"))
-        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))
+        reg, base = ggml_library("libggml"), ggml_library("libggml-base")  # the copies libllama uses
         vp, cp = ctypes.c_void_p, ctypes.c_char_p
         self.dev_count = _bind(reg.ggml_backend_dev_count, ctypes.c_size_t, [])
         self.dev_get = _bind(reg.ggml_backend_dev_get, vp, [ctypes.c_size_t])
