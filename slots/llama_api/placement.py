@@ -141,6 +141,7 @@ class _Registry:
         self.dev_memory = _bind(base.ggml_backend_dev_memory, None, [vp, size_p, size_p])
         self.proc_address = _bind(base.ggml_backend_reg_get_proc_address, vp, [vp, cp])
         self.rpc_added: dict[str, int] = {}  # endpoint -> its registry, once registered
+        self.rpc_lock = threading.Lock()  # engines may load side by side
 
     @classmethod
     def get(cls) -> "_Registry":
@@ -218,16 +219,20 @@ def add_rpc_servers(endpoints: Iterable[str], *, timeout: float = 5.0) -> None:
     if not add:
         raise LlamaError("the RPC backend has no ggml_backend_rpc_add_server")
     add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add)
-    for endpoint in endpoints:
-        if endpoint in ggml.rpc_added:
-            continue
-        _probe(endpoint, timeout)
-        reg = add_server(endpoint.encode())
-        if not reg:
-            raise LlamaError(f"the RPC server {endpoint} offers no device")
-        ggml.register(reg)
-        ggml.rpc_added[endpoint] = reg
-        log.info("RPC server %s added", endpoint)
+    with ggml.rpc_lock:
+        for endpoint in endpoints:
+            if endpoint not in ggml.rpc_added:
+                _add_rpc_server(ggml, add_server, endpoint, timeout)
+
+
+def _add_rpc_server(ggml: _Registry, add_server, endpoint: str, timeout: float) -> None:
+    _probe(endpoint, timeout)
+    reg = add_server(endpoint.encode())
+    if not reg:
+        raise LlamaError(f"the RPC server {endpoint} offers no device")
+    ggml.register(reg)
+    ggml.rpc_added[endpoint] = reg
+    log.info("RPC server %s added", endpoint)
 
 
 def _probe(endpoint: str, timeout: float) -> None:
