@@ -25,7 +25,7 @@ from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard
 from .openapi import openapi_endpoint
-from .routes import generation, props, service, slot_files
+from .routes import generation, props, service, slot_files, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -91,6 +91,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
         Route("/openapi.json", openapi_endpoint),
+        *worker.ROUTES,  # what a load balancer asks its replicas
     ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(

@@ -36,6 +36,26 @@ def setup_logging(level: str) -> None:
     logging.getLogger("llama.cpp").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
 
 
+def list_devices(rpc_servers: tuple[str, ...]) -> int:
+    """--list-devices: llama-server's listing (RPC servers' devices included), then exit."""
+    from warmslot.slots.llama_api import LlamaError, placement
+
+    try:
+        placement.add_rpc_servers(rpc_servers)
+    except LlamaError as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
+        return 2
+    print(placement.format_device_list(placement.offload_devices()))
+    return 0
+
+
+def check_rpc(rpc_servers: tuple[str, ...]) -> str | None:
+    """Why --rpc cannot work in this build, before anything loads (None: it may)."""
+    from warmslot.slots.llama_api import placement
+
+    return placement.RPC_BUILD_HINT if rpc_servers and not placement.supports_rpc() else None
+
+
 class CannotListen(OSError):
     """The address is taken (or not ours to take)."""
 
@@ -89,7 +109,7 @@ def resolve_model(config) -> str | None:
 def _address(argv: list[str]) -> tuple[str, int] | None:
     """--host and --port alone, read before anything heavy is imported (None for --help,
     --version or a port that is not a number: the full parser answers those)."""
-    if any(a in ("-h", "--help", "--version") for a in argv):
+    if any(a in ("-h", "--help", "--version", "--list-devices") for a in argv):
         return None
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--host", default=os.environ.get("WARMSLOT_HOST", "127.0.0.1"))
@@ -116,8 +136,15 @@ def main(argv: list[str] | None = None) -> int:
 
         from .config import parse_config
 
-        config, _ = parse_config(argv)
+        config, args = parse_config(argv)
         setup_logging(config.log_level)
+        rpc_servers = config.engine.placement.rpc_servers
+        if args.list_devices:
+            return list_devices(rpc_servers)
+        problem = check_rpc(rpc_servers)
+        if problem is not None:
+            print(f"warmslot: --rpc: {problem}", file=sys.stderr)
+            return 2
         for flag in config.ignored_flags:
             log.info("%s has no effect: warmslot always does what it asks for", flag)
         if sock is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from warmslot.slots import SamplingParams
 from warmslot.slots.engine import EngineConfig
+from warmslot.slots.llama_api import placement
 from warmslot.slots.loader import physical_memory
 
 from .output.markers import FORMATS
@@ -42,6 +43,23 @@ def parse_vram(text: str) -> int | None:
     """--cache-vram: a size, or 'auto' (None: the engine decides from free device memory)."""
     return None if str(text).strip().lower() == "auto" else parse_size(text)
 
+
+def _argument(parse):
+    """An argparse type from a parser that raises ValueError, keeping its message."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+parse_tensor_split = _argument(placement.parse_tensor_split)
+parse_device_names = _argument(placement.parse_device_names)
+parse_rpc_servers = _argument(placement.parse_rpc_servers)
 
 DEFAULT_CACHE_RAM = "auto"
 DISK_AUTO_MAX = 64 << 30
@@ -95,6 +113,12 @@ _FLAGS = [
     (("-np", "--parallel"), "parallel", int, 4, "number of slots (sequences decoded together)"),
     (("-c", "--ctx-size"), "ctx_size", int, 0, "KV cache size in tokens, shared by all slots (0: the model's training context if it fits the free device memory, or RAM on a CPU, else the largest that fits)"),
     (("-ngl", "--n-gpu-layers"), "n_gpu_layers", int, -1, "layers to offload to the GPU (-1: all)"),
+    (("-sm", "--split-mode"), "split_mode", str, "layer", "how to spread the model over several GPUs: none (one GPU, --main-gpu), layer (whole layers and their KV cache per GPU), row (weight rows across GPUs; KV cache and results on --main-gpu), tensor (experimental in llama.cpp)"),
+    (("-ts", "--tensor-split"), "tensor_split", parse_tensor_split, None, "proportion of the model for each GPU, e.g. 3,1 (default: in proportion to free memory)"),
+    (("-mg", "--main-gpu"), "main_gpu", int, 0, "the GPU for the whole model with --split-mode none, or for the KV cache and results with row"),
+    (("-dev", "--device"), "device", parse_device_names, None, "comma-separated devices to offload to, named as --list-devices shows them (none: no offload; default: all GPUs)"),
+    (("--list-devices",), "list_devices", bool, False, "print the devices the model can be offloaded to, with their memory, and exit"),
+    (("--rpc",), "rpc", parse_rpc_servers, None, "comma-separated RPC servers (host:port) whose devices join the ones the model is spread over (needs llama-cpp-python built with -DGGML_RPC=on)"),
     (("-fa", "--flash-attn"), "flash_attn", str, "auto", "flash attention: on, off or auto"),
     (("-ctk", "--cache-type-k"), "cache_type_k", str, "f16", "KV cache type for K (f16, bf16, q8_0, q4_0, ...)"),
     (("-ctv", "--cache-type-v"), "cache_type_v", str, "f16", "KV cache type for V"),
@@ -159,6 +183,7 @@ _FLAGS += [
 ]
 
 _CHOICES = {
+    "split_mode": tuple(placement.SPLIT_MODES),
     "flash_attn": ("on", "off", "auto"),
     "cache_type_k": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "cache_type_v": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
@@ -207,6 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def placement_of(a: argparse.Namespace) -> placement.Placement:
+    return placement.Placement(
+        split_mode=a.split_mode, main_gpu=a.main_gpu, tensor_split=a.tensor_split or (), devices=a.device,
+        rpc_servers=a.rpc or (),
+    )
+
+
 def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.Namespace]:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -222,6 +254,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         parser.error(f"--cache-disk-size: {exc}")
     if a.cache_disk and disk_size <= 0:
         parser.error("--cache-disk-size must be above 0")
+    if a.main_gpu < 0:
+        parser.error("--main-gpu must be a device index (0 or more)")
     engine = EngineConfig(
         model_path=a.model or "",
         n_parallel=a.parallel,
@@ -249,6 +283,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         use_mlock=a.mlock,
         cache_disk=a.cache_disk,
         cache_disk_size=disk_size,
+        placement=placement_of(a),
     )
     if a.reasoning_budget < -1:
         parser.error("--reasoning-budget must be -1 (no limit), 0 or more")

@@ -18,6 +18,8 @@ from starlette.responses import Response
 from warmslot.cache.disk import REASONS
 from warmslot.slots.stats import PROMPT_SOURCES, CopyCause
 
+from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
+
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -32,6 +34,7 @@ ENDPOINTS = {
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/openapi.json": "openapi",
+    **WORKER_ENDPOINTS,
 }
 
 
@@ -193,6 +196,7 @@ class EngineCollector:
     def _model(self, info):
         if info is None:
             return
+        yield from self._devices(info)
         family = InfoMetricFamily("warmslot_model", "The loaded model")
         family.add_metric([], {
             "name": info.model_name,
@@ -205,6 +209,15 @@ class EngineCollector:
             "fingerprint": info.fingerprint,
         })
         yield family
+
+    def _devices(self, info):
+        model = GaugeMetricFamily("warmslot_device_model_bytes", "Model weights by device (llama.cpp's buffer names)", labels=["device"])
+        state = GaugeMetricFamily("warmslot_device_state_bytes", "KV cache and recurrent state of all sequences, by device", labels=["device"])
+        for d in info.device_memory:
+            model.add_metric([d.device], d.model_bytes)
+            state.add_metric([d.device], d.state_bytes)
+        yield model
+        yield state
 
 
 def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:

@@ -380,6 +380,10 @@ def _post(request: dict[str, Any], response: dict[str, Any], summary: str) -> di
     }}
 
 
+def _object(*required: str) -> dict[str, Any]:
+    return {"type": "object", "required": list(required)}
+
+
 _SLOT_ACTION = {"post": {
     "summary": "llama-server's slot persistence with --slot-save-path: save, restore or erase a slot (admin key)",
     "parameters": [
@@ -425,6 +429,10 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/metrics": _get({"type": "string"}, "Prometheus metrics", 401, media="text/plain"),
         "/openapi.json": _get({"type": "object"}, "this document"),
         "/slots/{id_slot}": _SLOT_ACTION,
+        "/get_load": _get(_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),
+        "/get_model_info": _get(_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),
+        "/get_server_info": _get(_object("version", "model_id", "placement", "device_memory"), "the server's configuration, placement and memory by device", 401, 500, 503),
+        "/health_generate": _get(_object("status"), "200 once the engine answers a call", 500, 503),
     }
     return {
         "openapi": "3.0.3",

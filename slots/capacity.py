@@ -36,6 +36,30 @@ def buffers_by_device(records: list[tuple[str, str, int]], kind: str) -> dict[st
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """What one llama.cpp buffer type (a device such as CUDA0 or RPC0[host:port], or a host
+    buffer such as CUDA_Host or CPU_Mapped) holds."""
+
+    device: str
+    model_bytes: int = 0
+    state_bytes: int = 0  # KV cache and recurrent state of every sequence
+
+
+def device_memory(records: list[tuple[str, str, int]]) -> tuple[DeviceMemory, ...]:
+    """Model and state (KV and recurrent) bytes by buffer type, in the order llama.cpp made them
+    (a sliding-window model has two KV caches, a hybrid one a KV cache and a recurrent one)."""
+    model: dict[str, int] = defaultdict(int)
+    state: dict[str, int] = defaultdict(int)
+    for kind, buffer, size in records:
+        if kind == "model":
+            model[buffer] += size
+        elif kind in ("KV", "RS"):
+            state[buffer] += size
+    names = list(dict.fromkeys([*model, *state]))
+    return tuple(DeviceMemory(n, model.get(n, 0), state.get(n, 0)) for n in names)
+
+
+@dataclass(frozen=True, slots=True)
 class Capacity:
     context: ContextChoice
     n_slots: int
@@ -53,6 +77,7 @@ class Capacity:
     pinned_bytes: int
     pinned_limit_bytes: int  # 0: no pinned memory (no CUDA device)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by buffer type
 
     @property
     def checkpoint_budget_bytes(self) -> int:
@@ -76,6 +101,8 @@ class Capacity:
             "cache_ram": "auto" if self.cache_ram_auto else "flag",
             "pinned_bytes": self.pinned_bytes,
             "pinned_limit_bytes": self.pinned_limit_bytes,
+            "device_memory": [{"device": d.device, "model_bytes": d.model_bytes, "state_bytes": d.state_bytes}
+                              for d in self.device_memory],
         }
 
     def rows(self) -> list[tuple[str, str]]:
@@ -88,6 +115,9 @@ class Capacity:
         ]
         if self.recurrent_bytes_per_slot is not None:
             rows.append(("recurrent state", f"{_size(self.recurrent_bytes_per_slot)} per sequence"))
+        if len(self.device_memory) > 1:  # several devices: where the state of the sequences lives
+            rows.append(("by device", "; ".join(
+                f"{d.device} model {_size(d.model_bytes)}, state {_size(d.state_bytes)}" for d in self.device_memory)))
         rows += [
             ("compute buffers", _per_device(self.compute_bytes)),
             ("checkpoints", f"up to {self.checkpoints_per_slot} and {_size(self.checkpoint_bytes_per_slot)} per sequence, "

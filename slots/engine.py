@@ -26,7 +26,7 @@ from warmslot.cache.prompt_cache import PromptCache
 
 from .fairness import longest_over_share
 from .lifecycle import Lifecycle, ShuttingDown
-from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
+from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Placement, Sampler
 from .loader import load_parts
 from .parallel_sampling import BatchSampler
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, Reuse, Usage
@@ -69,6 +69,7 @@ class EngineConfig:
     use_mlock: bool = False
     cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
     cache_disk_size: int = 0  # its budget in bytes
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request

@@ -16,7 +16,7 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
-from .capacity import Capacity, buffers_by_device
+from .capacity import Capacity, buffers_by_device, device_memory
 from .context_size import ContextChoice, available_ram, choose_context, device_budget, physical_memory, ram_budget
 from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
@@ -84,9 +84,12 @@ def _context_choice(cfg, model: Model, on_gpu: bool) -> ContextChoice:
 def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, wake) -> Parts:
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
-    model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock)
+    model = Model(
+        cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock,
+        placement=cfg.placement,
+    )
     info = model.info
-    on_gpu = cfg.n_gpu_layers != 0 and supports_gpu_offload()
+    on_gpu = cfg.n_gpu_layers != 0 and cfg.placement.offloads and supports_gpu_offload()
     choice = _context_choice(cfg, model, on_gpu)
     layout = plan_layout(
         model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
@@ -106,7 +109,7 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, w
         type_v=cfg.type_v,
         swa_full=cfg.swa_full,
         kv_unified=unified,
-        pinned_states=cfg.n_gpu_layers != 0,
+        pinned_states=on_gpu,
         # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
         pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
     )
@@ -186,8 +189,9 @@ def _with_capacity(parts: Parts, cfg, buffers: list[tuple[str, str, int]]) -> En
         checkpoints_per_slot=cfg.ctx_checkpoints, checkpoint_bytes_per_slot=cfg.checkpoint_bytes,
         cache_ram_bytes=cfg.cache_ram, cache_ram_auto=cfg.cache_ram_auto,
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
+        device_memory=device_memory(buffers),
     )
-    return dataclasses.replace(info, capacity=capacity)
+    return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)
 
 
 def _library_version() -> str:

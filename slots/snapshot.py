@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .llama_api import MemoryKind
 
 if TYPE_CHECKING:
-    from .capacity import Capacity
+    from .capacity import Capacity, DeviceMemory
     from .context_size import ContextChoice
     from .engine import Engine
 
@@ -48,6 +48,7 @@ class EngineInfo:
     pinned_limit: int = 0  # page-locked host memory the states may take (0: none)
     capacity: "Capacity | None" = None  # what is held where, once loaded
     state_fingerprint: str = ""  # the model and the state layout: saved states load only where it is equal
+    device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by device, as llama.cpp allocated them
 
 
 @dataclass(frozen=True, slots=True)

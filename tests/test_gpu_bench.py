@@ -14,7 +14,7 @@ from gpu_bench.plot import nice_ticks, svg_chart
 from gpu_bench.profiling import parse_collapsed, summarise_profile
 from gpu_bench.report_multiagent import multiagent_section
 from gpu_bench.report_throughput import plot_throughput, throughput_section
-from gpu_bench.servers import counters_delta, state_counters
+from gpu_bench.servers import Run, counters_delta, state_counters
 from gpu_bench.workload_multiagent import multiagent_ctx, summarise_agents
 from gpu_bench.workload_throughput import Variant, VariantError, parse_variants, run_variants, summarise_requests
 
@@ -51,6 +51,22 @@ def test_command_line_of_the_new_workloads():
     assert (a.tp_clients, a.tp_requests, a.ma_agents, a.ma_np, a.ma_turns) == (32, 96, 8, 4, 6)
     with pytest.raises(SystemExit):
         parse_args(["-m", "x.gguf", "--out", "o.json", "--tp-variants", "nope:-x"])
+
+
+def test_placement_flags_go_to_both_servers():
+    """A split run gives both servers the same -sm/-ts/-dev/--rpc, and a plain run none."""
+    a = parse_args(["-m", "x.gguf", "--out", "o.json", "-sm", "layer", "-ts", "1,1", "-dev", "CUDA0,CUDA1",
+                    "--rpc", "127.0.0.1:50052", "--llama-server", "/bin/true"])
+    run = Run(a)
+    placement = ["-sm", "layer", "-ts", "1,1", "-dev", "CUDA0,CUDA1", "--rpc", "127.0.0.1:50052"]
+    for server in (WARMSLOT, LLAMA_SERVER):
+        flags = run.flags(server, 1, 4096)
+        start = flags.index("-sm")
+        assert flags[start:start + len(placement)] == placement
+    plain = Run(parse_args(["-m", "x.gguf", "--out", "o.json"]))
+    assert not {"-sm", "-ts", "-mg", "-dev", "--rpc"} & set(plain.flags(WARMSLOT, 1, 4096))
+    with pytest.raises(SystemExit):
+        parse_args(["-m", "x.gguf", "--out", "o.json", "-sm", "rows"])
 
 
 def row(start, end, tokens, ttft, ok=True, **kw):

@@ -118,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--llama-server-kvu", action="store_true",
                    help="pass -kvu to llama-server when -np > 1: one KV pool shared by the slots, as warmslot "
                         "has (default: llama-server's own, each slot gets ctx/np)")
+    add_placement_arguments(p)
     p.add_argument("--warmslot-args", default="", help="extra warmslot flags (one string)")
     p.add_argument("--llama-server-args", default="", help="extra llama-server flags (one string)")
     # agent
@@ -179,6 +180,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(exc))
     a.ma_tools = max(0, min(a.ma_tools, len(TOOLS)))
     return a
+
+
+def add_placement_arguments(p: argparse.ArgumentParser) -> None:
+    """Several GPUs or RPC servers: llama-server's flags, which warmslot shares, for both."""
+    p.add_argument("-sm", "--split-mode", default=None, choices=("none", "layer", "row", "tensor"),
+                   help="how both servers spread the model over the GPUs (default: each server's, layer)")
+    p.add_argument("-ts", "--tensor-split", default=None, help="proportions per GPU for both, e.g. 1,1")
+    p.add_argument("-mg", "--main-gpu", type=int, default=None, help="--main-gpu for both")
+    p.add_argument("-dev", "--device", default=None, help="devices for both, e.g. CUDA0,CUDA1 or RPC0")
+    p.add_argument("--rpc", default=None, help="RPC servers (host:port,...) for both")
 
 
 def add_throughput_arguments(p: argparse.ArgumentParser) -> None:

@@ -94,6 +94,7 @@ class Run:
              "-b", str(a.batch_size), "-ub", str(a.ubatch_size), "-ngl", str(a.n_gpu_layers)]
         if a.threads:
             f += ["-t", str(a.threads), "-tb", str(a.threads)]
+        f += placement_flags(a)
         if server == LLAMA_SERVER:
             f += ["--jinja", "--metrics", "--slots"]
             if np_ > 1 and a.llama_server_kvu:
@@ -113,6 +114,16 @@ class Run:
             return sp.warmslot_command(self.a.model, flags, python=self.a.python)
         return sp.llama_server_command(self.a.model, flags,
                                        binary=self.llama_server or self.a.llama_server or "llama-server")
+
+
+def placement_flags(a: argparse.Namespace) -> list[str]:
+    """-sm, -ts, -mg, -dev and --rpc as given (both servers take the same flags)."""
+    out: list[str] = []
+    for flag, value in (("-sm", a.split_mode), ("-ts", a.tensor_split), ("-mg", a.main_gpu),
+                        ("-dev", a.device), ("--rpc", a.rpc)):
+        if value is not None:
+            out += [flag, str(value)]
+    return out
 
 
 class Served:

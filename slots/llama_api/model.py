@@ -10,11 +10,14 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .backend import init_backend
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 log = logging.getLogger("warmslot.llama")
 
@@ -106,7 +109,9 @@ class Model:
         vocab_only: bool = False,
         use_mmap: bool = True,
         use_mlock: bool = False,
+        placement: Placement | None = None,
     ) -> None:
+        """`placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's)."""
         init_backend()
         if not os.path.isfile(path):
             raise LlamaError(f"model file not found: {path}")
@@ -114,6 +119,12 @@ class Model:
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
         params.load_mode = load_mode(use_mmap, use_mlock)
+        self._placement = None
+        if placement is not None:
+            from .placement import PlacementParams  # not at the top: placement imports this module
+
+            self._placement = PlacementParams(placement)  # the arrays params point to
+            self._placement.apply(params)
         self._progress_cb = None
         if progress is not None:
 
