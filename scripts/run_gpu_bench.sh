@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
 # shellcheck disable=SC1091
-[[ -f .gpu/device-env.sh ]] && source .gpu/device-env.sh
+[[ -z ${LLAMACPP_CUDA_DIR:-} && -f .gpu/device-env.sh ]] && source .gpu/device-env.sh  # once: a caller may have changed its paths
 export PYTHONUNBUFFERED=1
 
 model=${1:?usage: $0 MODEL_NAME WORKLOAD... [-- ARGS]}
