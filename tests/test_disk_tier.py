@@ -2,6 +2,7 @@
 its engine comes back from disk with the same answer as a cold run, spills run behind the
 engine within an exact budget, and the request hints (prompt_cache_key, retention) act."""
 
+import collections
 import os
 
 import pytest
@@ -111,7 +112,7 @@ def test_spills_stay_within_the_budget_under_200_alternating_conversations(tiny_
         assert view.stats.writes > 100 and view.stats.evictions > 0 and view.stats.write_errors == 0
     finally:
         engine.stop()
-    assert sources.count("disk") >= 150, sources
+    assert sources.count("disk") >= 150, collections.Counter(sources)
     prompt, r = checked
     ref = cold_run(path, prompt, engine_args=dict(REUSE_ENGINE, n_batch=64), max_tokens=4)
     assert r.tokens == ref.tokens and abs(r.prompt_logits - ref.prompt_logits).max() < 1e-3
