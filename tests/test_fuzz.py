@@ -42,9 +42,12 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture(scope="module")
-def server(default_model):
+def server(default_model, tmp_path_factory):
+    # every route enabled (a route a flag leaves off answers 501, which counts as a 5xx here)
+    slot_files = tmp_path_factory.mktemp("slot-files")
     proc = warmslot_server(
         default_model, "-np", "2", "-c", "2048", "-n", str(MAX_TOKENS), "-cram", "256MiB", "--request-timeout", "30",
+        "--slot-save-path", str(slot_files),
     )
     yield proc
     proc.stop()
