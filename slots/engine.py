@@ -26,9 +26,10 @@ from warmslot.cache.prompt_cache import PromptCache
 
 from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .loader import load_parts
+from .logprobs import token_logprob
 from .parallel_sampling import BatchSampler
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, Reuse, Usage
-from .router import Route, Wait
+from .router import Fork, Route, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
@@ -328,13 +329,20 @@ class Engine:
         """Give waiting requests slots, in arrival order. A request that waits for another
         slot's prefill to pass their shared prefix lets later requests go first."""
         i = 0
-        while i < len(self._waiting) and not self.memory.fork_pending:
+        held: set[str] = set()  # passed over in this loop: their siblings wait behind them
+        while i < len(self._waiting):
             req = self._waiting[i]
-            route = self.router.route(req)
+            route = Wait(None) if req.sibling_of in held else self.router.route(req)
+            # NOTE: a fork between streams is pending until the next decode; more forks of the
+            # same donor may join it (llama.cpp performs every pending copy then), nothing else
+            if self.memory.fork_pending and not (isinstance(route, Fork) and route.donor is self.memory.fork_donor):
+                return
             if isinstance(route, Wait):
-                if route.for_slot is None:
+                if route.for_slot is None and req.sibling_of not in held:
                     return  # no idle slot
-                self._want_checkpoint(route.for_slot, route.shared)
+                if route.for_slot is not None:
+                    self._want_checkpoint(route.for_slot, route.shared)
+                held.add(req.id)
                 i += 1
                 continue
             del self._waiting[i]
@@ -456,7 +464,7 @@ class Engine:
                 to_sample.append(entry)
         tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
         for entry, token in zip(to_sample, tokens):
-            self._on_token(entry.slot, token)
+            self._on_token(entry.slot, token, entry.out_index)
         self.stats.filler_tokens += n_filler
         self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode, time.monotonic() - t0)
 
@@ -506,9 +514,10 @@ class Engine:
         if active.req.max_tokens == 0:
             self._finish(slot, FinishReason.LENGTH)
             return
-        self._on_token(slot, active.sampler.sample_logits(logits))
+        self._on_token(slot, active.sampler.sample_logits(logits), logits)
 
-    def _on_token(self, slot: Slot, token: int) -> None:
+    def _on_token(self, slot: Slot, token: int, row) -> None:
+        """A sampled token; `row` is the batch output it was sampled from, or saved logits."""
         active = slot.active
         now = time.monotonic()
         if not active.generated:
@@ -523,6 +532,9 @@ class Engine:
             self._finish(slot, FinishReason.STOP)
             return
         event.tokens.append(token)
+        if active.req.logprobs is not None:
+            logits = self.ctx.logits(row) if isinstance(row, int) else row
+            event.logprobs.append(token_logprob(logits, active.req.sampling.logit_bias, token, active.req.logprobs))
         event.text += active.text.feed(self.model.token_piece(token, special=False))
         if active.text.stopped_by is not None:
             self._finish(slot, FinishReason.STOP)
