@@ -50,6 +50,8 @@ class ServerConfig:
     tool_format: str = "auto"
     reasoning_format: str = "auto"
     log_level: str = "info"
+    max_n: int = 8  # choices per request (n)
+    responses_store: int = 256  # responses kept per tenant for previous_response_id
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
@@ -86,6 +88,10 @@ _FLAGS = [
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: split <think> into reasoning_content; none: leave it in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
+    (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),
+    (("--embeddings",), "embeddings", bool, False, "serve /v1/embeddings from a second llama context with embeddings on (generation is unaffected)"),
+    (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls or last"),
+    (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
 ]
 
 _CHOICES = {
@@ -95,6 +101,7 @@ _CHOICES = {
     "tool_format": ("auto",) + tuple(f for f in FORMATS if f != "none"),
     "reasoning_format": ("auto", "none"),
     "log_level": ("debug", "info", "warning", "error"),
+    "pooling": ("auto", "mean", "cls", "last"),
 }
 
 
@@ -140,6 +147,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     a = parser.parse_args(argv)
     if a.parallel < 1:
         parser.error("--parallel must be at least 1")
+    if a.max_n < 1 or a.responses_store < 1:
+        parser.error("--max-n and --responses-store must be at least 1")
     engine = EngineConfig(
         model_path=a.model or "",
         n_parallel=a.parallel,
@@ -162,6 +171,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         park_idle=not a.no_park_idle,
         kv_unified=a.kv_unified,
         cache_vram=a.cache_vram,
+        embeddings=a.embeddings,
+        pooling=a.pooling,
     )
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
     config = ServerConfig(
@@ -176,5 +187,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         tool_format=a.tool_format,
         reasoning_format=a.reasoning_format,
         log_level=a.log_level,
+        max_n=a.max_n,
+        responses_store=a.responses_store,
     )
     return config, a

@@ -166,18 +166,28 @@ def _logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
     return out
 
 
+MAX_N = 128  # choices per request, whatever --max-n says
+MAX_TOP_LOGPROBS = 20  # chat: top_logprobs, as OpenAI limits it
+MAX_COMPLETION_LOGPROBS = 5  # completions: logprobs, as OpenAI limits it
+
+
 def _unsupported(body: dict) -> None:
-    n = _integer(body, "n", 1, 1)
-    if n != 1:
-        raise InvalidRequest("only n=1 is supported", param="n")
-    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
-        raise InvalidRequest("logprobs are not supported", param="logprobs")
-    if body.get("echo"):
-        raise InvalidRequest("echo is not supported", param="echo")
     if body.get("suffix"):
         raise InvalidRequest("suffix is not supported", param="suffix")
     if body.get("best_of") not in (None, 1):
-        raise InvalidRequest("best_of is not supported", param="best_of")
+        raise InvalidRequest("best_of is not supported; use n", param="best_of")
+
+
+def _logprobs(body: dict, completion: bool) -> int | None:
+    """How many alternatives each generated token reports (None: no logprobs). Completions
+    take `logprobs` as that number; chat takes `logprobs: true` and `top_logprobs`."""
+    if completion:
+        return _integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS)
+    if not _boolean(body, "logprobs", False):
+        if body.get("top_logprobs") not in (None, 0):
+            raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        return None
+    return _integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
 
 
 # -- shared generation parameters -----------------------------------------------------------
@@ -194,12 +204,19 @@ class GenerationParams:
     tenant_hint: str  # cache_salt or user
     explain_cache: bool  # return the cache explanation in the body
     cache_prompt: bool  # false: reuse nothing for this request (a cold baseline)
+    n: int = 1  # choices, each sampled on its own from one evaluation of the prompt
+    logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely
+    echo: bool = False  # completions: the prompt text precedes each choice's text
 
 
-def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> GenerationParams:
-    """The generation parameters of a request; `defaults` (the server's) fill what it omits."""
+def parse_generation(
+    body: dict, n_vocab: int, defaults: SamplingParams | None = None, *, completion: bool = False
+) -> GenerationParams:
+    """The generation parameters of a request; `defaults` (the server's) fill what it omits.
+    `completion`: the body is a /v1/completions one (logprobs is a number there, echo exists)."""
     d = defaults or SamplingParams()
     _unsupported(body)
+    echo = _boolean(body, "echo", False) if completion else False
     max_tokens = _integer(body, "max_completion_tokens", None, 1, INT32_MAX)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", None, 1, INT32_MAX)
@@ -231,6 +248,9 @@ def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None =
         tenant_hint=salt,
         explain_cache=_boolean(body, "warmslot_explain", False),
         cache_prompt=_boolean(body, "cache_prompt", True),
+        n=_integer(body, "n", 1, 1, MAX_N),
+        logprobs=_logprobs(body, completion),
+        echo=echo,
     )
 
 
@@ -344,26 +364,46 @@ def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None)
 
 @dataclass(slots=True)
 class CompletionParams:
-    prompt: str | list[int]
+    prompt: str | list[int]  # the first (or only) prompt
     gen: GenerationParams
+    prompts: list[str | list[int]] = field(default_factory=list)  # all of them (a batch)
+
+
+MAX_PROMPTS = 64  # prompts in one /v1/completions batch
+
+
+def _one_prompt(prompt: Any, n_vocab: int, param: str) -> str | list[int]:
+    if isinstance(prompt, str):
+        if not prompt:
+            raise InvalidRequest("'prompt' must not be empty", param=param)
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad = [t for t in prompt if not 0 <= t < n_vocab]
+        if bad:
+            raise InvalidRequest(f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", param=param)
+        return prompt
+    raise InvalidRequest("a prompt must be a non-empty string or an array of token ids", param=param)
 
 
 def parse_completion(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> CompletionParams:
+    """`prompt`: a string, an array of token ids, or a batch: an array of strings or of
+    token-id arrays (choice i*n + j answers prompt i)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        if not prompt:
-            raise InvalidRequest("'prompt' must not be empty", param="prompt")
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        bad = [t for t in prompt if not 0 <= t < n_vocab]
-        if bad:
-            raise InvalidRequest(f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
-    elif isinstance(prompt, list) and len(prompt) > 1:
-        raise InvalidRequest("only one prompt per request is supported", param="prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if len(prompt) > MAX_PROMPTS:
+            raise InvalidRequest(f"'prompt' takes at most {MAX_PROMPTS} prompts", param="prompt")
+        prompts = [_one_prompt(p, n_vocab, f"prompt[{i}]") for i, p in enumerate(prompt)]
+    elif isinstance(prompt, (str, list)):
+        prompts = [_one_prompt(prompt, n_vocab, "prompt")]
     else:
-        raise InvalidRequest("'prompt' must be a string or an array of token ids", param="prompt")
-    return CompletionParams(prompt=prompt, gen=parse_generation(body, n_vocab, defaults))
+        raise InvalidRequest("'prompt' must be a string, an array of token ids, or an array of those", param="prompt")
+    gen = parse_generation(body, n_vocab, defaults, completion=True)
+    if gen.echo and gen.logprobs is not None:
+        raise InvalidRequest(
+            "echo with logprobs would need the prompt's log-probabilities, which are not computed; send one of them",
+            param="echo",
+        )
+    return CompletionParams(prompt=prompts[0], gen=gen, prompts=prompts)
 
 
 # -- tools, tool_choice and response_format ----------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -91,13 +92,24 @@ class Warmslot:
     # -- generation --------------------------------------------------------------------
 
     def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:
+        req = self.make_request(tokens, gen, key, grammar, boundaries, AsyncSink(asyncio.get_running_loop()))
+        return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
+
+    def make_request(
+        self, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int = 0, sibling_of=None
+    ) -> GenerateRequest:
+        """The engine request for one choice of a generation request (`choice` > 0: another
+        choice of the same prompt, sampled with seed + choice when a seed is given)."""
         sampling = gen.sampling
         if grammar is not None:
             sampling.grammar = grammar
-        req = GenerateRequest(
+        if choice:
+            seed = None if sampling.seed is None else sampling.seed + choice
+            sampling = dataclasses.replace(sampling, seed=seed)
+        return GenerateRequest(
             id=secrets.token_hex(12),
             tokens=tokens,
-            sink=AsyncSink(asyncio.get_running_loop()),
+            sink=sink,
             sampling=sampling,
             # the engine stops at the slot's context; None: nothing else stops it
             max_tokens=gen.max_tokens if gen.max_tokens is not None else (self.config.n_predict if self.config.n_predict >= 0 else None),
@@ -106,8 +118,9 @@ class Warmslot:
             tenant=self.tenant(key, gen.tenant_hint),
             reuse_prefix=gen.cache_prompt,
             boundaries=tuple(boundaries),
+            logprobs=gen.logprobs,
+            sibling_of=sibling_of,
         )
-        return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
 
     def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
         return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.info.fingerprint[:10]}")

@@ -80,6 +80,8 @@ class EngineConfig:
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
+    embeddings: bool = False  # a second context for embeddings (`embedder`)
+    pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
