@@ -92,6 +92,7 @@ class Engine:
         self.model: Model | None = None
         self.info: EngineInfo | None = None  # published once the model is loaded
         self.vocab: Vocab | None = None  # the vocabulary, for any thread
+        self.embedder = None  # with config.embeddings: embeddings on a context of their own, for any thread
         self._published: EngineSnapshot | None = None
         self.ctx: Context | None = None
         self.cache: PromptCache | None = None
@@ -239,7 +240,7 @@ class Engine:
         self.model, self.ctx, self.layout, self.cache = parts.model, parts.ctx, parts.layout, parts.cache
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
-        self.vocab, self.info = parts.vocab, parts.info
+        self.vocab, self.info, self.embedder = parts.vocab, parts.info, parts.embedder
         self._publish()
 
     def _publish(self) -> None:
@@ -255,6 +256,8 @@ class Engine:
             self.sampling.close()
         if self.ctx is not None:
             self.ctx.close()
+        if self.embedder is not None:
+            self.embedder.close()
         if self.model is not None:
             self.model.close()
 

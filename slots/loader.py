@@ -14,6 +14,7 @@ from typing import Callable
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.prompt_cache import PromptCache
 
+from .embeddings import Embedder
 from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, supports_gpu_offload
 from .memory import SlotMemory
@@ -52,6 +53,7 @@ class Parts:
     filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
     vocab: Vocab
     info: EngineInfo
+    embedder: Embedder | None = None
 
 
 def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Parts:
@@ -130,4 +132,9 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
         kv_bytes_per_token=per_token,
     )
-    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info)
+    # inputs of up to --batch-size tokens (within the training context) on a second context
+    embedder = Embedder(
+        model, pooling=cfg.pooling, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads,
+        flash_attn=cfg.flash_attn,
+    ) if cfg.embeddings else None
+    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, embedder)
