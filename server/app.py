@@ -22,7 +22,7 @@ from warmslot.slots import Engine
 from . import metrics
 from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound, ServerError
-from .routes import embeddings, generation, service
+from .routes import embeddings, generation, responses, service
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -83,6 +83,10 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/chat/completions", generation.chat_completions, methods=["POST"]),
         Route("/v1/completions", generation.completions, methods=["POST"]),
         Route("/completions", generation.completions, methods=["POST"]),
+        Route("/v1/responses", responses.create_response, methods=["POST"]),
+        Route("/responses", responses.create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", responses.get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses.delete_response, methods=["DELETE"]),
         Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/slots", service.slots_view),

@@ -415,10 +415,13 @@ ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 @dataclass(slots=True, frozen=True)
 class ToolChoice:
-    """A validated `tool_choice`: mode "none", "auto", "required" or "function" (with `name`)."""
+    """A validated `tool_choice`: mode "none", "auto", "required" or "function" (with `name`).
+    `allowed` (from `{"type": "allowed_tools"}`): the only tools the grammar lets the model
+    call; every tool is still rendered into the prompt, so narrowing them keeps the prefix."""
 
     mode: str
     name: str | None = None
+    allowed: tuple[str, ...] | None = None
 
 
 def validate_tools(tools: object) -> list[dict[str, Any]]:
@@ -485,6 +488,8 @@ def validate_tool_choice(tool_choice: object, tools: list[dict[str, Any]]) -> To
         if tool_choice == "required" and not tools:
             raise InvalidRequest("'tool_choice' is 'required' but no tools are given", param="tool_choice")
         return ToolChoice(tool_choice)
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
+        return _allowed_tools(tool_choice, tools)
     if not isinstance(tool_choice, dict) or tool_choice.get("type") != "function":
         raise InvalidRequest(
             "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}",
@@ -497,6 +502,31 @@ def validate_tool_choice(tool_choice: object, tools: list[dict[str, Any]]) -> To
     if name not in {tool["function"]["name"] for tool in tools}:
         raise InvalidRequest(f"'tool_choice' names the unknown function '{name}'", param="tool_choice")
     return ToolChoice("function", name)
+
+
+def _allowed_tools(tool_choice: dict, tools: list[dict[str, Any]]) -> ToolChoice:
+    """`{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}` (chat), or the same
+    fields at the top level (Responses); each tool `{"type": "function", "function":
+    {"name"}}` or `{"type": "function", "name"}`."""
+    spec = tool_choice.get("allowed_tools", tool_choice)
+    at = "tool_choice.allowed_tools" if "allowed_tools" in tool_choice else "tool_choice"
+    if not isinstance(spec, dict):
+        raise InvalidRequest("'allowed_tools' must be an object", param=at)
+    mode = spec.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise InvalidRequest("'mode' must be auto or required", param=f"{at}.mode")
+    listed = spec.get("tools")
+    if not isinstance(listed, list) or not listed:
+        raise InvalidRequest("'tools' must be a non-empty array of functions", param=f"{at}.tools")
+    known = {tool["function"]["name"] for tool in tools}
+    names = []
+    for i, item in enumerate(listed):
+        function = item.get("function") if isinstance(item, dict) else None
+        name = function.get("name") if isinstance(function, dict) else item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or name not in known:
+            raise InvalidRequest(f"allowed tool {name!r} is not one of 'tools'", param=f"{at}.tools[{i}]")
+        names.append(name)
+    return ToolChoice(mode, allowed=tuple(names))
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format, d
 from .config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable
 from .protocol import GenerationParams, parse_body
+from .response_store import ResponseStore
 
 log = logging.getLogger("warmslot.server")
 
@@ -39,6 +40,7 @@ class Warmslot:
         self.reasoning = (False, False)
         self.init_error: BaseException | None = None
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
+        self.responses = ResponseStore(config.responses_store)  # for previous_response_id
 
     # -- readiness --------------------------------------------------------------------
 
