@@ -42,6 +42,7 @@ class CacheEntry:
     last_used: float = 0.0
     id: int = 0
     prompt_end: int = 0  # length of the last prompt in it; what follows is a generated reply
+    keep_s: float | None = None  # retention on disk: 0 never written there, None no limit but LRU
 
     @property
     def nbytes(self) -> int:
@@ -93,6 +94,9 @@ class PromptCache:
         # keys of recently evicted entries, so a miss can be explained ("evicted")
         self._evicted: dict[str, PrefixTrie[tuple[int, ...]]] = {}
         self._evicted_order: deque[tuple[str, tuple[int, ...]]] = deque()
+        # called with every entry evicted for room (the disk tier writes it); not for entries
+        # dropped as redundant, whose tokens a newer entry serves
+        self.on_evict: Callable[[CacheEntry], None] | None = None
 
     @property
     def n_entries(self) -> int:
@@ -155,14 +159,17 @@ class PromptCache:
 
     # -- mutation ----------------------------------------------------------------------
 
-    def insert(self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str, prompt_end: int | None = None) -> CacheEntry | None:
+    def insert(
+        self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str,
+        prompt_end: int | None = None, keep_s: float | None = None,
+    ) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
         buffers). Evicts least recently used entries to fit; drops entries this one makes
         redundant. Returns None when the entry alone exceeds the budget. Mutates."""
         state.flags.writeable = False
         entry = CacheEntry(
             tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
-            prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)),
+            prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s,
         )
         if entry.nbytes > self.budget:
             return None
@@ -213,6 +220,8 @@ class PromptCache:
         self.remove(victim)
         self.stats.evictions += 1
         self._remember_evicted(victim)
+        if self.on_evict is not None:
+            self.on_evict(victim)
 
     def _remember_evicted(self, entry: CacheEntry) -> None:
         self._evicted.setdefault(entry.tenant, PrefixTrie()).insert(entry.tokens, entry.tokens)

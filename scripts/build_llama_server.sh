@@ -12,6 +12,8 @@
 #   PYTHON                    interpreter whose pip downloads the sdist (default: python3)
 #   EXTRA_CMAKE_ARGS          extra arguments for the cmake configure step
 #                             (e.g. "-DGGML_CUDA=ON" for a GPU build)
+#   BUILD_DIR                 the cmake build tree (default: $BUILD_ROOT/llama.cpp)
+#   TARGETS                   what to build (default: "llama-server llama-bench")
 #
 # Layout (all under build/, which is git-ignored):
 #   build/sdist/llama_cpp_python-<ver>.tar.gz   cached sdist
@@ -32,7 +34,8 @@ SDIST_DIR="$BUILD_ROOT/sdist"
 SRC_PARENT="$BUILD_ROOT/src"
 SRC_DIR="$SRC_PARENT/llama_cpp_python-$VERSION"
 LLAMA_SRC="$SRC_DIR/vendor/llama.cpp"
-BUILD_DIR="$BUILD_ROOT/llama.cpp"
+BUILD_DIR="${BUILD_DIR:-$BUILD_ROOT/llama.cpp}"
+read -r -a TARGET_LIST <<< "${TARGETS:-llama-server llama-bench}"
 TARBALL="$SDIST_DIR/llama_cpp_python-$VERSION.tar.gz"
 
 log() { printf '[build_llama_server] %s\n' "$*" >&2; }
@@ -112,13 +115,13 @@ else
 fi
 
 # 4. Build (a no-op when up to date).
-log "building llama-server llama-bench with $JOBS jobs"
-cmake --build "$BUILD_DIR" --target llama-server llama-bench -j "$JOBS" >&2
+log "building ${TARGET_LIST[*]} with $JOBS jobs"
+cmake --build "$BUILD_DIR" --target "${TARGET_LIST[@]}" -j "$JOBS" >&2
 
 SERVER_BIN="$BUILD_DIR/bin/llama-server"
-BENCH_BIN="$BUILD_DIR/bin/llama-bench"
-[[ -x "$SERVER_BIN" ]] || { log "build finished but $SERVER_BIN is missing"; exit 1; }
-[[ -x "$BENCH_BIN" ]] || { log "build finished but $BENCH_BIN is missing"; exit 1; }
+for target in "${TARGET_LIST[@]}"; do
+    [[ -x "$BUILD_DIR/bin/$target" ]] || { log "build finished but $BUILD_DIR/bin/$target is missing"; exit 1; }
+done
 
 # 5. Record what was built.
 commit="unknown"

@@ -4,10 +4,12 @@
 #
 # Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
 #   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
-#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent (words or
+#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk (words or
 #               comma lists; default: the first five)
 #     throughput  distinct requests from 32 clients, -np 1,4,8,16 (--tp-* flags, --profile-warmslot S)
 #     multiagent  8 agents looping at once on -np 4 (--ma-* flags)
+#     disk        warmslot only: restart with a 30K-token conversation on disk, spills behind a
+#                 stream (--disk-* and --spill-* flags); e.g. scripts/run_gpu_bench.sh qwen35-27b disk
 # e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
 #      scripts/run_gpu_bench.sh qwen3-8b throughput multiagent -- --profile-warmslot 12
 #
@@ -20,11 +22,15 @@
 #   CHAT_TEMPLATE  a .jinja for both servers; default: the model family's real template from
 #                  .gpu/templates/ or llama.cpp's models/templates/, if present, else the GGUF's
 #   PYTHON         interpreter (default python)
+#   SPLIT          spread the model over several GPUs, both servers alike: a split mode
+#                  (layer, row, none, tensor), e.g. SPLIT=layer; TENSOR_SPLIT (e.g. 1,1),
+#                  DEVICES (e.g. CUDA0,CUDA1) and RPC (host:port,...) go along; the output
+#                  names get -split-<mode> (and -rpc)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
 # shellcheck disable=SC1091
-[[ -f .gpu/device-env.sh ]] && source .gpu/device-env.sh
+[[ -z ${LLAMACPP_CUDA_DIR:-} && -f .gpu/device-env.sh ]] && source .gpu/device-env.sh  # once: a caller may have changed its paths
 export PYTHONUNBUFFERED=1
 
 model=${1:?usage: $0 MODEL_NAME WORKLOAD... [-- ARGS]}
@@ -34,7 +40,12 @@ while [[ $# -gt 0 && $1 != "--" ]]; do workloads+=("$1"); shift; done
 [[ ${1:-} == "--" ]] && shift
 wl=$(IFS=,; echo "${workloads[*]:-agent,alternating,concurrent,decode,restore}")
 out=${OUT:-bench-out/gpu}
-name="$model-${wl//,/-}${TAG:+-$TAG}"
+placement=()
+[[ -n ${SPLIT:-} ]] && placement+=(--split-mode "$SPLIT")
+[[ -n ${TENSOR_SPLIT:-} ]] && placement+=(--tensor-split "$TENSOR_SPLIT")
+[[ -n ${DEVICES:-} ]] && placement+=(--device "$DEVICES")
+[[ -n ${RPC:-} ]] && placement+=(--rpc "$RPC")
+name="$model-${wl//,/-}${SPLIT:+-split-$SPLIT}${RPC:+-rpc}${TAG:+-$TAG}"
 mkdir -p "$out" /tmp/models
 gguf="/tmp/models/$model-${SCALE:-real}${LAYERS:+-$LAYERS}.gguf"
 
@@ -63,5 +74,6 @@ set -o pipefail
     (( budget < 60 )) && budget=60
     echo "[run_gpu_bench] model ready after $(( SECONDS - start ))s; time budget ${budget}s"
     ${PYTHON:-python} scripts/bench_gpu.py -m "$gguf" --shape "$model" --workloads "$wl" \
-        --time-budget "$budget" ${template:+--chat-template-file "$template"} --out "$out/$name.json" "$@"
+        --time-budget "$budget" ${template:+--chat-template-file "$template"} "${placement[@]}" \
+        --out "$out/$name.json" "$@"
 } 2>&1 | tee "$out/$name.log"

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -81,11 +82,39 @@ def llama_server_command(
     return [str(binary or DEFAULT_LLAMA_SERVER), "-m", str(model), *args]
 
 
+def start_together(servers: Sequence[ServerProcess]) -> None:
+    """Start servers made with start=False side by side (they load at once); if one fails,
+    all are stopped."""
+    try:
+        for server in servers:
+            server.launch()
+        for server in servers:
+            server.finish_start()
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+
+
+def vllm_router_command(worker_urls: Sequence[str], args: Sequence[str] = ()) -> list[str]:
+    """The command line of vllm-router (the `test` extra installs it) in front of `worker_urls`
+    (without --host/--port, which ServerProcess adds)."""
+    here = os.path.dirname(sys.executable)
+    binary = shutil.which("vllm-router", path=here) or shutil.which("vllm-router") or "vllm-router"
+    return [binary, "--worker-urls", *worker_urls, *args]
+
+
+def host_port_args(host: str, port: int) -> list[str]:
+    return ["--host", host, "--port", str(port)]
+
+
 class ServerProcess:
     """One server process on a free loopback port; a context manager that always stops it.
 
-    `cmd` must accept `--host H --port P` (both warmslot and llama-server do). Output goes to a
-    log file (kept at `log_path` when given, else a temporary file removed on stop).
+    `cmd` must accept `--host H --port P` (warmslot, llama-server and vllm-router do), or
+    `listen(host, port)` gives the arguments that say where to listen (Prometheus:
+    `--web.listen-address`). Ready when `ready_path` answers 200. Output goes to a log file
+    (kept at `log_path` when given, else a temporary file removed on stop).
     """
 
     def __init__(
@@ -100,12 +129,15 @@ class ServerProcess:
         log_path: str | os.PathLike | None = None,
         ready_timeout: float = 300.0,
         start: bool = True,
+        listen: Callable[[str, int], list[str]] = host_port_args,
+        ready_path: str = "/health",
     ) -> None:
         self.name = name
         self.host = host
         self.port = port or free_port(host)
         self.url = f"http://{host}:{self.port}"
-        self.cmd = [*cmd, "--host", host, "--port", str(self.port)]
+        self.cmd = [*cmd, *listen(host, self.port)]
+        self.ready_path = ready_path
         self.env = {**os.environ, **(env or {})}
         self.cwd = str(cwd or REPO_ROOT)
         self._keep_log = log_path is not None
@@ -123,7 +155,12 @@ class ServerProcess:
             self.start()
 
     def start(self) -> ServerProcess:
-        t0 = time.perf_counter()
+        self.launch()
+        return self.finish_start()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to be ready (see start_together)."""
+        self._t0 = time.perf_counter()
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
                 self.cmd,
@@ -135,12 +172,15 @@ class ServerProcess:
                 start_new_session=True,  # own process group: stop() takes every child with it
             )
         _live.add(self.proc)
+
+    def finish_start(self) -> ServerProcess:
+        """Wait until ready (stopping the process if it never is)."""
         try:
             self.wait_ready()
         except BaseException:
             self.stop()
             raise
-        self.load_s = time.perf_counter() - t0
+        self.load_s = time.perf_counter() - self._t0
         return self
 
     def wait_ready(self) -> None:
@@ -152,7 +192,7 @@ class ServerProcess:
                     f"{self.name} exited with {self.proc.returncode} before it was ready:\n{self.output_tail()}"
                 )
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -1,6 +1,7 @@
 """The Starlette application: the route table, errors and the engine's lifetime.
 
-Errors are typed (`ApiError`) and become OpenAI error bodies in one exception handler.
+Errors are typed (`ApiError`) and become OpenAI error bodies in one exception handler; any
+other exception becomes an OpenAI-shaped 500 in `guard.ErrorGuard`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from warmslot.slots import Engine
 
 from . import metrics
 from .config import ServerConfig
-from .errors import ApiError, MethodNotAllowed, NotFound, ServerError
-from .routes import embeddings, generation, responses, service
+from .errors import ApiError, MethodNotAllowed, NotFound
+from .guard import BodyLimit, ErrorGuard
+from .openapi import openapi_endpoint
+from .routes import embeddings, generation, props, responses, service, slot_files, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -50,11 +53,6 @@ async def _gone(request: Request, exc: generation.Gone) -> Response:
     return Response(status_code=499)
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse(ServerError(f"internal error: {type(exc).__name__}").body(), status_code=500)
-
-
 def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
     """The app. The engine starts loading when the app starts; /health says when it is ready.
 
@@ -77,8 +75,12 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
     routes = [
         Route("/health", service.health),
         Route("/v1/health", service.health),
-        Route("/v1/models", service.models),
-        Route("/models", service.models),
+        Route("/v1/models", props.models),
+        Route("/models", props.models),
+        Route("/v1/models/{model_id:path}", props.model),
+        Route("/props", props.props),
+        Route("/v1/props", props.props),
+        Route("/version", props.version),
         Route("/v1/chat/completions", generation.chat_completions, methods=["POST"]),
         Route("/chat/completions", generation.chat_completions, methods=["POST"]),
         Route("/v1/completions", generation.completions, methods=["POST"]),
@@ -90,21 +92,23 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/slots", service.slots_view),
+        Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
+        Route("/openapi.json", openapi_endpoint),
+        *worker.ROUTES,  # what a load balancer asks its replicas
     ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(metrics.RequestCounter, counts=request_counts)],
-        exception_handlers={
-            ApiError: _api_error,
-            HTTPException: _http_error,
-            generation.Gone: _gone,
-            Exception: _unexpected,
-        },
+        middleware=[
+            Middleware(metrics.RequestCounter, counts=request_counts),
+            Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
+            Middleware(BodyLimit, limit=config.max_body),
+        ],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, generation.Gone: _gone},
     )
     app.state.warmslot = server
     app.state.metrics_registry = metrics.make_registry(server, request_counts)

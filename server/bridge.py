@@ -11,9 +11,9 @@ import asyncio
 import logging
 from typing import AsyncIterator
 
-from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull, Rejected
+from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown
 
-from .errors import ApiError, ContextOverflow, InvalidRequest, ServerError, Unavailable
+from .errors import ApiError, ContextOverflow, InvalidRequest, RequestTimeout, ServerError, Unavailable
 
 log = logging.getLogger("warmslot.server")
 
@@ -41,7 +41,15 @@ def engine_error(error: EngineError, n_prompt: int, n_ctx: int) -> ApiError:
         return ContextOverflow(n_prompt, n_ctx)
     if error.kind is ErrorKind.BUSY:
         return Unavailable(error.message, retry_after=2, code="kv_cache_full")
+    if error.kind is ErrorKind.TIMEOUT:
+        return RequestTimeout(error.message)
+    if error.kind is ErrorKind.SHUTDOWN:
+        return shutting_down(error.message)
     return ServerError(error.message)
+
+
+def shutting_down(message: str = "the server is shutting down; retry on another instance or later") -> Unavailable:
+    return Unavailable(message, retry_after=1, code="shutting_down")
 
 
 async def _watch_disconnect(receive) -> None:
@@ -67,6 +75,8 @@ class Submission:
     def submit(cls, engine: Engine, req: GenerateRequest, sink: AsyncSink, n_ctx: int) -> "Submission":
         try:
             engine.submit(req)
+        except ShuttingDown as exc:
+            raise shutting_down() from exc
         except QueueFull as exc:
             raise Unavailable(f"the server is busy: {exc}; retry later", retry_after=1, code="queue_full") from exc
         except NotReady as exc:

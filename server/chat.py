@@ -269,6 +269,7 @@ class Prompt:
     # per original message: (role, token offset where its glue starts, where its content starts)
     messages: list[tuple[str, int, int]] = field(default_factory=list)
     generation_start: int | None = None  # where the template's generation prompt starts
+    system_end: int | None = None  # where the first message's own system text ends
 
     def message_at(self, token_index: int) -> int:
         """Index of the message that the token at `token_index` belongs to (-1: none)."""
@@ -425,7 +426,11 @@ class PromptBuilder:
             return shift + self._token_index(pieces, starts, char)
 
         spans = _message_spans(messages, segments, at)
-        return Prompt(text, tokens, spans, at(generation_at) if generation_at is not None else None)
+        system_end = _system_end(messages, segments)
+        return Prompt(
+            text, tokens, spans, at(generation_at) if generation_at is not None else None,
+            at(system_end) if system_end is not None else None,
+        )
 
     def _pieces(self, segments: list[Segment]) -> list[_Piece]:
         """Special tokens of glue and assistant text, and the raw text between them merged."""
@@ -489,6 +494,20 @@ def _split_glue_at(segments: list[Segment], char: int) -> list[Segment]:
             out.append(seg)
         offset = end
     return out
+
+
+def _system_end(messages, segments: list[Segment]) -> int | None:
+    """The character where the first message's system text ends, when it leads the
+    conversation: tools injected after it, or rendered after it by the template, follow."""
+    if not messages or messages[0]["role"] != "system" or not isinstance(messages[0].get("content"), str):
+        return None
+    own = messages[0]["content"]
+    offset = 0
+    for seg in segments:
+        if seg.message == 0:
+            return offset + len(own) if own and seg.text.startswith(own) else None
+        offset += len(seg.text)
+    return None
 
 
 def _message_spans(messages, segments: list[Segment], at) -> list[tuple[str, int, int]]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import socket
 import sys
-
-import warmslot.slots  # noqa: F401  (the engine imports llama.cpp's bindings before numpy)
-
-from .config import parse_config
 
 log = logging.getLogger("warmslot")
 
@@ -38,29 +36,147 @@ def setup_logging(level: str) -> None:
     logging.getLogger("llama.cpp").setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
 
 
-def main(argv: list[str] | None = None) -> int:
-    config, _ = parse_config(argv)
-    setup_logging(config.log_level)
-    if not config.engine.model_path:
-        path = default_model_path()
-        if path is None:
-            print(f"warmslot: {DEFAULT_MODEL_HELP}", file=sys.stderr)
-            return 2
-        config.engine.model_path = path
-    if not os.path.isfile(config.engine.model_path):
-        print(f"warmslot: model file not found: {config.engine.model_path}", file=sys.stderr)
+def list_devices(rpc_servers: tuple[str, ...]) -> int:
+    """--list-devices: llama-server's listing (RPC servers' devices included), then exit."""
+    from warmslot.slots.llama_api import LlamaError, placement
+
+    try:
+        placement.add_rpc_servers(rpc_servers)
+    except LlamaError as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
         return 2
+    print(placement.format_device_list(placement.offload_devices()))
+    return 0
+
+
+def check_rpc(rpc_servers: tuple[str, ...]) -> str | None:
+    """Why --rpc cannot work in this build, before anything loads (None: it may)."""
+    from warmslot.slots.llama_api import placement
+
+    return placement.RPC_BUILD_HINT if rpc_servers and not placement.supports_rpc() else None
+
+
+class CannotListen(OSError):
+    """The address is taken (or not ours to take)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, made before anything slow happens, so a busy port
+    fails the start-up at once (uvicorn would bind only after the app started loading)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        hint = " (is another server running there? choose another --port)" if exc.errno == 98 else ""
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def resolve_model(config) -> str | None:
+    """The model file: -m, a -hf download, or the embedded default model. Prints why not."""
+    if config.hf_repo:
+        from .hub import HubError, download
+
+        try:
+            return download(config.hf_repo, config.hf_file, config.hf_token)
+        except HubError as exc:
+            print(f"warmslot: {exc}", file=sys.stderr)
+            return None
+    path = config.engine.model_path or default_model_path()
+    if path is None:
+        print(f"warmslot: {DEFAULT_MODEL_HELP}", file=sys.stderr)
+        return None
+    if not os.path.isfile(path):
+        print(f"warmslot: model file not found: {path}", file=sys.stderr)
+        return None
+    return path
+
+
+def _address(argv: list[str]) -> tuple[str, int] | None:
+    """--host and --port alone, read before anything heavy is imported (None for --help,
+    --version or a port that is not a number: the full parser answers those)."""
+    if any(a in ("-h", "--help", "--version", "--list-devices") for a in argv):
+        return None
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--host", default=os.environ.get("WARMSLOT_HOST", "127.0.0.1"))
+    early.add_argument("--port", default=os.environ.get("WARMSLOT_PORT", "8080"))
+    known, _ = early.parse_known_args(argv)
+    try:
+        return known.host, int(known.port)
+    except ValueError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    address = _address(argv)
+    sock = None
+    try:
+        if address is not None:
+            sock = bind(*address)  # NOTE: before importing llama.cpp, which alone takes most of a second
+    except CannotListen as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
+        return 1
+    try:
+        import warmslot.slots  # noqa: F401  (the engine imports llama.cpp's bindings before numpy)
+
+        from .config import parse_config
+
+        config, args = parse_config(argv)
+        setup_logging(config.log_level)
+        rpc_servers = config.engine.placement.rpc_servers
+        if args.list_devices:
+            return list_devices(rpc_servers)
+        problem = check_rpc(rpc_servers)
+        if problem is not None:
+            print(f"warmslot: --rpc: {problem}", file=sys.stderr)
+            return 2
+        for flag in config.ignored_flags:
+            log.info("%s has no effect: warmslot always does what it asks for", flag)
+        if sock is None:
+            sock = bind(config.host, config.port)
+        return _serve(config, sock)
+    except CannotListen as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _serve(config, sock: socket.socket) -> int:
+    path = resolve_model(config)
+    if path is None:
+        return 2
+    config.engine.model_path = path
+    if config.hf_repo and not config.alias:
+        config.alias = config.hf_repo  # as llama-server names a downloaded model
 
     import uvicorn
 
     from .app import create_app
+    from .drain import DrainingServer
 
     # The engine thread runs Python between llama.cpp calls; a short switch interval lets it
     # take the GIL back from the event loop quickly (the default 5 ms would stall decoding).
     sys.setswitchinterval(0.0005)
 
     failed: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server = None
 
     def on_fatal(exc: BaseException) -> None:
         failed.append(exc)
@@ -71,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )
-    server = uvicorn.Server(uv_config)
-    log.info("listening on http://%s:%d (OpenAI API under /v1)", config.host, config.port)
-    server.run()
+    server = DrainingServer(uv_config, app.state.warmslot, config.shutdown_timeout)
+    log.info("listening on %s (OpenAI API under /v1)", url_of(sock, config.host))
+    server.run(sockets=[sock])
     if failed:
         print(f"warmslot: cannot serve: {failed[0]}", file=sys.stderr)
         return 1

@@ -9,22 +9,33 @@ from dataclasses import dataclass, field
 
 from warmslot.slots import SamplingParams
 from warmslot.slots.engine import EngineConfig
+from warmslot.slots.llama_api import placement
 from warmslot.slots.loader import physical_memory
 
 from .output.markers import FORMATS
+from .version import version_text
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+SIZE_HELP = "a bare number is MiB, as in llama-server (8192: 8 GiB); or give a unit: 8GiB, 512MiB, 2G, 4096B"
+
+
+class AutoSize(int):
+    """A size that 'auto' chose (an int; the capacity table says it was automatic)."""
 
 
 def parse_size(text: str) -> int:
-    """Bytes from '8GiB', '512MiB', '2G', '1048576'. K/M/G/T are powers of 1024. 'auto' (for
-    --cache-ram): a quarter of the physical memory, at most 32 GiB, at least 1 GiB."""
+    """Bytes from a size flag. A bare number is MiB, as llama-server reads --cache-ram
+    ('8192': 8 GiB); a unit makes it explicit: '8GiB', '512MiB', '2G', '4096B' (K/M/G/T are
+    powers of 1024, B is bytes). 'auto' (for --cache-ram): a quarter of the physical memory,
+    at most 32 GiB, at least 1 GiB."""
     if str(text).strip().lower() == "auto":
-        return max(1 << 30, min(32 << 30, physical_memory() // 4))
+        return AutoSize(max(1 << 30, min(32 << 30, physical_memory() // 4)))
     m = _SIZE.match(str(text))
     if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8GiB, 512MiB, 0)")
-    value, unit = float(m.group(1)), m.group(2).lower()
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} ({SIZE_HELP})")
+    value, unit, suffix = float(m.group(1)), m.group(2).lower(), m.group(3)
+    if not unit and not suffix:
+        unit = "m"  # NOTE: llama-server's size flags take MiB
     return int(value * (1024 ** " kmgt".index(unit or " ")))
 
 
@@ -33,7 +44,37 @@ def parse_vram(text: str) -> int | None:
     return None if str(text).strip().lower() == "auto" else parse_size(text)
 
 
+def _argument(parse):
+    """An argparse type from a parser that raises ValueError, keeping its message."""
+
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+parse_tensor_split = _argument(placement.parse_tensor_split)
+parse_device_names = _argument(placement.parse_device_names)
+parse_rpc_servers = _argument(placement.parse_rpc_servers)
+
 DEFAULT_CACHE_RAM = "auto"
+DISK_AUTO_MAX = 64 << 30
+
+
+def parse_disk_size(text: str, directory: str | None) -> int:
+    """--cache-disk-size: a size in --cache-ram's units, or 'auto': half of the space free on
+    the directory's file system now, at most 64 GiB."""
+    if str(text).strip().lower() != "auto":
+        return parse_size(text)
+    probe = os.path.abspath(directory or ".")
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    return max(1 << 20, min(DISK_AUTO_MAX, st.f_bavail * st.f_frsize // 2))
 
 
 @dataclass
@@ -48,10 +89,22 @@ class ServerConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)  # a request's defaults
     slots_endpoint: bool = True
     tool_format: str = "auto"
-    reasoning_format: str = "auto"
+    reasoning_format: str = "auto"  # auto, deepseek or none
+    reasoning_budget: int = -1  # tokens of thinking before </think> is forced; -1: no limit
     log_level: str = "info"
     max_n: int = 8  # choices per request (n)
     responses_store: int = 256  # responses kept per tenant for previous_response_id
+    aliases: list[str] = field(default_factory=list)  # every name of the model, alias first
+    hf_repo: str | None = None  # USER/REPO[:QUANT] to download
+    hf_file: str | None = None
+    hf_token: str | None = None
+    ignored_flags: list[str] = field(default_factory=list)  # llama-server flags that change nothing here
+    admin_key: str | None = None  # sees every tenant on /slots (default: the first API key)
+    metrics_open: bool = False  # /metrics without a key even when keys are set
+    max_body: int = 8 << 20  # bytes of a request body; more gets 413 (0: no limit)
+    request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
+    shutdown_timeout: float = 30.0  # seconds running requests get to finish after SIGTERM
+    slot_save_path: str | None = None  # POST /slots/{id}?action=save|restore reads and writes files here
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
@@ -60,8 +113,14 @@ _FLAGS = [
     (("--host",), "host", str, "127.0.0.1", "address to listen on"),
     (("--port",), "port", int, 8080, "port to listen on"),
     (("-np", "--parallel"), "parallel", int, 4, "number of slots (sequences decoded together)"),
-    (("-c", "--ctx-size"), "ctx_size", int, 0, "KV cache size in tokens, shared by all slots (0: the model's training context, at most 32768)"),
+    (("-c", "--ctx-size"), "ctx_size", int, 0, "KV cache size in tokens, shared by all slots (0: the model's training context if it fits the free device memory, or RAM on a CPU, else the largest that fits)"),
     (("-ngl", "--n-gpu-layers"), "n_gpu_layers", int, -1, "layers to offload to the GPU (-1: all)"),
+    (("-sm", "--split-mode"), "split_mode", str, "layer", "how to spread the model over several GPUs: none (one GPU, --main-gpu), layer (whole layers and their KV cache per GPU), row (weight rows across GPUs; KV cache and results on --main-gpu), tensor (experimental in llama.cpp)"),
+    (("-ts", "--tensor-split"), "tensor_split", parse_tensor_split, None, "proportion of the model for each GPU, e.g. 3,1 (default: in proportion to free memory)"),
+    (("-mg", "--main-gpu"), "main_gpu", int, 0, "the GPU for the whole model with --split-mode none, or for the KV cache and results with row"),
+    (("-dev", "--device"), "device", parse_device_names, None, "comma-separated devices to offload to, named as --list-devices shows them (none: no offload; default: all GPUs)"),
+    (("--list-devices",), "list_devices", bool, False, "print the devices the model can be offloaded to, with their memory, and exit"),
+    (("--rpc",), "rpc", parse_rpc_servers, None, "comma-separated RPC servers (host:port) whose devices join the ones the model is spread over (needs llama-cpp-python built with -DGGML_RPC=on)"),
     (("-fa", "--flash-attn"), "flash_attn", str, "auto", "flash attention: on, off or auto"),
     (("-ctk", "--cache-type-k"), "cache_type_k", str, "f16", "KV cache type for K (f16, bf16, q8_0, q4_0, ...)"),
     (("-ctv", "--cache-type-v"), "cache_type_v", str, "f16", "KV cache type for V"),
@@ -71,22 +130,30 @@ _FLAGS = [
     (("-tb", "--threads-batch"), "threads_batch", int, 0, "CPU threads for prompt processing (0: same as --threads)"),
     (("-n", "--n-predict"), "n_predict", int, -1, "default max_tokens when a request sets none (-1: until the context is full)"),
     (("--chat-template",), "chat_template", str, None, "a Jinja chat template file, or a built-in: gemma, chatml, llama3, mistral"),
-    (("--alias",), "alias", str, None, "model name to report in the API (default: the file name)"),
+    (("-a", "--alias"), "alias", str, None, "model name to report in the API (default: the file name); several names separated by commas, the first is reported"),
     (("--api-key",), "api_key", str, None, "require this key (Authorization: Bearer KEY); several keys separated by commas"),
     (("--max-queue",), "max_queue", int, 64, "requests that may wait for a slot; more get 503 with Retry-After"),
+    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots (default: the first --api-key)"),
+    (("--metrics-open",), "metrics_open", bool, False, "serve /metrics without a key even when --api-key is set (anyone who reaches the port reads the model path and the load)"),
+    (("--max-body",), "max_body", "size", "8MiB", "largest request body; larger bodies get 413 (0: no limit); " + SIZE_HELP),
+    (("--request-timeout",), "request_timeout", float, 0.0, "seconds a request may take from arrival to its last token; a request's own 'timeout' can only shorten it (0: no limit)"),
+    (("--shutdown-timeout",), "shutdown_timeout", float, 30.0, "seconds running requests get to finish after SIGTERM before they end with an error"),
     (("--swa-full",), "swa_full", bool, False, "keep the full KV cache on sliding-window models (more memory, no checkpoints needed)"),
     (("-ctxcp", "--ctx-checkpoints"), "ctx_checkpoints", int, 32, "checkpoints kept per slot on non-truncatable models"),
     (("--checkpoint-every",), "checkpoint_every", int, 8192, "tokens between checkpoints inside a long prefill (0: only at message starts)"),
-    (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "bytes of checkpoints kept per slot"),
-    (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache, e.g. 8GiB (0: off; auto: a quarter of the RAM, at most 32GiB)"),
-    (("--cache-vram",), "cache_vram", "vram", "0", "device memory for spare sequences that keep idle conversations on the GPU, e.g. 8GiB or auto (0: none). With a stream per slot (attention models) each spare is a stream; auto: up to one per slot in free device memory. Recurrent and hybrid models get two spare sequences per slot in their one pool"),
+    (("--checkpoint-ram",), "checkpoint_ram", "size", "4GiB", "memory for checkpoints per slot; " + SIZE_HELP),
+    (("-cram", "--cache-ram"), "cache_ram", "size", DEFAULT_CACHE_RAM, "RAM for the prompt cache (0: off; auto: a quarter of the RAM, at most 32GiB); " + SIZE_HELP),
+    (("--cache-vram",), "cache_vram", "vram", "0", "device memory for spare sequences that keep idle conversations on the GPU, a size (" + SIZE_HELP + ") or auto (0: none). With a stream per slot (attention models) each spare is a stream; auto: up to one per slot in free device memory. Recurrent and hybrid models get two spare sequences per slot in their one pool"),
+    (("--cache-disk",), "cache_disk", str, None, "directory of the disk tier: prompt-cache entries evicted from RAM, and those worth keeping at shutdown, are written there and survive restarts (created owner-only; default: off)"),
+    (("--cache-disk-size",), "cache_disk_size", str, "auto", "byte budget of --cache-disk (auto: half the free space, at most 64GiB); " + SIZE_HELP),
+    (("--slot-save-path",), "slot_save_path", str, None, "directory for POST /slots/{id}?action=save|restore|erase and its 'filename' (as llama-server's); it must exist"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
     (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
-    (("--reasoning-format",), "reasoning_format", str, "auto", "auto: split <think> into reasoning_content; none: leave it in content"),
+    (("--reasoning-format",), "reasoning_format", str, "auto", "auto: thoughts go to reasoning_content when the chat template uses <think>; deepseek: always; none: leave them in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
     (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),
     (("--embeddings",), "embeddings", bool, False, "serve /v1/embeddings from a second llama context with embeddings on (generation is unaffected)"),
@@ -94,12 +161,40 @@ _FLAGS = [
     (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
 ]
 
+# Flags llama-server users type: its sampling defaults, reasoning, model download, and flags
+# for what warmslot always does (accepted, with a log line that they change nothing).
+_FLAGS += [
+    (("--chat-template-file",), "chat_template_file", str, None, "a Jinja chat template file (as --chat-template FILE)"),
+    (("--no-mmap",), "no_mmap", bool, False, "read the weights into memory instead of mapping the file"),
+    (("--mlock",), "mlock", bool, False, "keep the weights in RAM (never swapped out)"),
+    (("-s", "--seed"), "seed", int, -1, "default sampling seed of requests that send none (-1: random)"),
+    (("--temp", "--temperature"), "temp", float, 0.8, "default temperature"),
+    (("--top-k",), "top_k", int, 40, "default top-k (0: off)"),
+    (("--top-p",), "top_p", float, 0.95, "default top-p (1.0: off)"),
+    (("--min-p",), "min_p", float, 0.05, "default min-p (0.0: off)"),
+    (("--repeat-last-n",), "repeat_last_n", int, 64, "default number of recent tokens the penalties look at"),
+    (("--repeat-penalty",), "repeat_penalty", float, 1.0, "default repeat penalty (1.0: off)"),
+    (("--presence-penalty",), "presence_penalty", float, 0.0, "default presence penalty (0.0: off)"),
+    (("--frequency-penalty",), "frequency_penalty", float, 0.0, "default frequency penalty (0.0: off)"),
+    (("--reasoning-budget",), "reasoning_budget", int, -1, "tokens a reply may think before </think> is forced (-1: no limit, 0: end thinking at once)"),
+    (("-hf", "-hfr", "--hf-repo"), "hf_repo", str, None, "download the model from Hugging Face: USER/REPO[:QUANT] (quant default Q4_K_M, else the first GGUF), into its cache"),
+    (("-hff", "--hf-file"), "hf_file", str, None, "the GGUF file of --hf-repo to download (overrides the quant)"),
+    (("-hft", "--hf-token"), "hf_token", str, None, "Hugging Face token (default: HF_TOKEN or the saved login)"),
+    (("-v", "--verbose"), "verbose", bool, False, "log everything, llama.cpp included (as --log-level debug)"),
+    (("--jinja",), "jinja", "noop", False, "accepted for llama-server compatibility: chat templates always run with Jinja"),
+    (("--metrics",), "metrics", "noop", False, "accepted for llama-server compatibility: /metrics is always on"),
+    (("--slots",), "slots", "noop", False, "accepted for llama-server compatibility: /slots is on unless --no-slots"),
+    (("--no-webui",), "no_webui", "noop", False, "accepted for llama-server compatibility: there is no web UI"),
+    (("-cb", "--cont-batching"), "cont_batching", "noop", False, "accepted for llama-server compatibility: batching is always continuous"),
+]
+
 _CHOICES = {
+    "split_mode": tuple(placement.SPLIT_MODES),
     "flash_attn": ("on", "off", "auto"),
     "cache_type_k": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "cache_type_v": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "tool_format": ("auto",) + tuple(f for f in FORMATS if f != "none"),
-    "reasoning_format": ("auto", "none"),
+    "reasoning_format": ("auto", "deepseek", "none"),
     "log_level": ("debug", "info", "warning", "error"),
     "pooling": ("auto", "mean", "cls", "last"),
 }
@@ -117,12 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warmslot",
         description="An OpenAI-compatible llama.cpp server for agents: it never recomputes a prefix it has seen.",
-        epilog="Every flag can also be set with an environment variable WARMSLOT_<NAME>, e.g. WARMSLOT_CTX_SIZE=16384.",
+        epilog="Every flag can also be set with an environment variable WARMSLOT_<NAME>, e.g. WARMSLOT_CTX_SIZE=16384. "
+        f"Sizes (--cache-ram, --checkpoint-ram, --cache-vram): {SIZE_HELP}.",
     )
+    parser.add_argument("--version", action="version", version=version_text(), help="print the version and exit")
     for flags, dest, kind, default, text in _FLAGS:
         env = os.environ.get(env_name(dest))
         help_text = f"{text} [env {env_name(dest)}]"
-        if kind is bool:
+        if kind in (bool, "noop"):
             value = _env_bool(env) if env is not None else default
             parser.add_argument(*flags, dest=dest, action="store_true", default=value, help=help_text)
             continue
@@ -142,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def placement_of(a: argparse.Namespace) -> placement.Placement:
+    return placement.Placement(
+        split_mode=a.split_mode, main_gpu=a.main_gpu, tensor_split=a.tensor_split or (), devices=a.device,
+        rpc_servers=a.rpc or (),
+    )
+
+
 def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.Namespace]:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -149,6 +253,18 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         parser.error("--parallel must be at least 1")
     if a.max_n < 1 or a.responses_store < 1:
         parser.error("--max-n and --responses-store must be at least 1")
+    if a.cache_disk and a.cache_ram <= 0:
+        parser.error("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
+    if a.slot_save_path and not os.path.isdir(a.slot_save_path):
+        parser.error(f"--slot-save-path: not a directory: {a.slot_save_path}")
+    try:
+        disk_size = parse_disk_size(a.cache_disk_size, a.cache_disk) if a.cache_disk else 0
+    except (argparse.ArgumentTypeError, OSError) as exc:
+        parser.error(f"--cache-disk-size: {exc}")
+    if a.cache_disk and disk_size <= 0:
+        parser.error("--cache-disk-size must be above 0")
+    if a.main_gpu < 0:
+        parser.error("--main-gpu must be a device index (0 or more)")
     engine = EngineConfig(
         model_path=a.model or "",
         n_parallel=a.parallel,
@@ -173,21 +289,62 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cache_vram=a.cache_vram,
         embeddings=a.embeddings,
         pooling=a.pooling,
+        cache_ram_auto=isinstance(a.cache_ram, AutoSize),
+        use_mmap=not a.no_mmap,
+        use_mlock=a.mlock,
+        cache_disk=a.cache_disk,
+        cache_disk_size=disk_size,
+        placement=placement_of(a),
     )
+    if a.reasoning_budget < -1:
+        parser.error("--reasoning-budget must be -1 (no limit), 0 or more")
+    if a.model and a.hf_repo:
+        parser.error("give -m (a local file) or -hf (a Hugging Face repository), not both")
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
+    aliases = [name.strip() for name in (a.alias or "").split(",") if name.strip()]
     config = ServerConfig(
         engine=engine,
         host=a.host,
         port=a.port,
-        alias=a.alias,
+        alias=aliases[0] if aliases else None,
+        aliases=aliases,
         api_keys=keys,
-        chat_template=a.chat_template,
+        chat_template=a.chat_template_file or a.chat_template,
         n_predict=a.n_predict,
+        sampling=_sampling(a),
         slots_endpoint=not a.no_slots,
         tool_format=a.tool_format,
         reasoning_format=a.reasoning_format,
-        log_level=a.log_level,
+        reasoning_budget=a.reasoning_budget,
+        log_level="debug" if a.verbose else a.log_level,
+        hf_repo=a.hf_repo,
+        hf_file=a.hf_file,
+        hf_token=a.hf_token,
+        ignored_flags=[flags[-1] for flags, dest, kind, _, _ in _FLAGS if kind == "noop" and getattr(a, dest)],
+        admin_key=a.admin_key or None,
+        metrics_open=a.metrics_open,
+        max_body=a.max_body,
+        request_timeout=max(0.0, a.request_timeout),
+        shutdown_timeout=max(0.0, a.shutdown_timeout),
+        slot_save_path=a.slot_save_path,
         max_n=a.max_n,
         responses_store=a.responses_store,
     )
+    if a.chat_template_file and not os.path.isfile(a.chat_template_file):
+        parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")
     return config, a
+
+
+def _sampling(a: argparse.Namespace) -> SamplingParams:
+    """The request defaults from the sampling flags: the one place they come from."""
+    return SamplingParams(
+        temperature=max(0.0, a.temp),
+        top_k=a.top_k,
+        top_p=a.top_p,
+        min_p=a.min_p,
+        repeat_penalty=a.repeat_penalty,
+        repeat_last_n=a.repeat_last_n,
+        frequency_penalty=a.frequency_penalty,
+        presence_penalty=a.presence_penalty,
+        seed=None if a.seed < 0 else a.seed,
+    )

@@ -50,12 +50,18 @@ class InvalidRequest(ApiError):
 
 
 class ContextOverflow(InvalidRequest):
-    """400: the prompt cannot fit in a slot's context."""
+    """400: the prompt cannot fit in a slot's context.
+
+    NOTE: clients decide from the message text whether to compress the history and retry.
+    The message carries llama-server's wording ("exceeds the available context size"), which
+    litellm maps to ContextWindowExceededError and hermes-agent to context overflow, and
+    "context size is N", from which hermes-agent reads the real limit."""
 
     def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
         super().__init__(
-            f"the request needs {n_prompt_tokens} prompt tokens, but the context of a slot "
-            f"holds {n_ctx} tokens; shorten the prompt or start the server with a larger --ctx-size",
+            f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+            f"try increasing it: a slot's context size is {n_ctx} tokens; shorten the prompt, or start "
+            "the server with a larger --ctx-size or fewer --parallel slots",
             param="messages",
             code="exceed_context_size_error",
             extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx},
@@ -70,9 +76,28 @@ class Unauthorized(ApiError):
         super().__init__(message, code="invalid_api_key")
 
 
+class Forbidden(ApiError):
+    """403: the key is valid, but the route is for the admin key."""
+
+    status = 403
+    type = "permission_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="admin_key_required")
+
+
 class NotFound(ApiError):
     status = 404
     type = "not_found_error"
+
+
+class ModelNotFound(NotFound):
+    """404 for a model id the server does not serve, as OpenAI answers it."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model '{model}' does not exist", param="model", code="model_not_found")
 
 
 class MethodNotAllowed(ApiError):
@@ -88,6 +113,18 @@ class Unavailable(ApiError):
 
     def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
         super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
+
+
+class RequestTimeout(ApiError):
+    """408: the request passed its deadline (`timeout` in the body, --request-timeout)."""
+
+    status = 408
+    type = "timeout_error"
+
+    def __init__(self, message: str) -> None:
+        # NOTE: OpenAI's clients retry a 408 unless told not to; the same request would
+        # only pass the same deadline again
+        super().__init__(message, code="request_timeout", headers={"x-should-retry": "false"})
 
 
 class ServerError(ApiError):

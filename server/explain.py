@@ -2,7 +2,8 @@
 
 The engine reports the reuse (source, slot, restored checkpoint) and, for the candidate that
 shared the longest prefix, the first token where it and the new prompt differ with the text
-around it. This module places that token in the conversation (which message, which role) and
+around it: the prompt's own text, and the candidate's only where it is the reply to a prompt
+the new one contains whole (never another conversation's text). This module places that token in the conversation (which message, which role) and
 words it three ways: the `X-Warmslot-Cache` header, the opt-in `warmslot` body field, and one
 log line per request.
 """
@@ -30,7 +31,7 @@ def divergence(reuse: Reuse, n_prompt: int, prompt: Prompt | None) -> dict[str, 
             out["message"] = index
             out["role"] = prompt.messages[index][0]
     out["context"] = reuse.context_text
-    out["old"] = reuse.old_text
+    out["old"] = reuse.old_text if reuse.old_quoted else None  # another prompt's text: never
     out["new"] = reuse.new_text
     return out
 
@@ -81,7 +82,8 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
     where = divergence(reuse, usage.prompt_tokens, prompt)
     if where is not None:
         place = f" in message {where['message']} ({where['role']})" if "message" in where else ""
-        line += f"; diverged at token {where['token']}{place}: {where['old']!r} -> {where['new']!r}"
+        old = repr(where["old"]) if where["old"] is not None else "(another prompt's text)"
+        line += f"; diverged at token {where['token']}{place}: {old} -> {where['new']!r}"
     if reuse.reason:
         line += f"; {reuse.reason}"
     return line

@@ -15,7 +15,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
+from warmslot.cache.disk import REASONS
 from warmslot.slots.stats import PROMPT_SOURCES, CopyCause
+
+from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
 
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
@@ -30,6 +33,12 @@ ENDPOINTS = {
     "/slots": "slots",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
+    "/openapi.json": "openapi",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/embeddings": "embeddings",
+    **WORKER_ENDPOINTS,
 }
 
 
@@ -43,7 +52,8 @@ class RequestCounter:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        endpoint = ENDPOINTS.get(scope["path"], "other")
+        path = scope["path"]
+        endpoint = ENDPOINTS.get(path) or ("slots" if path.startswith("/slots/") else "other")
         status = [0]
 
         async def send_wrapper(message):
@@ -94,6 +104,7 @@ class EngineCollector:
             yield from self._slots(snap)
         yield from self._checkpoints(snap, stats)
         yield from self._cache(snap, engine)
+        yield from self._disk(engine.disk_view)
         yield from self._model(engine.info)
 
     def _requests(self):
@@ -156,9 +167,40 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_prompt_cache_save_seconds", "Time spent saving slots into the prompt cache", value=s.save_seconds)
         yield CounterMetricFamily("warmslot_prompt_cache_load_seconds", "Time spent loading prompt-cache entries into slots", value=s.load_seconds)
 
+    def _disk(self, view):
+        rejected = CounterMetricFamily("warmslot_disk_cache_rejected", "Files of the disk tier and slot files not used, by reason", labels=["reason"])
+        slot_files = self.server.slot_file_rejected
+        for reason in REASONS:
+            rejected.add_metric([reason], (view.stats.rejected.get(reason, 0) if view else 0) + slot_files.get(reason, 0))
+        yield rejected
+        if view is None:
+            return
+        s = view.stats
+        yield GaugeMetricFamily("warmslot_disk_cache_entries", "Entry files in the disk tier (those of another model or layout included)", value=view.n_entries)
+        yield GaugeMetricFamily("warmslot_disk_cache_bytes", "Bytes of the disk tier's entry files (queued writes included)", value=view.bytes)
+        yield GaugeMetricFamily("warmslot_disk_cache_budget_bytes", "The disk tier's budget (--cache-disk-size)", value=view.budget_bytes)
+        yield GaugeMetricFamily("warmslot_disk_cache_queued_bytes", "Bytes waiting for the disk writer", value=s.queued_bytes)
+        yield GaugeMetricFamily("warmslot_disk_cache_index_seconds", "Time the startup index rebuild took", value=s.index_seconds)
+        yield CounterMetricFamily("warmslot_disk_cache_hits", "Requests that loaded a disk entry", value=s.hits)
+        yield CounterMetricFamily("warmslot_disk_cache_reads", "Entry files read (and verified) for loads", value=s.reads)
+        yield CounterMetricFamily("warmslot_disk_cache_read_bytes", "Bytes read from entry files", value=s.read_bytes)
+        yield CounterMetricFamily("warmslot_disk_cache_read_seconds", "Time spent reading and verifying entry files (reader threads)", value=s.read_seconds)
+        yield CounterMetricFamily("warmslot_disk_cache_memory_reads", "Loads of entries still queued for writing, served from memory", value=s.memory_reads)
+        yield CounterMetricFamily("warmslot_disk_cache_writes", "Entry files written", value=s.writes)
+        yield CounterMetricFamily("warmslot_disk_cache_write_bytes", "Bytes of entry files written", value=s.write_bytes)
+        yield CounterMetricFamily("warmslot_disk_cache_write_seconds", "Time spent writing entry files, fsync included (writer thread)", value=s.write_seconds)
+        yield CounterMetricFamily("warmslot_disk_cache_write_errors", "Entry writes that failed", value=s.write_errors)
+        deleted = CounterMetricFamily("warmslot_disk_cache_deleted", "Entry files deleted, by reason", labels=["reason"])
+        deleted.add_metric(["evicted"], s.evictions)
+        deleted.add_metric(["expired"], s.expired)
+        deleted.add_metric(["redundant"], s.dropped_redundant)
+        yield deleted
+        yield CounterMetricFamily("warmslot_disk_cache_refused", "Entries not written: larger than the budget, or older than every entry kept", value=s.refused)
+
     def _model(self, info):
         if info is None:
             return
+        yield from self._devices(info)
         family = InfoMetricFamily("warmslot_model", "The loaded model")
         family.add_metric([], {
             "name": info.model_name,
@@ -171,6 +213,15 @@ class EngineCollector:
             "fingerprint": info.fingerprint,
         })
         yield family
+
+    def _devices(self, info):
+        model = GaugeMetricFamily("warmslot_device_model_bytes", "Model weights by device (llama.cpp's buffer names)", labels=["device"])
+        state = GaugeMetricFamily("warmslot_device_state_bytes", "KV cache and recurrent state of all sequences, by device", labels=["device"])
+        for d in info.device_memory:
+            model.add_metric([d.device], d.model_bytes)
+            state.add_metric([d.device], d.state_bytes)
+        yield model
+        yield state
 
 
 def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:
@@ -185,6 +236,11 @@ def make_registry(server, request_counts: Counter) -> CollectorRegistry:
 
 
 async def metrics_endpoint(request: Request) -> Response:
+    """Prometheus text. With API keys it needs one, as llama-server's does, unless
+    --metrics-open (the model path and the load are then readable by anyone)."""
+    server = request.app.state.warmslot
+    if not server.config.metrics_open:
+        server.authorize(request)
     registry = request.app.state.metrics_registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from warmslot.slots import SamplingParams
 
+from .cache_hints import parse_cache_hints
 from .errors import InvalidRequest
 from .gbnf.schema import convert_schema
 
@@ -207,6 +208,9 @@ class GenerationParams:
     n: int = 1  # choices, each sampled on its own from one evaluation of the prompt
     logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely
     echo: bool = False  # completions: the prompt text precedes each choice's text
+    timeout: float | None = None  # seconds the request may take, waiting and running
+    cache_key: str = ""  # prompt_cache_key: slot affinity
+    keep_s: float | None = None  # prompt_cache_retention in seconds (0: never on disk; None: default)
 
 
 def parse_generation(
@@ -238,6 +242,7 @@ def parse_generation(
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     include_usage = bool(options and _boolean(options, "include_usage", False))
     salt = _string(body, "cache_salt") or _string(body, "user") or ""
+    cache_key, keep_s = parse_cache_hints(body)
     return GenerationParams(
         sampling=sampling,
         max_tokens=max_tokens,
@@ -251,7 +256,20 @@ def parse_generation(
         n=_integer(body, "n", 1, 1, MAX_N),
         logprobs=_logprobs(body, completion),
         echo=echo,
+        timeout=_timeout(body),
+        cache_key=cache_key,
+        keep_s=keep_s,
     )
+
+
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def _timeout(body: dict) -> float | None:
+    value = _number(body, "timeout", None, 0.0, MAX_TIMEOUT)
+    if value is not None and value <= 0:
+        raise InvalidRequest("'timeout' must be a number of seconds above 0", param="timeout")
+    return value
 
 
 # -- chat ---------------------------------------------------------------------------------

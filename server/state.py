@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -17,12 +18,13 @@ from starlette.requests import Request
 from warmslot.slots import Engine, GenerateRequest
 
 from . import responses
-from .bridge import AsyncSink, Submission
-from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format, detect_reasoning
+from .bridge import AsyncSink, Submission, shutting_down
+from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable
 from .protocol import GenerationParams, parse_body
 from .response_store import ResponseStore
+from .reasoning import reasoning_mode, thinks
 
 log = logging.getLogger("warmslot.server")
 
@@ -37,8 +39,11 @@ class Warmslot:
         self.model_name = config.alias or os.path.basename(config.engine.model_path) or "model"
         self.created = int(time.time())
         self.tool_format = "hermes"
-        self.reasoning = (False, False)
+        self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
+        self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
+        self.draining = False  # shutting down: no new requests (see drain.py)
+        self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
         self.responses = ResponseStore(config.responses_store)  # for previous_response_id
 
@@ -57,7 +62,8 @@ class Warmslot:
         template = ChatTemplate(name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos))
         fmt = self.config.tool_format
         self.tool_format = detect_format(source) if fmt == "auto" else fmt
-        self.reasoning = detect_reasoning(source) if self.config.reasoning_format == "auto" else (False, False)
+        self.reasoning = reasoning_mode(self.config.reasoning_format, source)
+        self.thinks = thinks(self.config.reasoning_format, source)
         self.builder = PromptBuilder(template, vocab)
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
@@ -67,29 +73,52 @@ class Warmslot:
     def require_ready(self) -> None:
         if self.init_error is not None:
             raise ServerError(f"the model failed to load: {self.init_error}")
+        if self.draining:
+            raise shutting_down()
         if not self.ready:
             raise Unavailable("the model is loading", retry_after=5, code="loading")
 
     # -- auth and tenants ---------------------------------------------------------------
 
     def authorize(self, request: Request) -> str:
-        """The API key the request used ("" when the server has none). Raises 401."""
-        keys = self.config.api_keys
-        if not keys:
-            return ""
+        """The key the request used: an API key or the admin key. Without API keys every
+        request may pass (as "" unless it shows the admin key). Raises 401."""
         header = request.headers.get("authorization", "")
         given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-        for key in keys:
+        known = [*self.config.api_keys, *([self.config.admin_key] if self.config.admin_key else [])]
+        found = ""
+        for key in known:  # every key is compared, so the time says nothing of which matched
             if given and hmac.compare_digest(given.encode(), key.encode()):
-                return key
+                found = key
+        if found or not self.config.api_keys:
+            return found
         raise Unauthorized()
 
+    def is_admin(self, key: str) -> bool:
+        """The admin key (--admin-key, else the first API key) sees every tenant on /slots."""
+        admin = self.config.admin_key or (self.config.api_keys[0] if self.config.api_keys else None)
+        return admin is None or key == admin
+
     @staticmethod
-    def tenant(key: str, hint: str) -> str:
-        """Prefixes are shared only within a tenant: the API key plus cache_salt (or user)."""
+    def owner(key: str) -> str:
+        """The part of a tenant that names the key ("" without a key)."""
+        return hashlib.sha256(b"owner\0" + key.encode()).hexdigest()[:12] if key else ""
+
+    @classmethod
+    def tenant(cls, key: str, hint: str) -> str:
+        """Prefixes are shared only within a tenant: the API key plus cache_salt (or user).
+        Written `owner:salt`, so that /slots can show a key all of its own tenants."""
         if not key and not hint:
             return ""
-        return hashlib.sha256(f"{key}\0{hint}".encode()).hexdigest()[:16]
+        salted = hashlib.sha256(f"{key}\0{hint}".encode()).hexdigest()[:16] if hint else ""
+        return f"{cls.owner(key)}:{salted}"
+
+    def visible_tenants(self, key: str):
+        """Which tenants' slots and cache entries a key may see on /slots (None: all)."""
+        if self.is_admin(key):
+            return None
+        owner = self.owner(key)
+        return lambda tenant: tenant.split(":", 1)[0] == owner
 
     # -- generation --------------------------------------------------------------------
 
@@ -119,10 +148,18 @@ class Warmslot:
             ignore_eos=gen.ignore_eos,
             tenant=self.tenant(key, gen.tenant_hint),
             reuse_prefix=gen.cache_prompt,
+            cache_key=gen.cache_key,
+            keep_s=gen.keep_s,
             boundaries=tuple(boundaries),
             logprobs=gen.logprobs,
             sibling_of=sibling_of,
+            deadline=self.deadline(gen.timeout),
         )
+
+    def deadline(self, timeout: float | None) -> float | None:
+        """When a request submitted now must end: its own `timeout`, at most --request-timeout."""
+        limits = [t for t in (timeout, self.config.request_timeout) if t]
+        return time.monotonic() + min(limits) if limits else None
 
     def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
         return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.info.fingerprint[:10]}")

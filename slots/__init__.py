@@ -3,6 +3,7 @@
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
 from .engine import Engine, EngineConfig, NotReady, QueueFull, Rejected
 from .grammar import GrammarError, GrammarSpec
+from .lifecycle import ShuttingDown
 from .llama_api import MemoryKind, check_grammar
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Source, Usage
 from .sampling import SamplingParams
@@ -28,6 +29,7 @@ __all__ = [
     "Rejected",
     "Result",
     "SamplingParams",
+    "ShuttingDown",
     "Source",
     "Usage",
     "Vocab",

@@ -24,12 +24,14 @@ from typing import Any, Callable
 
 from warmslot.cache.prompt_cache import PromptCache
 
-from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
+from .fairness import longest_over_share
+from .lifecycle import Lifecycle, ShuttingDown
+from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Placement, Sampler
 from .loader import load_parts
 from .logprobs import token_logprob
 from .parallel_sampling import BatchSampler
-from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, Reuse, Usage
-from .router import Fork, Route, Wait
+from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, Reuse, Usage
+from .router import Fetch, Fork, Route, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
@@ -40,28 +42,11 @@ from .vocab import Vocab
 log = logging.getLogger("warmslot.engine")
 
 
-class QueueFull(Exception):
-    """The waiting queue is at --max-queue."""
-
-
-class NotReady(Exception):
-    """The model is still loading (or failed to load)."""
-
-
-class Rejected(Exception):
-    """The request can never run (a prompt that does not fit a slot, token ids outside the
-    vocabulary); `error` says why."""
-
-    def __init__(self, error: EngineError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
 @dataclass(slots=True)
 class EngineConfig:
     model_path: str
     n_parallel: int = 4
-    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_MAX_CTX
+    n_ctx: int = 0  # cells of all slots; 0: the training context if it fits the memory (context_size.py)
     n_batch: int = 2048
     n_ubatch: int = 512
     n_threads: int = 0
@@ -82,10 +67,18 @@ class EngineConfig:
     cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
+    cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
+    use_mmap: bool = True
+    use_mlock: bool = False
+    cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
+    cache_disk_size: int = 0  # its budget in bytes
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
-class Engine:
+
+
+class Engine(Lifecycle):
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.stats = EngineStats()
@@ -96,6 +89,7 @@ class Engine:
         self._published: EngineSnapshot | None = None
         self.ctx: Context | None = None
         self.cache: PromptCache | None = None
+        self.disk = None  # the disk tier (slots.disk_tier.DiskTier), when on
         self.slots: list[Slot] = []
         self.ready = threading.Event()
         self.load_error: BaseException | None = None
@@ -136,6 +130,8 @@ class Engine:
             self.stats.requests[error.kind.value] += 1
             raise Rejected(error)
         with self._cv:
+            if self._draining:  # under the lock: drain() fails all that it queued before
+                raise ShuttingDown("the server is shutting down")
             # requests that idle slots will take at the next step are not waiting (a read of
             # other threads' state: one step stale at worst, and conservative either way)
             idle = self.config.n_parallel - sum(1 for slot in self.slots if slot.active is not None)
@@ -159,18 +155,24 @@ class Engine:
             self._cv.notify()
         return fut
 
-    def snapshot(self, *, detail: bool = False, timeout: float = 10.0) -> EngineSnapshot | None:
+    def snapshot(self, *, detail: bool = False, timeout: float = 10.0, visible: Callable[[str], bool] | None = None) -> EngineSnapshot | None:
         """The slots, queue and prompt cache. detail=False: the view published after the last
         step (any thread, no wait; None before the model is loaded). detail=True: a fresh one
-        with every checkpoint and cache entry, taken on the engine thread between steps."""
+        with every checkpoint and cache entry, taken on the engine thread between steps; only
+        tenants for which `visible(tenant)` holds show their details (None: all)."""
         if not detail:
             return self._published
-        return self.call(lambda engine: take_snapshot(engine, detail=True)).result(timeout)
+        return self.call(lambda engine: take_snapshot(engine, detail=True, visible=visible)).result(timeout)
 
     @property
     def cache_stats(self):
         """The prompt cache's counters (plain numbers, read at scrape time); None without a cache."""
         return self.cache.stats if self.cache is not None else None
+
+    @property
+    def disk_view(self):
+        """The disk tier's sizes and counters (a copy; any thread); None without one."""
+        return self.disk.view() if self.disk is not None else None
 
     @property
     def started(self) -> bool:
@@ -236,11 +238,11 @@ class Engine:
                 last[0] = pct
                 log.info("loading model: %d%%", pct)
 
-        parts = load_parts(self.config, self.stats, progress)
+        parts = load_parts(self.config, self.stats, progress, wake=lambda fn: self.call(lambda engine: fn()))
         self.model, self.ctx, self.layout, self.cache = parts.model, parts.ctx, parts.layout, parts.cache
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
-        self.vocab, self.info, self.embedder = parts.vocab, parts.info, parts.embedder
+        self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
         self._publish()
 
     def _publish(self) -> None:
@@ -252,6 +254,8 @@ class Engine:
             if slot.active is not None:
                 self._finish(slot, FinishReason.ABORT)
         self._flush()
+        if self.disk is not None:
+            self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False))
         if self.sampling is not None:
             self.sampling.close()
         if self.ctx is not None:
@@ -267,6 +271,7 @@ class Engine:
             return
         t0 = time.monotonic()
         self._reap_aborts()
+        self._expire_deadlines()
         self._admit()
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
@@ -285,7 +290,9 @@ class Engine:
         self._publish()
 
     def _has_work(self) -> bool:
-        return bool(self._waiting) or any(s.active is not None for s in self.slots)
+        """Slots running, or requests that may be admitted (not those waiting for a disk read)."""
+        return any(s.active is not None for s in self.slots) or any(
+            self.disk is None or not self.disk.waiting(r.id) for r in self._waiting)
 
     def _drain_inbox(self) -> None:
         with self._cv:
@@ -338,6 +345,11 @@ class Engine:
         while i < len(self._waiting):
             req = self._waiting[i]
             route = Wait(None) if req.sibling_of in held else self.router.route(req)
+            if isinstance(route, Fetch):  # read from disk first; its siblings wait behind it
+                self.disk.fetch(route.entry, req.id)
+                held.add(req.id)
+                i += 1
+                continue
             # NOTE: a fork between streams is pending until the next decode; more forks of the
             # same donor may join it (llama.cpp performs every pending copy then), nothing else
             if self.memory.fork_pending and not (isinstance(route, Fork) and route.donor is self.memory.fork_donor):
@@ -611,13 +623,19 @@ class Engine:
 
     def _on_kv_full(self, entries: list[BatchEntry]) -> None:
         """No room in the KV pool for this batch (memory is unchanged). Free idle slots' cells,
-        least recently used first; then try smaller prefill chunks; then fail the newest request."""
+        least recently used first; then try smaller prefill chunks; then end the generation
+        furthest past its fair share of the pool; then fail the newest request."""
         if self.prefixes.evict_idle():
             return
         prefill = [e for e in entries if not e.is_decode]
         largest = max((e.n for e in prefill), default=0)
         if largest > MIN_CHUNK_ON_PRESSURE:
             self._chunk_cap = largest // 2  # fragmented cells may still fit a smaller chunk
+            return
+        greedy = longest_over_share(self.slots, self.ctx.n_ctx, self.config.n_parallel)
+        if greedy is not None:  # see fairness.py
+            log.info("slot %d: the KV pool is full; ending its generation at %d tokens, past its fair share", greedy.id, greedy.n_past)
+            self._finish(greedy, FinishReason.LENGTH)
             return
         newest = max((e.slot for e in entries), key=lambda s: s.active.admitted)
         log.warning("slot %d: the KV pool is full; failing request %s", newest.id, newest.active.req.id)

@@ -6,20 +6,26 @@ returns belongs to that thread except `vocab` and `info`, which any thread may u
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import logging
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
+from .capacity import Capacity, buffers_by_device, device_memory
+from .context_size import ContextChoice, available_ram, choose_context, device_budget, physical_memory, ram_budget
 from .embeddings import Embedder
 from .layout import KvLayout, plan_layout
-from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, supports_gpu_offload
+from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
 from .memory import SlotMemory
+from .native_log import record_buffers
 from .parallel_sampling import BatchSampler, sampling_threads
 from .prefix import Prefixes
+from .disk_tier import DiskTier
 from .router import Router
 from .slot import Slot
 from .snapshot import EngineInfo
@@ -31,11 +37,7 @@ log = logging.getLogger("warmslot.engine")
 PINNED_AT_START = 16 << 30  # pinned host memory prepared while the model loads (CUDA only)
 
 
-def physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 << 30
+__all__ = ["Parts", "load_parts", "physical_memory"]
 
 
 @dataclass(slots=True)
@@ -53,19 +55,48 @@ class Parts:
     filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
     vocab: Vocab
     info: EngineInfo
+    disk: DiskTier | None = None
     embedder: Embedder | None = None
 
 
-def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Parts:
-    """Load the model and build the engine's parts (`cfg` is an EngineConfig)."""
+def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
+    """Load the model and build the engine's parts (`cfg` is an EngineConfig). `wake(fn)`
+    runs fn on the engine thread (the disk tier's reads report back through it)."""
+    with record_buffers() as buffers:
+        parts = _load(cfg, stats, progress, buffers, wake)
+    parts.info = _with_capacity(parts, cfg, buffers)
+    log.info("capacity:\n%s", parts.info.capacity.table())
+    return parts
+
+
+def _context_choice(cfg, model: Model, on_gpu: bool) -> ContextChoice:
+    """--ctx-size, or for 0 the training context if it fits the memory the server can see."""
+    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    devices = gpu_memory() if on_gpu and cfg.n_ctx <= 0 else []
+    if devices:
+        budget, where = sum(device_budget(d.free, d.total) for d in devices), "free device memory"
+    else:
+        mapped = model.info.size_bytes if cfg.use_mmap else 0  # mapped weights count as available RAM
+        budget, where = ram_budget(available_ram(), physical_memory(), cfg.cache_ram + mapped), "available RAM"
+    choice = choose_context(cfg.n_ctx, model.info.n_ctx_train, per_token, budget, cfg.n_parallel, where)
+    log.info("context: %s", choice.describe())
+    return choice
+
+
+def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, wake) -> Parts:
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
-    model = Model(cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress)
+    model = Model(
+        cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock,
+        placement=cfg.placement,
+    )
     info = model.info
+    on_gpu = cfg.n_gpu_layers != 0 and cfg.placement.offloads and supports_gpu_offload()
+    choice = _context_choice(cfg, model, on_gpu)
     layout = plan_layout(
-        model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=cfg.n_ctx,
+        model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
-        on_gpu=cfg.n_gpu_layers != 0 and supports_gpu_offload(),
+        on_gpu=on_gpu,
     )
     unified = layout.unified
     params = ContextParams(
@@ -80,7 +111,7 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         type_v=cfg.type_v,
         swa_full=cfg.swa_full,
         kv_unified=unified,
-        pinned_states=cfg.n_gpu_layers != 0,
+        pinned_states=on_gpu,
         # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
         pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
     )
@@ -95,9 +126,19 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
     ]
     kind = ctx.memory_kind
-    # a saved state records the KV layout (one pool, or its stream count)
-    fingerprint = f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+    # a saved state records the KV layout (one pool, or its stream count); states on disk
+    # also outlive the llama.cpp build that wrote them
+    fingerprint = (
+        f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
+        f":llama-cpp-python-{_library_version()}"
+    )
     cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+    disk = None
+    if cfg.cache_disk:
+        if cache is None:
+            raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
+        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty)
+        disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -105,10 +146,10 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
-    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified)
+    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk)
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
-        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every,
+        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk,
     )
     log.info(
         "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
@@ -130,11 +171,38 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None]) -> Pa
         fingerprint=info.fingerprint, n_params=info.n_params, size_bytes=info.size_bytes, n_vocab=info.n_vocab,
         n_ctx_train=info.n_ctx_train, chat_template=info.chat_template, memory=kind, n_slots=cfg.n_parallel,
         n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
-        kv_bytes_per_token=per_token,
+        kv_bytes_per_token=per_token, context=choice, pinned_limit=params.pinned_limit if host.pinned else 0,
+        state_fingerprint=fingerprint,
     )
     # inputs of up to --batch-size tokens (within the training context) on a second context
     embedder = Embedder(
         model, pooling=cfg.pooling, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads,
         flash_attn=cfg.flash_attn,
     ) if cfg.embeddings else None
-    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, embedder)
+    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk, embedder)
+
+
+def _with_capacity(parts: Parts, cfg, buffers: list[tuple[str, str, int]]) -> EngineInfo:
+    """The engine's info with its capacity table, from what llama.cpp allocated."""
+    info = parts.info
+    recurrent = buffers_by_device(buffers, "RS")
+    capacity = Capacity(
+        context=info.context, n_slots=info.n_slots, n_seq=info.n_seq, n_ctx_slot=info.n_ctx_slot,
+        weights_bytes=buffers_by_device(buffers, "model") or {"unknown": info.size_bytes},
+        kv_bytes=buffers_by_device(buffers, "KV"),
+        kv_bytes_per_token=info.kv_bytes_per_token,
+        recurrent_bytes_per_slot=sum(recurrent.values()) // info.n_seq if recurrent else None,
+        compute_bytes=buffers_by_device(buffers, "compute"),
+        checkpoints_per_slot=cfg.ctx_checkpoints, checkpoint_bytes_per_slot=cfg.checkpoint_bytes,
+        cache_ram_bytes=cfg.cache_ram, cache_ram_auto=cfg.cache_ram_auto,
+        pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
+        device_memory=device_memory(buffers),
+    )
+    return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)
+
+
+def _library_version() -> str:
+    try:
+        return importlib.metadata.version("llama-cpp-python")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -117,6 +117,7 @@ class SlotMemory:
         target.checkpoints = donor.checkpoints.copy()
         target.checkpoints.drop_after(len(target.tokens))
         target.tenant = donor.tenant
+        target.keep_s = donor.keep_s
         target.prompt_end = 0
 
     def save(self, slot: Slot, cause: CopyCause) -> CacheEntry | None:
@@ -130,7 +131,7 @@ class SlotMemory:
             return existing
         t0 = time.monotonic()
         state = self.ctx.state_get(slot.id, partial=False)
-        entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None)
+        entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s)
         seconds = time.monotonic() - t0
         self.cache.stats.save_seconds += seconds
         self.stats.add_copy(cause, int(state.nbytes), seconds)
@@ -139,7 +140,8 @@ class SlotMemory:
         return entry
 
     def load(self, entry: CacheEntry, target: Slot) -> bool:
-        """Copy a cache entry into the slot. The entry stays in the cache, unchanged."""
+        """Copy a cache entry (or a slot file's contents) into the slot. The entry stays in
+        the cache, unchanged."""
         t0 = time.monotonic()
         self.ctx.seq_clear(target.id)
         if not self.ctx.state_set(target.id, entry.state, partial=False):
@@ -150,10 +152,12 @@ class SlotMemory:
         target.checkpoints = entry.checkpoints.copy()
         target.tenant = entry.tenant
         target.prompt_end = entry.prompt_end
-        self.cache.touch(entry)
+        target.keep_s = entry.keep_s
         seconds = time.monotonic() - t0
-        self.cache.stats.loaded_bytes += int(entry.state.nbytes)
-        self.cache.stats.load_seconds += seconds
+        if self.cache is not None:  # None: a slot file restored without a prompt cache
+            self.cache.touch(entry)
+            self.cache.stats.loaded_bytes += int(entry.state.nbytes)
+            self.cache.stats.load_seconds += seconds
         self.stats.add_copy(CopyCause.LOAD, int(entry.state.nbytes), seconds)
         return True
 

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import threading
+from typing import Iterator
 
 _native_log = logging.getLogger("llama.cpp")
+
+# "load_tensors:   CPU_Mapped model buffer size =   235.16 MiB", "llama_kv_cache: CUDA0 KV buffer
+# size = ...", "sched_reserve: CPU compute buffer size = ...": what llama.cpp allocated, per buffer
+_BUFFER_RE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+_recording = threading.local()
+
+
+@contextlib.contextmanager
+def record_buffers() -> Iterator[list[tuple[str, str, int]]]:
+    """Collect the (kind, buffer, bytes) lines llama.cpp logs while this thread loads a model
+    or makes a context. NOTE: llama.cpp has no API that tells how much memory each device
+    holds; its log says it for every buffer, whatever the log level."""
+    found: list[tuple[str, str, int]] = []
+    _recording.found = found
+    try:
+        yield found
+    finally:
+        _recording.found = None
 
 # ggml log levels: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
 _LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -28,5 +49,10 @@ class NativeLog:
                 return
             line = "".join(self.parts).rstrip("\n")
             self.parts.clear()
+        found = getattr(_recording, "found", None)
+        if found is not None and "buffer size" in line:
+            match = _BUFFER_RE.search(line)
+            if match:
+                found.append((match.group(2), match.group(1), int(float(match.group(3)) * (1 << 20))))
         if line and _native_log.isEnabledFor(self.level):
             _native_log.log(self.level, "%s", line)

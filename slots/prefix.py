@@ -1,7 +1,7 @@
 """Bringing a route's prefix into its slot: the steps of admission that move memory.
 
 `Prefixes.take` applies a route (keep the slot's own contents, fork another slot's, load a
-prompt-cache entry, or start empty), saves what the slot held first when it is worth it,
+prompt-cache entry or a fetched disk entry, or start empty), saves what the slot held first when it is worth it,
 and says what happened (`Reuse`). It also makes room: idle slots move to the prompt cache
 when a request starts (`park_idle`) or when the KV pool is full (`evict_idle`). Runs on the
 engine thread.
@@ -14,10 +14,11 @@ import logging
 from warmslot.cache.prompt_cache import PromptCache
 
 from .llama_api import Context, Model
+from .disk_tier import DiskTier
 from .memory import SlotMemory
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
-from .router import Fork, KeepSlot, Load, Route
+from .router import Fork, FromDisk, KeepSlot, Load, Route
 from .slot import Slot
 from .stats import CopyCause, EngineStats
 
@@ -41,6 +42,7 @@ class Prefixes:
         park: bool,
         n_spare: int,
         checkpoint_every: int,
+        disk: DiskTier | None = None,
     ) -> None:
         self.slots = slots
         self.memory = memory
@@ -51,6 +53,7 @@ class Prefixes:
         self.park = park  # move idle slots to the prompt cache when a request starts
         self.n_spare = n_spare
         self.checkpoint_every = checkpoint_every
+        self.disk = disk
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -61,7 +64,7 @@ class Prefixes:
             reuse.candidate_len = len(best.tokens)
             # described before the prefix is taken, which may cut the candidate's tokens
             if best.matched < min(len(best.tokens), len(req.tokens)):
-                self._describe_divergence(reuse, best.tokens, req.tokens, best.matched)
+                self._describe_divergence(reuse, best, req.tokens)
         keep, plan = self._take_prefix(route, req)
         reuse.source = route.source if keep else Source.NONE
         reuse.cached = keep
@@ -73,6 +76,7 @@ class Prefixes:
             reuse.reason = best.reason if best else ""
         if reuse.matched > 0 and keep == 0:
             self.stats.full_prefills += 1
+        route.target.cache_key, route.target.keep_s = req.cache_key, req.keep_s  # it serves req now
         return reuse, plan
 
     def park_idle(self, keep: Slot) -> None:
@@ -93,13 +97,25 @@ class Prefixes:
             self.memory.clear(slot)
             self.stats.parked += 1
 
-    def _describe_divergence(self, reuse: Reuse, old: list[int], new: list[int], at: int, width: int = 12) -> None:
+    def _describe_divergence(self, reuse: Reuse, best, new: list[int], width: int = 12) -> None:
+        """The text around the first differing token: the prompt's own text before and after
+        it, and the candidate's text after it only where the prompt holds the candidate's
+        whole prompt (it continues that conversation: what differs is the reply the server
+        gave it, which the requester already had).
+
+        NOTE: a candidate that diverges inside its own prompt may be another conversation of
+        the same tenant (a shared system prompt is enough to match); quoting its text would
+        let anyone read other prompts a few tokens at a time. Positions and counts stay."""
+        at, old = best.matched, best.tokens
+        prompt_end = best.prompt_end if best.prompt_end is not None else len(old)
+
         def text(tokens) -> str:
             return self.model.detokenize(tokens, special=True)
 
         reuse.context_text = text(new[max(0, at - width) : at])
-        reuse.old_text = text(old[at : at + width])
         reuse.new_text = text(new[at : at + width])
+        reuse.old_quoted = at >= prompt_end
+        reuse.old_text = text(old[at : at + width]) if reuse.old_quoted else ""
 
     def _take_prefix(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
         """Fill the target slot with the route's source, cut back to what the prompt shares.
@@ -119,14 +135,20 @@ class Prefixes:
             memory.save(slot, CopyCause.OVERWRITE)
         if isinstance(route, Fork):
             memory.fork(route.donor, slot, route.usable)
-        elif isinstance(route, Load):
+        elif isinstance(route, (Load, FromDisk)):
+            # a disk entry is loaded through the prompt-cache entry its fetched bytes make
+            entry = route.entry if isinstance(route, Load) else self.disk.take(route.entry)
+            if entry is None:
+                memory.clear(slot)
+                return 0, None
             # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
-            while sum(s.n_past for s in self.slots) + len(route.entry) > self.ctx.n_ctx and self.evict_idle(exclude=slot):
+            while sum(s.n_past for s in self.slots) + len(entry) > self.ctx.n_ctx and self.evict_idle(exclude=slot):
                 pass
-            while not memory.load(route.entry, slot):
+            while not memory.load(entry, slot):
                 if not self.evict_idle(exclude=slot):
                     return 0, None
-            self.cache.stats.hits += 1
+            if isinstance(route, Load):
+                self.cache.stats.hits += 1
         else:
             memory.clear(slot)
             if self.cache is not None:

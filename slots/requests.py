@@ -40,6 +40,8 @@ class ErrorKind(str, enum.Enum):
     INVALID = "invalid"  # the request itself is bad (a grammar llama.cpp rejects)
     CONTEXT = "context"  # the prompt cannot fit a slot
     BUSY = "busy"  # no KV memory left for it while other requests hold it
+    TIMEOUT = "timeout"  # its deadline passed
+    SHUTDOWN = "shutdown"  # the server is shutting down
     INTERNAL = "internal"
 
 
@@ -47,6 +49,23 @@ class ErrorKind(str, enum.Enum):
 class EngineError:
     kind: ErrorKind
     message: str
+
+
+class QueueFull(Exception):
+    """The waiting queue is at --max-queue."""
+
+
+class NotReady(Exception):
+    """The model is still loading (or failed to load)."""
+
+
+class Rejected(Exception):
+    """The request can never run (a prompt that does not fit a slot, token ids outside the
+    vocabulary); `error` says why."""
+
+    def __init__(self, error: EngineError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class Sink(Protocol):
@@ -74,7 +93,10 @@ class GenerateRequest:
     # the id of a request with the same prompt submitted just before (the other choices of
     # n > 1): this one waits for that prefill and forks it instead of computing the prompt
     sibling_of: str | None = None
+    cache_key: str = ""  # prompt_cache_key: requests with the same key prefer the slot that last served it
+    keep_s: float | None = None  # prompt_cache_retention on disk: 0 never written there, None LRU only
     submitted: float = field(default_factory=time.monotonic)
+    deadline: float | None = None  # time.monotonic() by which it ends, finished or not
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"
@@ -94,9 +116,10 @@ class Reuse:
     candidate_len: int = 0  # how many tokens the best candidate holds
     candidate_source: Source = Source.NONE  # where the best candidate was
     # around the first token where the best candidate and the prompt differ:
-    context_text: str = ""  # the shared text just before it
-    old_text: str = ""  # the candidate's text from there
+    context_text: str = ""  # the prompt's own text just before it
+    old_text: str = ""  # the candidate's text from there, when it may be quoted (old_quoted)
     new_text: str = ""  # the prompt's text from there
+    old_quoted: bool = False  # the candidate's text is the requester's own conversation's
     reason: str = ""
 
 

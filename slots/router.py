@@ -4,14 +4,19 @@ Sources, by how many prompt tokens a slot keeps after using them:
 - **slot**: an idle slot's own contents (nothing copied);
 - **fork**: another slot's contents, copied with llama.cpp's `seq_cp` (on the device), busy
   or idle; on non-truncatable memory only up to one of its checkpoints or its end;
-- **ram**: a prompt-cache entry, copied from RAM.
+- **ram**: a prompt-cache entry, copied from RAM;
+- **disk**: a disk-tier entry, read from its file first (`Fetch`: the request waits while
+  a reader thread reads it), then loaded like a RAM entry.
 
-The longest usable prefix wins; ties prefer slot, then fork, then ram. A cache load or a
-fork goes into an empty idle slot, else the least recently used one. A busy slot is never
-taken. A request whose prefix another slot is about to compute waits for it (`Wait`).
+The longest usable prefix wins; ties prefer slot, then fork, then ram, then disk. A disk
+candidate counts its usable prefix minus the price of reading it, in tokens the same time
+would compute (`DiskTier.cost_tokens`). A cache load or a fork goes into the idle slot
+that last served the request's `prompt_cache_key`, else an empty one, else the least
+recently used one. A busy slot is never taken. A request whose prefix another slot is about
+to compute waits for it (`Wait`).
 
-A route is one of `KeepSlot`, `Fork`, `Load`, `Fresh` or `Wait`: each carries exactly what
-applying it needs.
+A route is one of `KeepSlot`, `Fork`, `Load`, `FromDisk`, `Fresh`, `Fetch` or `Wait`: each
+carries exactly what applying it needs.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
+from warmslot.cache.disk import DiskEntry
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
+from .disk_tier import DiskTier
 from .requests import GenerateRequest, Source
 from .reuse import ReusePlan, common_prefix, plan_reuse
 from .slot import Slot
@@ -28,7 +35,7 @@ from .slot import Slot
 # a prefix this long, being computed by another slot right now, is worth waiting for
 MIN_SHARED_TO_WAIT = 32
 
-_RANK = {Source.SLOT: 2, Source.FORK: 1, Source.RAM: 0}
+_RANK = {Source.SLOT: 3, Source.FORK: 2, Source.RAM: 1, Source.DISK: 0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,9 @@ class Candidate:
     tokens: Sequence[int]
     usable: int
     reason: str = ""
+    # where the prompt that produced `tokens` ended (what follows is its generated reply);
+    # unknown: len(tokens). Text before it is quoted to no one (see Prefixes.take)
+    prompt_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,27 @@ class Load:
 
 
 @dataclass(frozen=True, slots=True)
+class FromDisk:
+    """Load a disk entry, whose bytes are in memory now, into the target; `usable` tokens
+    are kept. `cost`: the read's price in tokens (ranking only)."""
+
+    target: Slot | None
+    entry: DiskEntry
+    usable: int
+    seen: Candidate | None = None
+    cost: float = 0.0
+    source = Source.DISK
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Not now: the best source is a disk entry that is being read; the request waits for it
+    and lets later requests go first."""
+
+    entry: DiskEntry
+
+
+@dataclass(frozen=True, slots=True)
 class Fresh:
     """Nothing to reuse: the target starts empty."""
 
@@ -96,7 +127,7 @@ class Wait:
     shared: int = 0
 
 
-Route = Union[KeepSlot, Fork, Load, Fresh, Wait]
+Route = Union[KeepSlot, Fork, Load, FromDisk, Fresh, Fetch, Wait]
 
 
 class Router:
@@ -109,6 +140,7 @@ class Router:
         can_fork: bool = True,
         n_busy_max: int | None = None,
         contiguous: bool = False,
+        disk: DiskTier | None = None,
     ) -> None:
         self.slots = slots
         self.cache = cache
@@ -118,6 +150,7 @@ class Router:
         # at most this many sequences run requests; the others only keep their contents
         self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
         self.contiguous = contiguous  # keep busy ids in one run (a KV stream per sequence)
+        self.disk = disk
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
@@ -125,39 +158,44 @@ class Router:
         if len(self.slots) - len(idle) >= self.n_busy_max:
             return Wait()
         if not req.reuse_prefix:
-            return Fresh(self._receiver(idle, exclude=None))
+            return Fresh(self._receiver(idle, None, req))
         best, seen = self._best(req)
         waiting = self._worth_waiting(req, best.usable if best else 0)
         if waiting is not None:
             return waiting
         if best is None or best.usable == 0:
-            return Fresh(self._receiver(idle, exclude=None), seen)
+            return Fresh(self._receiver(idle, None, req), seen)
         if isinstance(best, KeepSlot):
             return KeepSlot(best.target, best.plan, seen)
         if isinstance(best, Fork):
-            return Fork(self._receiver(idle, exclude=best.donor), best.donor, best.usable, seen)
-        return Load(self._receiver(idle, exclude=None), best.entry, best.usable, seen)
+            return Fork(self._receiver(idle, best.donor, req), best.donor, best.usable, seen)
+        if isinstance(best, FromDisk):
+            if not self.disk.ready(best.entry):
+                return Fetch(best.entry)
+            return FromDisk(self._receiver(idle, None, req), best.entry, best.usable, seen, best.cost)
+        return Load(self._receiver(idle, None, req), best.entry, best.usable, seen)
 
-    def _best(self, req: GenerateRequest) -> tuple[KeepSlot | Fork | Load | None, Candidate | None]:
+    def _best(self, req: GenerateRequest) -> tuple[KeepSlot | Fork | Load | FromDisk | None, Candidate | None]:
         """The source that keeps the most of the prompt, and the candidate that shared the
         most with it (for the miss explanation), over the tenant's slots and cache entries."""
         prompt = req.tokens
-        best: KeepSlot | Fork | Load | None = None
+        best: KeepSlot | Fork | Load | FromDisk | None = None
         seen: Candidate | None = None
 
         def consider(route, candidate: Candidate) -> None:
             nonlocal best, seen
             if seen is None or (candidate.matched, candidate.usable) > (seen.matched, seen.usable):
                 seen = candidate
-            if route is not None and (best is None or (route.usable, _RANK[route.source]) > (best.usable, _RANK[best.source])):
+            if route is not None and (best is None or (_score(route), _RANK[route.source]) > (_score(best), _RANK[best.source])):
                 best = route
 
-        for slot in self.slots:
+        # on ties the slot that last served the request's prompt_cache_key comes first
+        for slot in sorted(self.slots, key=lambda s: not _affine(s, req)):
             if slot.tenant != req.tenant or not slot.tokens:
                 continue
             plan = plan_reuse(slot.tokens, slot.checkpoints, prompt, self.cutter(slot))
             source = Source.SLOT if slot.active is None else Source.FORK
-            candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason)
+            candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason, slot.prompt_end or None)
             if slot.active is None:
                 consider(KeepSlot(slot, plan), candidate)
             # a fork that needs neither a cut nor a restore in the target is safe everywhere
@@ -165,6 +203,8 @@ class Router:
                 consider(Fork(None, slot, plan.keep), candidate)
         if self.cache is not None:
             self._consider_cache(req, consider)
+        if self.disk is not None:
+            self._consider_disk(req, consider)
         return best, seen
 
     def _consider_cache(self, req: GenerateRequest, consider) -> None:
@@ -173,22 +213,43 @@ class Router:
         lookup = self.cache.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
         if lookup.best is not None:
             e = lookup.best
-            consider(Load(None, e.entry, e.usable), Candidate(Source.RAM, e.matched, e.entry.tokens, e.usable))
+            consider(Load(None, e.entry, e.usable), Candidate(Source.RAM, e.matched, e.entry.tokens, e.usable, "", e.entry.prompt_end))
         elif lookup.closest is not None:
             e = lookup.closest
             consider(None, Candidate(Source.RAM, e.matched, e.entry.tokens, 0,
-                                     "the prompt cache entry has no checkpoint at or before the divergence"))
+                                     "the prompt cache entry has no checkpoint at or before the divergence", e.entry.prompt_end))
         if lookup.evicted is not None:
             matched, tokens = lookup.evicted
             consider(None, Candidate(Source.EVICTED, matched, tokens, 0,
                                      f"a prompt-cache entry sharing {matched} tokens was evicted (raise --cache-ram)"))
 
-    def _entry_usable(self, prompt: Sequence[int]) -> Callable[[CacheEntry, int], int]:
+    def _consider_disk(self, req: GenerateRequest, consider) -> None:
+        """The disk's best entry priced by its read, or what explains a disk miss: the entry
+        sharing the most, or one that was rejected."""
+        lookup = self.disk.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
+        if lookup.best is not None:
+            e = lookup.best
+            cost = self.disk.cost_tokens(e.entry)
+            if e.usable - cost > 0:
+                consider(FromDisk(None, e.entry, e.usable, cost=cost), Candidate(Source.DISK, e.matched, e.entry.tokens, e.usable))
+            else:
+                consider(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
+                                         f"computing {e.usable} tokens is faster than reading their {e.entry.read_bytes} bytes from disk"))
+        elif lookup.closest is not None:
+            e = lookup.closest
+            consider(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
+                                     "the disk entry has no checkpoint at or before the divergence"))
+        if lookup.rejected is not None:
+            matched, tokens, reason = lookup.rejected
+            consider(None, Candidate(Source.DISK, matched, tokens, 0,
+                                     f"a disk entry sharing {matched} tokens was rejected ({reason})"))
+
+    def _entry_usable(self, prompt: Sequence[int]) -> Callable[[CacheEntry | DiskEntry, int], int]:
         # after a load the memory ends at the entry's end; only attention memory can be cut
         # anywhere (an SWA window position is unknown until the load, so be strict)
         can_cut = (lambda n: True) if self.truncatable else (lambda n: False)
 
-        def usable(entry: CacheEntry, matched: int) -> int:
+        def usable(entry: CacheEntry | DiskEntry, matched: int) -> int:
             return plan_reuse(entry.tokens, entry.checkpoints, prompt, can_cut).keep
 
         return usable
@@ -209,9 +270,10 @@ class Router:
                 return Wait(slot, shared)
         return None
 
-    def _receiver(self, idle: list[Slot], exclude: Slot | None) -> Slot:
-        """An empty idle slot, else the least recently used one (not the donor, if possible);
-        among equals, the one nearest to the busy slots' ids.
+    def _receiver(self, idle: list[Slot], exclude: Slot | None, req: GenerateRequest) -> Slot:
+        """The idle slot that last served the request's prompt_cache_key, else an empty one,
+        else the least recently used one (not the donor, if possible); among equals, the one
+        nearest to the busy slots' ids.
 
         NOTE: with a KV stream per sequence, busy sequences whose ids form one run decode in
         one micro-batch; a gap costs a micro-batch more or filler tokens (see scheduler)."""
@@ -222,7 +284,20 @@ class Router:
         def distance(slot: Slot) -> int:
             return 0 if not busy else max(lo - 1 - slot.id, slot.id - hi - 1, 0)
 
+        affine = [s for s in pool if _affine(s, req)]
+        if affine:
+            return max(affine, key=lambda s: s.last_used)
         empty = [s for s in pool if not s.tokens]
         if empty:
             return min(empty, key=lambda s: (distance(s), s.id))
         return min(pool, key=lambda s: (distance(s), s.last_used))
+
+
+def _score(route) -> float:
+    """A route's usable prefix, less what reading it costs (disk), in tokens."""
+    return route.usable - getattr(route, "cost", 0.0)
+
+
+def _affine(slot: Slot, req: GenerateRequest) -> bool:
+    """The slot last served the request's prompt_cache_key (within its tenant)."""
+    return bool(req.cache_key) and slot.cache_key == req.cache_key and slot.tenant == req.tenant

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .grammar import GrammarSpec
+from .reasoning_budget import ReasoningBudget
 
 
 @dataclass(slots=True)
@@ -20,6 +21,7 @@ class SamplingParams:
     seed: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: GrammarSpec | None = None
+    reasoning_budget: ReasoningBudget | None = None  # force the end of thinking after N tokens
 
     @property
     def greedy(self) -> bool:

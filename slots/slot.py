@@ -56,6 +56,8 @@ class Slot:
     last_used: float = 0.0
     active: Active | None = None
     prompt_end: int = 0  # length of the last prompt served (a divergence before it loses a prompt)
+    cache_key: str = ""  # the prompt_cache_key of the last request served
+    keep_s: float | None = None  # the disk retention of what it holds (see GenerateRequest)
 
     @property
     def state(self) -> SlotState:

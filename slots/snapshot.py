@@ -15,11 +15,13 @@ import hashlib
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .llama_api import MemoryKind
 
 if TYPE_CHECKING:
+    from .capacity import Capacity, DeviceMemory
+    from .context_size import ContextChoice
     from .engine import Engine
 
 
@@ -42,6 +44,11 @@ class EngineInfo:
     n_ctx: int  # KV cells in all
     n_ctx_slot: int  # the most tokens one slot holds: a request's prompt plus its output
     kv_bytes_per_token: int | None  # attention KV bytes of one token (None: unknown)
+    context: "ContextChoice | None" = None  # how n_ctx was chosen
+    pinned_limit: int = 0  # page-locked host memory the states may take (0: none)
+    capacity: "Capacity | None" = None  # what is held where, once loaded
+    state_fingerprint: str = ""  # the model and the state layout: saved states load only where it is equal
+    device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by device, as llama.cpp allocated them
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,7 @@ class SlotView:
     idle_s: float
     checkpoints: tuple[CheckpointView, ...] = ()
     request: RequestView | None = None
+    redacted: bool = False  # another tenant's slot: only its id and state are shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +127,18 @@ def tenant_hash(tenant: str) -> str:
     return hashlib.blake2b(tenant.encode(), digest_size=4).hexdigest() if tenant else ""
 
 
-def take_snapshot(engine: "Engine", *, detail: bool) -> EngineSnapshot:
-    """Describe the engine. Runs on the engine thread (it reads slots and the cache)."""
+def take_snapshot(engine: "Engine", *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
+    """Describe the engine. Runs on the engine thread (it reads slots and the cache).
+
+    `visible(tenant)` says whose slots and cache entries may be described in detail (None:
+    everyone's). Another tenant's slot shows its id and state only, its entries not at all:
+    a content hash, a length or a checkpoint offset could confirm a guess of its prompt."""
     now = time.monotonic()
-    slots = tuple(_slot_view(slot, now, detail) for slot in engine.slots)
+    shown = visible or (lambda tenant: True)
+    slots = tuple(
+        _slot_view(slot, now, detail) if shown(slot.tenant) else SlotView(slot.id, slot.state.value, 0, "", "", 0, 0.0, redacted=True)
+        for slot in engine.slots
+    )
     cache = engine.cache
     cache_view = None
     if cache is not None:
@@ -131,7 +147,7 @@ def take_snapshot(engine: "Engine", *, detail: bool) -> EngineSnapshot:
             entries = tuple(
                 EntryView(len(e), e.nbytes, round(now - e.last_used, 3), tenant_hash(e.tenant),
                           content_hash(e.tokens), tuple(c.n_tokens for c in e.checkpoints))
-                for e in reversed(list(cache.entries()))
+                for e in reversed(list(cache.entries())) if shown(e.tenant)
             )
         cache_view = CacheView(cache.budget, cache.nbytes, cache.n_entries, entries)
     host = engine.ctx.host

@@ -14,7 +14,7 @@ from gpu_bench.plot import nice_ticks, svg_chart
 from gpu_bench.profiling import parse_collapsed, summarise_profile
 from gpu_bench.report_multiagent import multiagent_section
 from gpu_bench.report_throughput import plot_throughput, throughput_section
-from gpu_bench.servers import counters_delta, state_counters
+from gpu_bench.servers import Run, counters_delta, state_counters
 from gpu_bench.workload_multiagent import multiagent_ctx, summarise_agents
 from gpu_bench.workload_throughput import Variant, VariantError, parse_variants, run_variants, summarise_requests
 
@@ -51,6 +51,22 @@ def test_command_line_of_the_new_workloads():
     assert (a.tp_clients, a.tp_requests, a.ma_agents, a.ma_np, a.ma_turns) == (32, 96, 8, 4, 6)
     with pytest.raises(SystemExit):
         parse_args(["-m", "x.gguf", "--out", "o.json", "--tp-variants", "nope:-x"])
+
+
+def test_placement_flags_go_to_both_servers():
+    """A split run gives both servers the same -sm/-ts/-dev/--rpc, and a plain run none."""
+    a = parse_args(["-m", "x.gguf", "--out", "o.json", "-sm", "layer", "-ts", "1,1", "-dev", "CUDA0,CUDA1",
+                    "--rpc", "127.0.0.1:50052", "--llama-server", "/bin/true"])
+    run = Run(a)
+    placement = ["-sm", "layer", "-ts", "1,1", "-dev", "CUDA0,CUDA1", "--rpc", "127.0.0.1:50052"]
+    for server in (WARMSLOT, LLAMA_SERVER):
+        flags = run.flags(server, 1, 4096)
+        start = flags.index("-sm")
+        assert flags[start:start + len(placement)] == placement
+    plain = Run(parse_args(["-m", "x.gguf", "--out", "o.json"]))
+    assert not {"-sm", "-ts", "-mg", "-dev", "--rpc"} & set(plain.flags(WARMSLOT, 1, 4096))
+    with pytest.raises(SystemExit):
+        parse_args(["-m", "x.gguf", "--out", "o.json", "-sm", "rows"])
 
 
 def row(start, end, tokens, ttft, ok=True, **kw):
@@ -179,3 +195,19 @@ def test_without_py_spy_the_run_notes_it_and_the_report_says_so(monkeypatch, tmp
     w = throughput_result()
     w["servers"][WARMSLOT]["runs"]["4"]["profile"] = note
     assert "No profile of warmslot at -np 4: py-spy is not on PATH" in throughput_section(w)
+
+
+def test_disk_workload_arguments_and_window_rate(tmp_path):
+    from gpu_bench.workload_disk import _rate_in_window, drop_page_cache, filesystem_of
+
+    a = parse_args(["-m", "x.gguf", "--out", "o.json", "--workloads", "disk", "--disk-tokens", "1500", "--spill-ram", "200KiB"])
+    assert a.workloads == ["disk"] and (a.disk_tokens, a.spill_ram, a.spill_requests) == (1500, "200KiB", 8)
+    # chunks at 0.1 s steps from t_start 10; the window [10.25, 10.75] holds 5 of them
+    rec = {"t_start": 10.0, "chunk_times": [0.1 * i for i in range(1, 11)], "completion_tokens": 10}
+    got = _rate_in_window(rec, 10.25, 10.75)
+    assert got["tokens"] == 5 and got["tokens_per_s"] == pytest.approx(10.0)
+    assert _rate_in_window(rec, 20.0, 21.0)["tokens_per_s"] is None
+    (tmp_path / "a.wsc").write_bytes(b"x" * 5000)
+    assert drop_page_cache(tmp_path) == 5000
+    fs = filesystem_of(tmp_path)
+    assert fs["mount"] and fs["free_bytes"] > 0

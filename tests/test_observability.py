@@ -103,7 +103,9 @@ def test_changed_timestamp_in_the_system_prompt_is_pinned_to_message_0(server):
     where = cache["divergence"]
     assert where["token"] == first_diff
     assert where["message"] == 0 and where["role"] == "system"
-    assert "7" in where["new"] and "0" in where["old"]
+    assert "7" in where["new"]
+    # the old timestamp is the text of another prompt (which may have been anyone's): never quoted
+    assert where["old"] is None
     assert cache["cached_tokens"] <= first_diff
     assert f"diverged={first_diff}" in r.headers["x-warmslot-cache"]
     assert "message=0" in r.headers["x-warmslot-cache"]
@@ -159,4 +161,5 @@ def test_rewritten_tool_call_is_pinned_to_its_assistant_message(server):
     cache = chat(server, history("Lyon"), tools=tools).json()["warmslot"]["cache"]
     where = cache["divergence"]
     assert where["message"] == 2 and where["role"] == "assistant"
-    assert "Lyon" in where["new"] and "Paris" in where["old"]
+    assert "Lyon" in where["new"]
+    assert where["old"] is None and "Paris" not in json.dumps(cache)

@@ -4,6 +4,8 @@ Every warm answer is compared with a cold run (logits of the last prompt token w
 16 greedy tokens identical), and each test asserts which path served it.
 """
 
+import threading
+
 import pytest
 
 from warmslot.slots import GenerateRequest, QueueSink, SamplingParams
@@ -162,17 +164,20 @@ def test_idle_slots_are_parked_in_ram_when_another_request_starts(tiny_models, k
 
 
 def test_nothing_idle_left_fails_only_the_newest_request(tiny_models):
-    """Two requests that together need more cells than the pool: the newer one fails with
-    a clear error, the older one finishes, and the engine keeps serving."""
+    """Two prompts that together need more cells than the pool, with no generation past its
+    fair share to end: the newer one fails with a clear error, the older one finishes, and
+    the engine keeps serving."""
     engine = tiny_engine(tiny_models["attention"], n_parallel=2, n_ctx=512, n_batch=64, n_ubatch=64, kv_unified="on")
     try:
         sinks = [QueueSink(), QueueSink()]
-        for i, sink in enumerate(sinks):
-            engine.submit(GenerateRequest(f"p{i}", random_tokens(50 + i, 300), sink, SamplingParams(temperature=0), max_tokens=100))
-        results = [s.collect() for s in sinks]
-        errors = [r.error for r in results if r.error is not None]
-        assert len(errors) == 1 and "KV cache is full" in errors[0].message
-        assert any(r.error is None and len(r.tokens) == 100 for r in results)
+        hold = threading.Event()
+        engine.call(lambda e: hold.wait(30))  # pause the engine: both prefill side by side
+        engine.submit(GenerateRequest("p0", random_tokens(50, 200), sinks[0], SamplingParams(temperature=0), max_tokens=50))
+        engine.submit(GenerateRequest("p1", random_tokens(51, 330), sinks[1], SamplingParams(temperature=0), max_tokens=50))
+        hold.set()
+        older, newer = (s.collect() for s in sinks)
+        assert newer.error is not None and "KV cache is full" in newer.error.message
+        assert older.error is None and len(older.tokens) == 50
         assert generate(engine, random_tokens(52, 50)).error is None
     finally:
         engine.stop()

@@ -41,6 +41,11 @@ Workloads (`--workloads`, comma-separated):
                turns each; every reply (--ma-gen-tokens) is echoed back and a tool result of
                --ma-tool-tokens appended. Computed prompt tokens, wall time, latencies,
                warmslot's state counters.
+  disk         warmslot's disk tier (warmslot only): a --disk-tokens agent conversation,
+               SIGTERM, the files dropped from the page cache, a restart, the next turn's
+               TTFT against a cold prefill and the read bandwidth; then a stream's decode
+               speed while --spill-requests conversations spill to disk, against the same
+               run without the tier, and the write bandwidth (--disk-*, --spill-* flags).
 
 Typical use (GPU machine, binaries on PATH):
 
@@ -75,13 +80,15 @@ from .workload_agent import AGENT_MODES, workload_agent
 from .workload_alternating import workload_alternating, workload_restore
 from .workload_concurrent import workload_concurrent
 from .workload_decode import workload_decode
+from .workload_disk import add_disk_arguments, workload_disk
 from .workload_multiagent import workload_multiagent
 from .workload_throughput import VariantError, parse_variants, workload_throughput
 
-WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent")
+WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent", "disk")
 DEFAULT_WORKLOADS = "agent,alternating,concurrent,decode,restore"
 RUNNERS = {"agent": workload_agent, "alternating": workload_alternating, "concurrent": workload_concurrent,
-           "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent}
+           "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent,
+           "disk": workload_disk}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -111,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--llama-server-kvu", action="store_true",
                    help="pass -kvu to llama-server when -np > 1: one KV pool shared by the slots, as warmslot "
                         "has (default: llama-server's own, each slot gets ctx/np)")
+    add_placement_arguments(p)
     p.add_argument("--warmslot-args", default="", help="extra warmslot flags (one string)")
     p.add_argument("--llama-server-args", default="", help="extra llama-server flags (one string)")
     # agent
@@ -142,6 +150,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-ctx-size", type=int, default=0, help="0: streams x (longest prompt + decode + 256)")
     add_throughput_arguments(p)
     add_multiagent_arguments(p)
+    add_disk_arguments(p)
     # robustness
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for a server to load")
@@ -171,6 +180,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(exc))
     a.ma_tools = max(0, min(a.ma_tools, len(TOOLS)))
     return a
+
+
+def add_placement_arguments(p: argparse.ArgumentParser) -> None:
+    """Several GPUs or RPC servers: llama-server's flags, which warmslot shares, for both."""
+    p.add_argument("-sm", "--split-mode", default=None, choices=("none", "layer", "row", "tensor"),
+                   help="how both servers spread the model over the GPUs (default: each server's, layer)")
+    p.add_argument("-ts", "--tensor-split", default=None, help="proportions per GPU for both, e.g. 1,1")
+    p.add_argument("-mg", "--main-gpu", type=int, default=None, help="--main-gpu for both")
+    p.add_argument("-dev", "--device", default=None, help="devices for both, e.g. CUDA0,CUDA1 or RPC0")
+    p.add_argument("--rpc", default=None, help="RPC servers (host:port,...) for both")
 
 
 def add_throughput_arguments(p: argparse.ArgumentParser) -> None:

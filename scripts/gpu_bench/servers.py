@@ -52,7 +52,9 @@ _COUNTER_NAMES = (
 def state_counters(metrics: dict[str, float]) -> dict[str, float]:
     """The counters (parsed /metrics) worth diffing around a run; see _COUNTER_PATTERN."""
     return {k: v for k, v in metrics.items()
-            if _COUNTER_PATTERN.match(k) or k in _COUNTER_NAMES or k.startswith("warmslot_prompt_tokens_total{")}
+            if _COUNTER_PATTERN.match(k) or k in _COUNTER_NAMES
+            or k.startswith(("warmslot_prompt_tokens_total{", "warmslot_state_copy_bytes_total{", "warmslot_state_copy_seconds_total{"))
+            or k == "warmslot_filler_tokens_total"}
 
 
 def counters_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -92,6 +94,7 @@ class Run:
              "-b", str(a.batch_size), "-ub", str(a.ubatch_size), "-ngl", str(a.n_gpu_layers)]
         if a.threads:
             f += ["-t", str(a.threads), "-tb", str(a.threads)]
+        f += placement_flags(a)
         if server == LLAMA_SERVER:
             f += ["--jinja", "--metrics", "--slots"]
             if np_ > 1 and a.llama_server_kvu:
@@ -111,6 +114,16 @@ class Run:
             return sp.warmslot_command(self.a.model, flags, python=self.a.python)
         return sp.llama_server_command(self.a.model, flags,
                                        binary=self.llama_server or self.a.llama_server or "llama-server")
+
+
+def placement_flags(a: argparse.Namespace) -> list[str]:
+    """-sm, -ts, -mg, -dev and --rpc as given (both servers take the same flags)."""
+    out: list[str] = []
+    for flag, value in (("-sm", a.split_mode), ("-ts", a.tensor_split), ("-mg", a.main_gpu),
+                        ("-dev", a.device), ("--rpc", a.rpc)):
+        if value is not None:
+            out += [flag, str(value)]
+    return out
 
 
 class Served:

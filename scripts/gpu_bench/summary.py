@@ -57,6 +57,7 @@ def print_summary(result: dict[str, Any]) -> None:
               f"{r.get('checkpoints_restored')}")
     print_throughput(w.get("throughput") or {})
     print_multiagent(w.get("multiagent") or {})
+    print_disk(w.get("disk") or {})
 
 
 def print_throughput(w: dict[str, Any]) -> None:
@@ -82,3 +83,20 @@ def print_multiagent(w: dict[str, Any]) -> None:
         print("\nmultiagent")
         print(bc.format_table(["server", "requests", "computed tokens", "wall s", "latency p50 s", "TTFT p50 ms"],
                               rows))
+
+
+def print_disk(w: dict[str, Any]) -> None:
+    r = (w.get("restart") or {}).get("summary")
+    if r:
+        print(f"\ndisk restart (warmslot): next turn {r.get('prompt_tokens')} tokens, {r.get('cached_tokens')} cached "
+              f"from {r.get('source')}; TTFT {(r.get('warm_ttft_s') or 0) * 1000:.0f} ms vs cold "
+              f"{(r.get('cold_ttft_s') or 0) * 1000:.0f} ms = {r.get('ttft_ratio') or 0:.3f}x (target <= 0.15x: "
+              f"{'met' if r.get('ttft_target_met') else 'NOT met'}); read {(r.get('read_bytes') or 0) / 1e9:.2f} GB at "
+              f"{r.get('read_gb_per_s') or 0:.2f} GB/s (target >= 2: {'met' if r.get('read_target_met') else 'NOT met'}), "
+              f"{r.get('effective_gb_per_s') or 0:.2f} GB/s over the whole TTFT; same text as cold: {r.get('same_text_as_cold')}")
+    s = (w.get("spills") or {}).get("summary")
+    if s:
+        print(f"disk spills (warmslot): stream {s.get('decode_tps_with_disk') or 0:.1f} tok/s with the tier vs "
+              f"{s.get('decode_tps_without_disk') or 0:.1f} without = {s.get('ratio') or 0:.3f}x (target >= 0.95: "
+              f"{'met' if s.get('target_met') else 'NOT met'}); {s.get('writes') or 0:.0f} writes at "
+              f"{s.get('write_gb_per_s') or 0:.2f} GB/s")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from .events import Event, ParsedMessage, collect, new_call_id
+from .events import ContentDelta, Event, ParsedMessage, collect, new_call_id
 from .hermes import HermesLayer, parameter_schemas
 from .json_reply import JsonReplyLayer, PlainLayer
 from .llama3 import Llama3Layer
@@ -66,6 +66,7 @@ class OutputParser:
             self._mode = "content"
         self._buf = ""
         self._finished = False
+        self.cut = False  # the output was cut inside a tool call or its markup (see finish)
 
     def _make_layer(
         self, format: str, factory: Callable[[], str], tools: list[dict[str, Any]] | None
@@ -98,8 +99,11 @@ class OutputParser:
             self._route(text)
         return self._out.take()
 
-    def finish(self) -> list[Event]:
-        """End of output: flush everything held back. Unfinished calls become content."""
+    def finish(self, truncated: bool = False) -> list[Event]:
+        """End of output: flush everything held back. Unfinished calls become content, unless
+        the output was `truncated` (max_tokens): then what the format layer still held (a
+        call cut short, the start of a marker) is dropped, and `cut` says whether there was
+        any, so the markup of a cut call never reaches content."""
         if self._finished:
             return []
         self._finished = True
@@ -110,13 +114,20 @@ class OutputParser:
             self._out.reasoning(held)
             self._out.reasoning_sink.end(keep_held=False)
         self._mode = "content"
+        settled = len(self._out.events)
         self._layer.finish()
+        if truncated:
+            held = self._out.events[settled:]
+            self.cut = bool(held)
+            self._out.events[settled:] = [e for e in held if not isinstance(e, ContentDelta)]
+            if self.cut:
+                self._out.content_sink.cut()  # the whitespace before the cut markup goes too
         self._out.end()
         return self._out.take()
 
-    def parse_complete(self, text: str) -> ParsedMessage:
+    def parse_complete(self, text: str, truncated: bool = False) -> ParsedMessage:
         """Parse a whole output at once; identical to streaming it and aggregating."""
-        return collect(self.feed(text) + self.finish())
+        return collect(self.feed(text) + self.finish(truncated))
 
     def _route(self, text: str) -> None:
         if self._mode == "content":

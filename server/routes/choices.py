@@ -20,7 +20,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from warmslot.slots import Usage
+from warmslot.slots import FinishReason, Usage
 
 from .. import explain, responses
 from ..bridge import ClientGone
@@ -31,6 +31,7 @@ from ..output.events import ReasoningDelta, ToolCallDelta
 from ..protocol import ChatParams, CompletionParams, GenerationParams
 from ..state import Warmslot
 from .generation import (
+    _complete_calls,
     ChatPlan, Gone, _checkpoint_boundaries, _count_tokens, _finish_reason, _log_request, completion_tokens, echo_text,
     output_parser,
 )
@@ -109,11 +110,11 @@ async def chat_choices(request: Request, server: Warmslot, key: str, params: Cha
     choices = await _collect(fan, request, gen.n)
     bodies, reasoning = [], 0
     for i, (choice, parser) in enumerate(zip(choices, parsers)):
-        parsed = parser.parse_complete("".join(choice.text))
+        parsed = _complete_calls(parser.parse_complete("".join(choice.text), truncated=choice.finish is FinishReason.LENGTH), parser.cut)
         message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
         reasoning += await _count_tokens(server, parsed.reasoning_content)
         lp = chat_logprobs(server.engine.vocab, choice.logprobs if gen.logprobs is not None else None)
-        bodies.append(responses.chat_choice(message, _finish_reason(choice.finish, bool(parsed.tool_calls)), i, lp))
+        bodies.append(responses.chat_choice(message, _finish_reason(choice.finish, bool(parsed.tool_calls), parser.cut), i, lp))
     usage = total_usage([c.usage for c in choices], gen.n)
     done(usage)
     body = responses.chat_response(env, {}, "", usage, reasoning, choices=bodies)
@@ -135,7 +136,7 @@ async def _chat_stream(server: Warmslot, fan: Fanout, env, parsers, gen: Generat
             parser = parsers[i]
             outputs = parser.feed(ev.text) if ev.text else []
             if ev.finish is not None:
-                outputs += parser.finish()
+                outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
             pending[i] += ev.logprobs
             for out in outputs:
                 has_calls[i] |= isinstance(out, ToolCallDelta)
@@ -147,7 +148,7 @@ async def _chat_stream(server: Warmslot, fan: Fanout, env, parsers, gen: Generat
             if ev.finish is not None:
                 usages[i] = ev.usage
                 lp = {"content": chat_content(vocab, pending[i])} if pending[i] else None
-                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls[i]), ev.usage, index=i, logprobs=lp)
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls[i], parser.cut), ev.usage, index=i, logprobs=lp)
         usage = total_usage(usages, gen.n)
         done(usage)
         if gen.include_usage:

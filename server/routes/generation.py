@@ -19,38 +19,62 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from warmslot.slots import FinishReason, GrammarSpec
+from warmslot.slots.reasoning_budget import ReasoningBudget
 
 from .. import explain, responses
 from ..logprobs import CompletionLogprobs, chat_content, chat_logprobs
 from ..bridge import ClientGone, Submission
 from ..chat import Prompt, prompt_opens_reasoning
-from ..errors import ApiError, InvalidRequest
+from ..errors import ApiError, InvalidRequest, ServerError
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..output.events import ReasoningDelta, ToolCallDelta
 from ..output.parser import OutputParser
 from ..protocol import ChatParams, GenerationParams, ToolChoice, parse_chat, parse_completion, parse_response_format, validate_tool_choice, validate_tools
+from ..reasoning import budget_spec, request_budget
 from ..state import Warmslot, open_request
 
 log = logging.getLogger("warmslot.server")
 
 
-def _finish_reason(reason: FinishReason | None, has_tool_calls: bool) -> str:
-    if has_tool_calls:
-        return "tool_calls"
-    return "length" if reason is FinishReason.LENGTH else "stop"
+def _finish_reason(reason: FinishReason | None, has_tool_calls: bool, cut: bool = False) -> str:
+    """"length" when max_tokens cut the reply, also inside a tool call (`cut`): a client must
+    not run a call that never closed. Calls that all closed before the cut are "tool_calls"."""
+    if reason is FinishReason.LENGTH and (cut or not has_tool_calls):
+        return "length"
+    return "tool_calls" if has_tool_calls else "stop"
+
+
+def _complete_calls(parsed, cut: bool):
+    """A whole reply cut inside a call keeps only the calls whose arguments are whole JSON."""
+    if not cut:
+        return parsed
+    parsed.tool_calls = [c for c in parsed.tool_calls if _is_json(c.arguments)]
+    if parsed.content is None and not parsed.tool_calls:
+        parsed.content = ""
+    return parsed
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 async def chat_completions(request: Request) -> Response:
     server, key, body = await open_request(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     check_n(server, params.gen.n)
-    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params)
+    budget = request_budget(body, server.config.reasoning_budget)
+    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params, budget)
     if params.gen.n > 1:
         from .choices import chat_choices
 
         return await chat_choices(request, server, key, params, plan)
     prompt = plan.prompt
+    params.gen.sampling.reasoning_budget = plan.budget
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
     started = await _started(sub, request)
     parser = output_parser(server, plan)
@@ -64,13 +88,11 @@ async def chat_completions(request: Request) -> Response:
     logprobs = [] if params.gen.logprobs is not None else None
     result_text, usage, finish = await _collect(sub, request, logprobs)
     done(usage)
-    parsed = parser.parse_complete(result_text)
+    parsed = _complete_calls(parser.parse_complete(result_text, truncated=finish is FinishReason.LENGTH), parser.cut)
     message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
     reasoning_tokens = await _count_tokens(server, parsed.reasoning_content)
-    body = responses.chat_response(
-        env, message, _finish_reason(finish, bool(parsed.tool_calls)), usage, reasoning_tokens,
-        logprobs=chat_logprobs(server.engine.vocab, logprobs),
-    )
+    reason = _finish_reason(finish, bool(parsed.tool_calls), parser.cut)
+    body = responses.chat_response(env, message, reason, usage, reasoning_tokens, logprobs=chat_logprobs(server.engine.vocab, logprobs))
     if params.gen.explain_cache:
         body["warmslot"] = {"cache": explain.explanation(started.reuse, n_prompt, prompt)}
     return JSONResponse(body, headers=headers)
@@ -146,19 +168,23 @@ class ChatPlan:
     tools: list[dict] | None  # the tools offered to the model (None: no tool calls)
     opens_reasoning: bool  # the prompt leaves a think block open
     grammar: GrammarSpec | None
+    budget: ReasoningBudget | None = None  # --reasoning-budget
 
 
-def _plan_chat(server: Warmslot, params: ChatParams) -> ChatPlan:
+def _plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPlan:
     """Validate the tools, build the prompt and the grammar. Runs on the tokenize pool: schema
     conversion, template rendering and grammar checks can take a while."""
     tools = validate_tools(params.tools) if params.tools is not None else []
     choice = validate_tool_choice(params.tool_choice, tools)
     offered = tools if tools and choice.mode != "none" else None
-    prompt = server.builder.build(params.messages, offered, extra=params.template_kwargs)
+    # NOTE: tool_choice "none" still renders the tools (only the grammar and the parsing turn
+    # off), as llama-server and vLLM do: the prompt, and so the cached prefix, stays the same
+    prompt = server.builder.build(params.messages, tools or None, extra=params.template_kwargs)
     reasoning = server.reasoning[0]
     opens = reasoning and prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, opens)
-    return ChatPlan(prompt, offered, opens, grammar)
+    spec = budget_spec(budget, server.engine.vocab, prompt_opens_reasoning(prompt.text)) if server.thinks else None
+    return ChatPlan(prompt, offered, opens, grammar, spec)
 
 
 def _grammar(
@@ -181,11 +207,13 @@ def _grammar(
 
 
 def _checkpoint_boundaries(prompt) -> list[int]:
-    """Where agent histories diverge: the end of the system+tools prefix (the content start
-    of the first non-system message), the start of every user or tool message, and the start
-    of the generation prompt (templates often render the previous turn's generation prompt
-    differently once the reply is in the history, e.g. adding an empty think block)."""
-    out = []
+    """Where agent histories diverge: the end of the system text itself (a turn that drops
+    the tools, such as a summary turn, still reuses the system prompt), the end of the
+    system+tools prefix (the content start of the first non-system message), the start of
+    every user or tool message, and the start of the generation prompt (templates often
+    render the previous turn's generation prompt differently once the reply is in the
+    history, e.g. adding an empty think block)."""
+    out = [prompt.system_end] if prompt.system_end is not None else []
     seen_non_system = False
     for role, _glue, content in prompt.messages:
         if role != "system" and not seen_non_system:
@@ -246,7 +274,7 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
         async for ev in sub.events():
             outputs = parser.feed(ev.text) if ev.text else []
             if ev.finish is not None:
-                outputs += parser.finish()
+                outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
             pending += ev.logprobs
             for out in outputs:
                 has_calls |= isinstance(out, ToolCallDelta)
@@ -258,14 +286,14 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
             if ev.finish is not None:
                 done(ev.usage)
                 lp = {"content": chat_content(vocab, pending)} if pending else None
-                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls), ev.usage, logprobs=lp)
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls, parser.cut), ev.usage, logprobs=lp)
                 if gen.include_usage:
                     n_reasoning = await _count_tokens(server, "".join(reasoning))
                     yield responses.usage_chunk(env, ev.usage, reasoning_tokens=n_reasoning)
         yield "[DONE]"
-    except ApiError as exc:
-        yield json.dumps(exc.body())
-        yield "[DONE]"
+    except Exception as exc:  # noqa: BLE001 - the stream started: the error goes inside it
+        for event in _stream_error(exc):
+            yield event
 
 
 async def _completion_stream(sub: Submission, env, gen: GenerationParams, done, echo: str = "", logprobs=None):
@@ -282,6 +310,15 @@ async def _completion_stream(sub: Submission, env, gen: GenerationParams, done, 
                 if gen.include_usage:
                     yield responses.usage_chunk(env, ev.usage, "text_completion")
         yield "[DONE]"
-    except ApiError as exc:
-        yield json.dumps(exc.body())
-        yield "[DONE]"
+    except Exception as exc:  # noqa: BLE001 - the stream started: the error goes inside it
+        for event in _stream_error(exc):
+            yield event
+
+
+def _stream_error(exc: Exception):
+    """The events that end a started stream on an error: an OpenAI error body, then [DONE]."""
+    if not isinstance(exc, ApiError):
+        log.exception("unhandled error in a stream")
+        exc = ServerError(f"internal error: {type(exc).__name__}")
+    yield json.dumps(exc.body())
+    yield "[DONE]"

@@ -1,4 +1,4 @@
-"""Service routes: health, models, tokenize and detokenize, the slots view."""
+"""Service routes: health, tokenize and detokenize, the slots view (the models: `props.py`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from ..bridge import shutting_down
 from ..errors import InvalidRequest, NotFound
 from ..protocol import parse_body, parse_messages, validate_tools
 from ..state import server_of
@@ -16,6 +17,8 @@ async def health(request: Request) -> Response:
     server = server_of(request)
     if server.init_error is not None:
         return JSONResponse({"status": "error", "error": {"message": str(server.init_error), "type": "server_error"}}, 500)
+    if server.draining:
+        return JSONResponse({"status": "shutting_down", "error": shutting_down().body()["error"]}, 503, headers={"Retry-After": "1"})
     if not server.ready:
         return JSONResponse(
             {"status": "loading", "progress": round(server.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
@@ -23,23 +26,6 @@ async def health(request: Request) -> Response:
             headers={"Retry-After": "5"},
         )
     return JSONResponse({"status": "ok"})
-
-
-async def models(request: Request) -> Response:
-    server = server_of(request)
-    data = [{"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot"}]
-    if server.ready:
-        info = server.engine.info
-        data[0]["meta"] = {
-            "arch": info.arch,
-            "n_params": info.n_params,
-            "size": info.size_bytes,
-            "n_ctx_train": info.n_ctx_train,
-            "n_ctx": info.n_ctx,
-            "n_vocab": info.n_vocab,
-            "memory": info.memory.value,
-        }
-    return JSONResponse({"object": "list", "data": data})
 
 
 async def tokenize(request: Request) -> Response:
@@ -84,10 +70,16 @@ async def detokenize(request: Request) -> Response:
 
 
 async def slots_view(request: Request) -> Response:
+    """The slots and cache entries; a key that is not the admin key sees the details of its
+    own tenants only (other tenants' slots show their id and state)."""
     server = server_of(request)
-    server.authorize(request)
+    key = server.authorize(request)
     if not server.config.slots_endpoint:
         raise NotFound("the /slots endpoint is disabled (--no-slots)")
     server.require_ready()
-    snapshot = await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True))
-    return JSONResponse(snapshot.to_json())
+    visible = server.visible_tenants(key)
+    snapshot = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: server.engine.snapshot(detail=True, visible=visible)
+    )
+    capacity = server.engine.info.capacity
+    return JSONResponse({**snapshot.to_json(), "capacity": capacity.to_json() if capacity is not None else None})

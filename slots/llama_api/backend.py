@@ -45,6 +45,17 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
 
 
+def ggml_build() -> tuple[str, str]:
+    """(ggml's version, the llama.cpp commit it was built from), e.g. ("0.25.3", "0c1e570")."""
+    try:
+        base = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+        base.ggml_version.restype = ctypes.c_char_p
+        base.ggml_commit.restype = ctypes.c_char_p
+        return base.ggml_version().decode(), base.ggml_commit().decode()
+    except (OSError, AttributeError):
+        return "unknown", "unknown"
+
+
 class _CudaHost:
     """ggml's CUDA host buffer type (page-locked memory), as `host_buffers.PinnedAllocator`."""
 
@@ -87,6 +98,19 @@ def cuda_host_allocator() -> _CudaHost | None:
     return host if host.buft else None
 
 
+def ggml_library(name: str) -> ctypes.CDLL:
+    """The copy of a ggml library ('libggml', 'libggml-base') that libllama itself uses.
+
+    NOTE: llama-cpp-python's wheel holds each library under several names as separate files
+    (libggml.so, libggml.so.0, ...), and opening one by path loads a second copy, with a device
+    registry of its own: RPC servers registered there would never reach llama.cpp. libllama
+    loaded the `.so.0` names, which dlopen finds already loaded."""
+    try:
+        return ctypes.CDLL(f"{name}.so.0", mode=os.RTLD_NOLOAD)
+    except OSError:
+        return ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", f"{name}.so"))
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     name: str
@@ -101,10 +125,9 @@ _DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel")  # enum ggml_backend_dev_type
 def devices() -> list[Device]:
     """The devices ggml sees, with their free and total memory."""
     init_backend()
-    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
     try:
-        reg = ctypes.CDLL(os.path.join(lib_dir, "libggml.so"))  # the device registry
-        base = ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))  # the device interface
+        reg = ggml_library("libggml")  # the device registry
+        base = ggml_library("libggml-base")  # the device interface
         reg.ggml_backend_dev_count.restype = ctypes.c_size_t
         reg.ggml_backend_dev_get.restype = ctypes.c_void_p
         reg.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]

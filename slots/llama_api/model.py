@@ -10,11 +10,14 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from .backend import init_backend
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 log = logging.getLogger("warmslot.llama")
 
@@ -67,6 +70,14 @@ class LlamaError(RuntimeError):
     """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
 
 
+def load_mode(use_mmap: bool, use_mlock: bool) -> int:
+    """llama.cpp's one load mode for --no-mmap (read the weights into memory instead of
+    mapping the file) and --mlock (keep them in RAM, never paged out)."""
+    if use_mlock:
+        return llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK if use_mmap else llama_cpp.LLAMA_LOAD_MODE_MLOCK
+    return llama_cpp.LLAMA_LOAD_MODE_AUTO if use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
     path: str
@@ -96,13 +107,24 @@ class Model:
         n_gpu_layers: int = -1,
         progress: Callable[[float], None] | None = None,
         vocab_only: bool = False,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+        placement: Placement | None = None,
     ) -> None:
+        """`placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's)."""
         init_backend()
         if not os.path.isfile(path):
             raise LlamaError(f"model file not found: {path}")
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.load_mode = load_mode(use_mmap, use_mlock)
+        self._placement = None
+        if placement is not None:
+            from .placement import PlacementParams  # not at the top: placement imports this module
+
+            self._placement = PlacementParams(placement)  # the arrays params point to
+            self._placement.apply(params)
         self._progress_cb = None
         if progress is not None:
 

@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from ..grammar import GrammarError, GrammarSpec, shape_error
+from ..reasoning_budget import BudgetState
 from ..sampling import SamplingParams
 from .context import Context
 from .model import Model
@@ -24,6 +25,7 @@ class Sampler:
         chain_params.no_perf = True
         self.ptr = llama_cpp.llama_sampler_chain_init(chain_params)
         self.n_vocab = model.n_vocab
+        self.budget = BudgetState(params.reasoning_budget) if params.reasoning_budget is not None else None
         try:
             for smpl in self._build(model, params):
                 llama_cpp.llama_sampler_chain_add(self.ptr, smpl)
@@ -70,10 +72,28 @@ class Sampler:
 
     def sample(self, ctx: Context, index: int) -> int:
         """Sample from the logits of batch output `index`; the chain accepts the token."""
-        return int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, index))
+        if self.budget is not None and self.budget.forced_token() is not None:
+            return self.sample_logits(ctx.logits(index))
+        token = int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, index))
+        if self.budget is not None:
+            self.budget.accept(token)
+        return token
 
     def sample_logits(self, logits: np.ndarray) -> int:
         """Sample from saved logits (same chain, same acceptance as `sample`)."""
+        forced = self.budget.forced_token() if self.budget is not None else None
+        if forced is not None:
+            # NOTE: only the forced token stays a candidate, so the grammar and the penalties
+            # of the chain see it as they would see a sampled token
+            keep = float(logits[forced])
+            logits = np.full_like(logits, -np.inf)
+            logits[forced] = keep if np.isfinite(keep) else 0.0
+        token = self._sample_array(logits)
+        if self.budget is not None:
+            self.budget.accept(token)
+        return token
+
+    def _sample_array(self, logits: np.ndarray) -> int:
         n = logits.shape[0]
         if Sampler._token_ids is None or Sampler._token_ids.shape[0] != n:
             Sampler._token_ids = np.arange(n, dtype=np.int32)

@@ -1,0 +1,418 @@
+"""The file format of a saved sequence state: disk-tier entries and saved slots alike.
+
+    preamble   magic b"WSLOTKV\\n", format version (u32 LE), header length (u32 LE)
+    header     UTF-8 JSON: model fingerprint, tenant, lengths, checkpoint positions, and the
+               CRC32 of every body block
+    tokens     int32 LE, n_tokens of them
+    crc        CRC32 of preamble + header + tokens (u32 LE)
+    body       the state bytes, then each checkpoint's state and logits, in header order
+
+The head (everything before the body) is all that the startup index reads: a 30K-token entry
+has a 120 KB head next to a state of gigabytes. The body is checksummed in blocks of `BLOCK`
+bytes per section, so a load verifies each block as soon as it is read (on other threads) and
+a flipped byte anywhere is caught before the state is used. The file size is fixed by the
+head, so a truncated file is recognised from its size alone.
+
+Files are written to a temporary name, fsynced, renamed into place and the directory fsynced:
+a crash leaves the old file or none, never a partial one under the final name. Checksums are
+written as fixed-width hex, so an entry's exact size is known before its bytes are
+checksummed (`plan`), which keeps a byte budget exact while writes are queued.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import secrets
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..checkpoints import Checkpoint
+
+MAGIC = b"WSLOTKV\n"
+VERSION = 1
+BLOCK = 16 << 20  # bytes per body checksum
+_PREAMBLE = struct.Struct("<8sII")
+_CRC = struct.Struct("<I")
+MAX_HEADER = 1 << 20  # a header is JSON of a few hundred bytes plus 9 bytes per body block
+SUFFIX = ".wsc"
+
+_verify_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-disk-crc")
+
+
+class Rejected(Exception):
+    """A file that must not be used, and why (`reason` is one of REASONS)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+# why a file is not used; every one is a label of the rejected-entries metric
+REASONS = (
+    "empty",  # a file of zero bytes
+    "not_entry",  # not a file this format wrote (other magic, or not a file at all)
+    "version",  # written by another format version
+    "truncated",  # shorter than its header says (or the header itself is cut)
+    "checksum",  # the head or a body block does not match its checksum, or trailing bytes
+    "model",  # another model file or another state layout (KV types, --swa-full, sequences)
+    "incomplete",  # a temporary file left by a write that never finished (a crash)
+    "io",  # the file could not be read
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One body section: the state, or a checkpoint's state or logits."""
+
+    nbytes: int
+    dtype: str  # "u1" (state bytes) or "f4" (logits)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A checkpoint as the header records it: its position and which parts it holds."""
+
+    n_tokens: int
+    data_bytes: int | None  # None: no state (attention memory keeps only logits)
+    n_logits: int | None  # None: no logits
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """What an entry says about itself, besides its tokens and bytes."""
+
+    fingerprint: str  # the model file's identity and the context parameters of the state layout
+    tenant: str
+    prompt_end: int  # length of the last prompt in it; what follows is a generated reply
+    last_used: float  # wall-clock seconds of its last use
+    keep_s: float | None = None  # retention: dropped this long after its last use (None: LRU only)
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A parsed head: everything but the body, and where each body section lies."""
+
+    meta: Meta
+    tokens: tuple[int, ...]
+    state_bytes: int
+    checkpoints: tuple[CheckpointInfo, ...]
+    sections: tuple[Section, ...]
+    crcs: tuple[tuple[int, ...], ...]  # per section, one CRC32 per BLOCK bytes
+    head_bytes: int  # where the body starts
+    file_bytes: int  # the exact file size
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """An entry's bytes in memory: what a load puts into a slot (read-only arrays)."""
+
+    state: np.ndarray
+    checkpoints: tuple[Checkpoint, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.state.nbytes) + sum(c.nbytes for c in self.checkpoints)
+
+
+def checkpoint_infos(checkpoints) -> tuple[CheckpointInfo, ...]:
+    return tuple(
+        CheckpointInfo(c.n_tokens, None if c.data is None else int(c.data.nbytes), None if c.logits is None else int(c.logits.size))
+        for c in checkpoints
+    )
+
+
+def _sections(state_bytes: int, infos: Sequence[CheckpointInfo]) -> tuple[Section, ...]:
+    out = [Section(state_bytes, "u1")]
+    for c in infos:
+        if c.data_bytes is not None:
+            out.append(Section(c.data_bytes, "u1"))
+        if c.n_logits is not None:
+            out.append(Section(c.n_logits * 4, "f4"))
+    return tuple(out)
+
+
+def _blocks(nbytes: int) -> int:
+    return (nbytes + BLOCK - 1) // BLOCK
+
+
+def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs) -> bytes:
+    doc = {
+        "fingerprint": meta.fingerprint,
+        "tenant": meta.tenant,
+        "n_tokens": n_tokens,
+        "prompt_end": meta.prompt_end,
+        "last_used": round(meta.last_used, 3),
+        "keep_s": meta.keep_s,
+        "state_bytes": state_bytes,
+        "checkpoints": [[c.n_tokens, c.data_bytes, c.n_logits] for c in infos],
+        "block": BLOCK,
+        # fixed width, so the size is known before the checksums are
+        "crc": [[f"{x:08x}" for x in section] for section in crcs],
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An entry about to be written: its exact size and layout (cheap: no bytes touched)."""
+
+    meta: Meta
+    n_tokens: int
+    state_bytes: int
+    checkpoints: tuple[CheckpointInfo, ...]
+    sections: tuple[Section, ...]
+    head_bytes: int
+
+    @property
+    def file_bytes(self) -> int:
+        return self.head_bytes + sum(s.nbytes for s in self.sections)
+
+
+def plan(meta: Meta, n_tokens: int, state_bytes: int, checkpoints: Sequence[CheckpointInfo]) -> Plan:
+    """The exact layout of an entry. O(header); reads no state."""
+    infos = tuple(checkpoints)
+    sections = _sections(state_bytes, infos)
+    placeholder = [[0] * _blocks(s.nbytes) for s in sections]
+    head = _PREAMBLE.size + len(_header_json(meta, n_tokens, state_bytes, infos, placeholder)) + 4 * n_tokens + _CRC.size
+    return Plan(meta, n_tokens, state_bytes, infos, sections, head)
+
+
+def _section_arrays(state: np.ndarray, checkpoints) -> list[np.ndarray]:
+    out = [state]
+    for c in checkpoints:
+        if c.data is not None:
+            out.append(c.data)
+        if c.logits is not None:
+            out.append(np.ascontiguousarray(c.logits, dtype=np.float32))
+    return out
+
+
+def write(directory: str, name: str, meta: Meta, tokens: Sequence[int], state: np.ndarray, checkpoints) -> Header:
+    """Write an entry atomically as `directory/name`: a temporary file (owner-only), fsync,
+    rename, fsync of the directory. Returns its head (`file_bytes` is the size written).
+    Reads the arrays, never changes them; safe on any thread. Raises OSError (the temporary
+    file is removed)."""
+    infos = checkpoint_infos(checkpoints)
+    layout = plan(meta, len(tokens), int(state.nbytes), infos)
+    arrays = _section_arrays(state, checkpoints)
+    token_bytes = np.asarray(tokens, dtype="<i4").tobytes()
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+    final = os.path.join(directory, name)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.lseek(fd, layout.head_bytes, os.SEEK_SET)  # the head goes in last: it holds the checksums
+        crcs = []
+        for arr in arrays:
+            view = memoryview(np.ascontiguousarray(arr)).cast("B")
+            section = []
+            for start in range(0, len(view), BLOCK):
+                block = view[start : start + BLOCK]
+                section.append(zlib.crc32(block))
+                _write_all(fd, block)
+            crcs.append(section)
+        text = _header_json(meta, len(tokens), int(state.nbytes), infos, crcs)
+        header = _parse(json.loads(text), np.frombuffer(token_bytes, dtype="<i4"), layout.head_bytes)
+        head = _PREAMBLE.pack(MAGIC, VERSION, len(text)) + text + token_bytes
+        head += _CRC.pack(zlib.crc32(head))
+        assert len(head) == layout.head_bytes
+        os.pwrite(fd, head, 0)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink(tmp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    fsync_dir(directory)
+    return header
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while len(data):
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_header(path: str, *, fd: int | None = None) -> Header:
+    """Parse and verify a file's head (not its body). Raises Rejected. Reads the head only:
+    the preamble, the JSON and the tokens."""
+    own = fd is None
+    try:
+        if own:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise Rejected("io", str(exc)) from None
+    try:
+        return _read_header(fd)
+    except OSError as exc:
+        raise Rejected("io", str(exc)) from None
+    finally:
+        if own:
+            os.close(fd)
+
+
+def _read_header(fd: int) -> Header:
+    size = os.fstat(fd).st_size
+    if size == 0:
+        raise Rejected("empty", "the file is empty")
+    pre = os.pread(fd, _PREAMBLE.size, 0)
+    if len(pre) < _PREAMBLE.size:
+        if MAGIC.startswith(pre[: len(MAGIC)]):
+            raise Rejected("truncated", f"{size} bytes: the preamble is cut")
+        raise Rejected("not_entry", "no entry magic")
+    magic, version, n_json = _PREAMBLE.unpack(pre)
+    if magic != MAGIC:
+        raise Rejected("not_entry", "no entry magic")
+    if version != VERSION:
+        raise Rejected("version", f"format version {version}, this server reads {VERSION}")
+    if n_json > MAX_HEADER:
+        raise Rejected("checksum", f"a header of {n_json} bytes")
+    text = os.pread(fd, n_json, _PREAMBLE.size)
+    if len(text) < n_json:
+        raise Rejected("truncated", f"{size} bytes: the header is cut")
+    try:
+        doc = json.loads(text)
+        n_tokens = int(doc["n_tokens"])
+    except (ValueError, KeyError, TypeError):
+        # the head's checksum follows the tokens, whose count is in the JSON: a damaged JSON
+        # cannot be verified first, so it is a checksum failure whichever byte changed
+        raise Rejected("checksum", "the header is not valid JSON") from None
+    if not 0 < n_tokens < (1 << 28):
+        raise Rejected("checksum", f"n_tokens {n_tokens}")
+    start = _PREAMBLE.size + n_json
+    rest = os.pread(fd, 4 * n_tokens + _CRC.size, start)
+    if len(rest) < 4 * n_tokens + _CRC.size:
+        raise Rejected("truncated", f"{size} bytes: the tokens are cut")
+    (crc,) = _CRC.unpack(rest[-_CRC.size :])
+    if zlib.crc32(rest[: -_CRC.size], zlib.crc32(text, zlib.crc32(pre))) != crc:
+        raise Rejected("checksum", "the head does not match its checksum")
+    try:
+        header = _parse(doc, np.frombuffer(rest[: -_CRC.size], dtype="<i4"), start + 4 * n_tokens + _CRC.size)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Rejected("checksum", f"a malformed header ({exc})") from None
+    if size < header.file_bytes:
+        raise Rejected("truncated", f"{size} bytes of {header.file_bytes}")
+    if size > header.file_bytes:
+        raise Rejected("checksum", f"{size - header.file_bytes} bytes after the end")
+    return header
+
+
+def _parse(doc: dict, tokens: np.ndarray, head_bytes: int) -> Header:
+    meta = Meta(
+        fingerprint=str(doc["fingerprint"]),
+        tenant=str(doc["tenant"]),
+        prompt_end=int(doc["prompt_end"]),
+        last_used=float(doc["last_used"]),
+        keep_s=None if doc.get("keep_s") is None else float(doc["keep_s"]),
+    )
+    infos = tuple(
+        CheckpointInfo(int(n), None if d is None else int(d), None if g is None else int(g))
+        for n, d, g in doc["checkpoints"]
+    )
+    state_bytes = int(doc["state_bytes"])
+    if int(doc["block"]) != BLOCK or state_bytes < 0:
+        raise ValueError("block size or state size")
+    sections = _sections(state_bytes, infos)
+    crcs = tuple(tuple(int(x, 16) for x in s) for s in doc["crc"])
+    if len(crcs) != len(sections) or any(len(c) != _blocks(s.nbytes) for c, s in zip(crcs, sections)):
+        raise ValueError("the checksum list does not match the sections")
+    if any(c.n_tokens <= 0 or c.n_tokens > len(tokens) or (c.data_bytes is None and c.n_logits is None) for c in infos):
+        raise ValueError("a checkpoint position")
+    if not 0 <= meta.prompt_end <= len(tokens):
+        raise ValueError("the prompt end")
+    body = sum(s.nbytes for s in sections)
+    return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body)
+
+
+def read(path: str, allocate: Callable[[int], np.ndarray] | None = None, expect: Header | None = None) -> tuple[Header, Payload]:
+    """Read and verify a whole file: its head, then every body block against its checksum
+    (verified on worker threads while the next block is read). `allocate(n)` gives the
+    uint8 buffers (pinned host memory, say); `expect`: the head this file had when it was
+    indexed, which it must still have. Raises Rejected; never returns unverified bytes."""
+    allocate = allocate or (lambda n: np.empty(n, dtype=np.uint8))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise Rejected("io", str(exc)) from None
+    try:
+        header = _read_header(fd)
+        if expect is not None and (header.tokens, header.meta.fingerprint, header.meta.tenant, header.crcs) != (
+            expect.tokens, expect.meta.fingerprint, expect.meta.tenant, expect.crcs
+        ):
+            raise Rejected("checksum", "the file changed since it was indexed")
+        buffers = _read_body(fd, header, allocate)
+    except OSError as exc:
+        raise Rejected("io", str(exc)) from None
+    finally:
+        os.close(fd)
+    return header, _payload(header, buffers)
+
+
+def _read_body(fd: int, header: Header, allocate) -> list[np.ndarray]:
+    offset = header.head_bytes
+    pending: list[tuple[concurrent.futures.Future, int, int]] = []
+    buffers = []
+    try:
+        for si, (section, crcs) in enumerate(zip(header.sections, header.crcs)):
+            buf = allocate(section.nbytes)
+            view = memoryview(buf).cast("B")
+            for bi, start in enumerate(range(0, section.nbytes, BLOCK)):
+                block = view[start : start + BLOCK]
+                got = 0
+                while got < len(block):
+                    n = os.preadv(fd, [block[got:]], offset + got)
+                    if n == 0:
+                        raise Rejected("truncated", "the file ended early")
+                    got += n
+                offset += len(block)
+                pending.append((_verify_pool.submit(zlib.crc32, block), crcs[bi], si))
+            buffers.append(buf)
+        for fut, want, si in pending:
+            if fut.result() != want:
+                raise Rejected("checksum", f"a block of section {si} does not match its checksum")
+    finally:
+        for fut, _, _ in pending:
+            fut.cancel()
+    return buffers
+
+
+def _payload(header: Header, buffers: list[np.ndarray]) -> Payload:
+    for b in buffers:
+        b.flags.writeable = False
+    it = iter(buffers)
+    state = next(it)
+    checkpoints = []
+    for c in header.checkpoints:
+        data = next(it) if c.data_bytes is not None else None
+        logits = None
+        if c.n_logits is not None:
+            logits = next(it).view(np.float32)
+        checkpoints.append(Checkpoint(c.n_tokens, data, logits))
+    return Payload(state, tuple(checkpoints))

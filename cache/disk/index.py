@@ -1,0 +1,242 @@
+"""The disk tier's index: which entries the directory holds, per tenant, in LRU order.
+
+The same shape as the RAM cache: a token radix tree per tenant (`PrefixTrie`), so a lookup
+is O(prompt length) and never a scan of the entries. Entries carry their checkpoints as an
+outline (positions, and whether each holds state and logits) so that reuse can be planned
+without reading a byte of state.
+
+Least recently used order is a heap of (last use, id) with lazy deletion: an entry spilled
+from RAM arrives with its own, older last use, so entries do not arrive in LRU order.
+Entries that the directory holds but this server cannot use (another model, layout or
+format version: `stale`) are in no tree; they count against the budget and are the first
+to go when room is needed.
+
+Not thread-safe: `DiskCache` guards it with its lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..checkpoints import Checkpoint, CheckpointList
+from ..prefix_trie import PrefixTrie, common_prefix
+from .format import CheckpointInfo, Header, Meta, Payload
+
+# stands for bytes that exist in the file: an outline checkpoint only says what is there
+_PRESENT = np.empty(0, dtype=np.uint8)
+_PRESENT.flags.writeable = False
+
+
+@dataclass(eq=False)
+class DiskEntry:
+    name: str  # the file's name in the directory
+    tokens: tuple[int, ...]
+    tenant: str
+    fingerprint: str
+    nbytes: int  # the exact size of the file
+    state_bytes: int
+    infos: tuple[CheckpointInfo, ...]
+    prompt_end: int
+    last_used: float  # wall-clock seconds
+    keep_s: float | None  # retention: expires this long after its last use (None: LRU only)
+    id: int = 0
+    header: Header | None = None  # the head as written or indexed: a load checks the file still has it
+    pending: Payload | None = None  # the bytes while they are being written (a load takes them from here)
+    meta: Meta | None = None  # what its header says, as planned when it was queued (sizes depend on it)
+    stale: str | None = None  # why this server cannot use it (another model or version); not in any tree
+    alive: bool = True  # False once removed from the index
+    _outline: CheckpointList | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def checkpoints(self) -> CheckpointList:
+        """The checkpoints' outline: positions with markers for the state and logits the file
+        holds (no bytes). Enough to plan reuse; a load reads the real ones. Cached."""
+        if self._outline is None:
+            outline = CheckpointList(max(1, len(self.infos)), 1 << 62)
+            outline._items = [
+                Checkpoint(c.n_tokens, _PRESENT if c.data_bytes is not None else None, _PRESENT if c.n_logits is not None else None)
+                for c in self.infos
+            ]
+            self._outline = outline
+        return self._outline
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes a load reads (the whole file)."""
+        return self.nbytes
+
+    def expired(self, now: float) -> bool:
+        return self.keep_s is not None and now > self.last_used + self.keep_s
+
+
+@dataclass(frozen=True, slots=True)
+class DiskMatch:
+    entry: DiskEntry
+    matched: int  # tokens shared with the query
+    usable: int  # tokens a slot keeps after loading the entry
+
+
+def covers(truncatable: bool, longer: DiskEntry, point: int) -> bool:
+    """Whether `longer` can serve a prompt that an entry of its first `point` tokens could."""
+    if truncatable or point == len(longer):
+        return True
+    return any(c.n_tokens == point and c.data_bytes is not None for c in longer.infos)
+
+
+class DiskIndex:
+    def __init__(self) -> None:
+        self._tries: dict[str, PrefixTrie[DiskEntry]] = {}
+        self._by_name: dict[str, DiskEntry] = {}
+        self._heap: list[tuple[float, int, DiskEntry]] = []
+        self._stale: dict[str, DiskEntry] = {}
+        self._ids = itertools.count(1)
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    @property
+    def n_usable(self) -> int:
+        return len(self._by_name) - len(self._stale)
+
+    def get(self, name: str) -> DiskEntry | None:
+        return self._by_name.get(name)
+
+    def entries(self) -> Iterator[DiskEntry]:
+        return iter(list(self._by_name.values()))
+
+    # -- mutation ------------------------------------------------------------------------
+
+    def add(self, entry: DiskEntry) -> None:
+        """Index an entry. O(len(tokens) + log n). Mutates."""
+        assert entry.name not in self._by_name, entry.name
+        entry.id = next(self._ids)
+        entry.alive = True
+        self._by_name[entry.name] = entry
+        if entry.stale is None:
+            self._tries.setdefault(entry.tenant, PrefixTrie()).insert(entry.tokens, entry)
+        else:
+            self._stale[entry.name] = entry
+        heapq.heappush(self._heap, (entry.last_used, entry.id, entry))
+        self.nbytes += entry.nbytes
+
+    def remove(self, entry: DiskEntry) -> None:
+        """Take an entry out (its heap item is dropped lazily). O(len(tokens)). Mutates."""
+        if not entry.alive:
+            return
+        entry.alive = False
+        del self._by_name[entry.name]
+        if entry.stale is None:
+            trie = self._tries[entry.tenant]
+            removed = trie.remove(entry.tokens, entry)
+            assert removed
+            if not len(trie):
+                del self._tries[entry.tenant]
+        else:
+            del self._stale[entry.name]
+        self.nbytes -= entry.nbytes
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._by_name):
+            self._heap = [item for item in self._heap if item[2].alive and item[0] == item[2].last_used]
+            heapq.heapify(self._heap)
+
+    def touch(self, entry: DiskEntry, when: float) -> None:
+        """Mark a use at wall-clock `when` (never moves back in time). O(log n). Mutates."""
+        if not entry.alive or when <= entry.last_used:
+            return
+        entry.last_used = when
+        heapq.heappush(self._heap, (when, entry.id, entry))
+
+    def lru_victim(self) -> DiskEntry | None:
+        """The entry to evict next: a stale one if any, else the least recently used.
+        Amortized O(log n); drops outdated heap items. Does not remove the victim."""
+        if self._stale:
+            return min(self._stale.values(), key=lambda e: e.last_used)
+        while self._heap:
+            when, _, entry = self._heap[0]
+            if entry.alive and when == entry.last_used:
+                return entry
+            heapq.heappop(self._heap)
+        return None
+
+    # -- lookup (read-only) --------------------------------------------------------------
+
+    def lookup(
+        self, query: Sequence[int], tenant: str, usable: Callable[[DiskEntry, int], int], now: float
+    ) -> tuple[DiskMatch | None, DiskMatch | None, list[DiskEntry]]:
+        """The entry of `tenant` that lets a slot keep the most of `query` (ties: the most
+        recently used), the one sharing the most tokens (for explanations), and the expired
+        entries seen on the way (for the caller to drop). O(len(query)) plus the entries on
+        and below the match point. Read-only."""
+        best: DiskMatch | None = None
+        closest: DiskMatch | None = None
+        expired: list[DiskEntry] = []
+        trie = self._tries.get(tenant)
+        if trie is None:
+            return None, None, expired
+        match = trie.match(query)
+        found = itertools.chain(match.prefixes, ((match.depth, e) for e in match.extensions()))
+        for matched, entry in found:
+            if matched == 0:
+                continue
+            if entry.expired(now):
+                expired.append(entry)
+                continue
+            keep = usable(entry, matched)
+            if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
+                best = DiskMatch(entry, matched, keep)
+            if closest is None or (matched, entry.last_used) > (closest.matched, closest.entry.last_used):
+                closest = DiskMatch(entry, matched, keep)
+        return best, closest, expired
+
+    def exact(self, tokens: Sequence[int], tenant: str) -> DiskEntry | None:
+        """An entry holding exactly `tokens` for `tenant`. O(len(tokens)). Read-only."""
+        trie = self._tries.get(tenant)
+        if trie is None:
+            return None
+        for n, entry in trie.match(tokens).prefixes:
+            if n == len(tokens) and len(entry) == n:
+                return entry
+        return None
+
+    def covered_by(self, entry: DiskEntry, truncatable: bool) -> list[DiskEntry]:
+        """Older entries of the same tenant that `entry` serves up to the end of their last
+        prompt (a strict prefix of it, or the previous turn of its conversation). Scans the
+        tenant's entries, comparing tokens only where the last prompt token matches. Read-only."""
+        trie = self._tries.get(entry.tenant)
+        if trie is None:
+            return []
+        out = []
+        new = entry.tokens
+        for old in trie.values():
+            end = old.prompt_end
+            if old is entry or end > len(new) or (end > 0 and old.tokens[end - 1] != new[end - 1]):
+                continue
+            shared = common_prefix(old.tokens, entry.tokens)
+            point = min(old.prompt_end, shared)
+            if shared >= old.prompt_end and covers(truncatable, entry, point):
+                out.append(old)
+        return out
+
+    def sanity_check(self) -> None:
+        total = 0
+        in_tries = 0
+        for trie in self._tries.values():
+            trie.sanity_check()
+            in_tries += len(trie)
+            for e in trie.values():
+                assert e.alive and e.stale is None and self._by_name.get(e.name) is e
+        for e in self._by_name.values():
+            total += e.nbytes
+        assert in_tries == self.n_usable == sum(1 for e in self._by_name.values() if e.stale is None)
+        assert all(self._by_name.get(name) is e and e.stale is not None for name, e in self._stale.items())
+        assert total == self.nbytes, (total, self.nbytes)
+        live = {id(item[2]) for item in self._heap if item[2].alive and item[0] == item[2].last_used}
+        assert live == {id(e) for e in self._by_name.values()}, "every entry has its heap item"

@@ -1,0 +1,563 @@
+"""The disk tier: entries the RAM cache evicts, kept in a directory across restarts.
+
+`DiskCache` owns one directory (--cache-disk). It is used from three threads:
+
+- the engine thread: `lookup`, `put` (queue a write), `touch`; each is index work only,
+  O(prompt length), under a short lock, so a decode step never waits for the disk;
+- a writer thread: writes queued entries (write, fsync, rename), deletes evicted files, and
+  saves the last-use times every few seconds;
+- readers (`read`, on any thread but the engine's): a load reads and verifies a file.
+
+An entry being written keeps its bytes (`pending`, read-only arrays shared with the RAM
+entry it was spilled from): a load that wants it meanwhile takes them from memory and never
+opens a half-written file.
+
+Budget: the sum of the sizes of the entry files (queued ones included) never exceeds
+`budget`. Room is made before a write is queued, and the single writer deletes evicted
+files before it writes the entries queued after them, so the directory holds at most
+`budget` bytes of entries at any time (a write's temporary file counts as its entry).
+Eviction is least recently used across restarts: last-use times are in each file's header
+and in `last-used.json` (rewritten when they change, at most every few seconds, and at
+close).
+
+Rejections: a file this server cannot trust or use is skipped, logged and counted by reason
+(`format.REASONS`). Damaged files (empty, truncated, checksum) are deleted. Files of another
+model, layout or format version stay (a restart with the old flags finds them) but count
+against the budget and are evicted first. Files that are not entries are left alone.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import itertools
+import json
+import logging
+import os
+import queue
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..prefix_trie import PrefixTrie
+from . import format as fmt
+from .format import Meta, Payload, Rejected
+from .index import DiskEntry, DiskIndex, DiskMatch
+
+log = logging.getLogger("warmslot.cache.disk")
+
+LRU_FILE = "last-used.json"
+LOCK_FILE = ".lock"
+LRU_EVERY = 5.0  # seconds between saves of changed last-use times
+SWEEP_EVERY = 60.0  # seconds between sweeps for entries past their retention
+REJECTED_REMEMBERED = 256  # rejected keys kept to explain misses
+
+
+class DiskInUse(Exception):
+    """Another process holds the directory."""
+
+
+@dataclass
+class DiskStats:
+    """Counters (plain numbers). The read and rejection counters are written under a lock
+    (several threads read); the others by one thread each, or under the index lock."""
+
+    reads: int = 0  # files read for loads
+    read_bytes: int = 0
+    read_seconds: float = 0.0
+    memory_reads: int = 0  # loads served from an entry's pending bytes (still being written)
+    writes: int = 0
+    write_bytes: int = 0
+    write_seconds: float = 0.0
+    write_errors: int = 0
+    hits: int = 0  # requests that loaded an entry
+    evictions: int = 0  # entries deleted to make room (least recently used first)
+    expired: int = 0  # entries deleted because their retention ran out
+    dropped_redundant: int = 0  # entries deleted because a newer one serves everything they could
+    refused: int = 0  # entries not written: larger than the budget, or older than everything kept
+    queued_bytes: int = 0  # bytes waiting to be written
+    index_seconds: float = 0.0  # the startup index rebuild
+    index_files: int = 0  # files it looked at
+    rejected: collections.Counter = field(default_factory=collections.Counter)  # by reason
+
+
+@dataclass(frozen=True, slots=True)
+class DiskLookup:
+    best: DiskMatch | None  # the entry that lets a slot keep the most of the query
+    closest: DiskMatch | None  # when none is usable: the one sharing the most tokens
+    rejected: tuple[int, tuple[int, ...], str] | None  # (shared tokens, key, reason) of a rejected entry
+
+
+class DiskCache:
+    def __init__(
+        self,
+        directory: str,
+        budget: int,
+        fingerprint: str,
+        truncatable: bool,
+        *,
+        allocate: Callable[[int], np.ndarray] | None = None,
+        background: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Open (or create, owner-only) `directory`, lock it and index its entries from
+        their headers (no state is read). `background=False`: no writer thread; queued work
+        runs in `flush()` on the caller's thread. Raises DiskInUse, OSError."""
+        assert budget > 0
+        self.directory = os.path.abspath(directory)
+        self.budget = budget
+        self.fingerprint = fingerprint
+        self.truncatable = truncatable
+        self.stats = DiskStats()
+        self._allocate = allocate
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._index = DiskIndex()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lru_dirty = False
+        self._lru_saved_at = 0.0
+        self._swept_at = time.monotonic()
+        self._rejected: dict[str, PrefixTrie[tuple[tuple[int, ...], str]]] = {}
+        self._rejected_order: collections.deque = collections.deque()
+        self._closed = False
+        self._lock_fd = self._open_directory()
+        try:
+            self._rebuild()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._writer, name="warmslot-disk-writer", daemon=True)
+            self._thread.start()
+
+    # -- sizes (any thread) ------------------------------------------------------------
+
+    @property
+    def nbytes(self) -> int:
+        return self._index.nbytes
+
+    @property
+    def n_entries(self) -> int:
+        return len(self._index)
+
+    # -- lookup (engine thread) ----------------------------------------------------------
+
+    def lookup(self, query: Sequence[int], tenant: str, usable: Callable[[DiskEntry, int], int]) -> DiskLookup:
+        """The entry of `tenant` that lets a slot keep the most of `query`, and what explains
+        a miss (the entry sharing the most, or a rejected one). O(len(query)). Drops entries
+        past their retention that it meets (mutates only then)."""
+        with self._lock:
+            best, closest, expired = self._index.lookup(query, tenant, usable, self._clock())
+            for entry in expired:
+                self._drop(entry, "expired")
+            rejected = self._rejected_match(query, tenant)
+        return DiskLookup(best, None if best is not None else closest, rejected)
+
+    def get(self, name: str) -> DiskEntry | None:
+        with self._lock:
+            return self._index.get(name)
+
+    def entries(self) -> list[DiskEntry]:
+        with self._lock:
+            return list(self._index.entries())
+
+    # -- mutation (engine thread) ----------------------------------------------------------
+
+    def put(
+        self,
+        tokens: Sequence[int],
+        state: np.ndarray,
+        checkpoints,
+        tenant: str,
+        prompt_end: int,
+        last_used: float,
+        keep_s: float | None = None,
+    ) -> DiskEntry | None:
+        """Queue an entry for writing. `state` and the checkpoints' arrays are shared, never
+        copied or changed (they must be read-only); the writer thread writes them. Makes
+        room first (least recently used first; stale files before any) and drops older
+        entries this one serves. An entry holding exactly these tokens is only touched.
+        Returns None when the entry is not kept: retention in memory only (keep_s == 0),
+        larger than the budget, or older than every entry it would evict. Index work only:
+        O(len(tokens) + evictions). Mutates."""
+        if keep_s == 0 or not tokens:
+            return None
+        tokens = tuple(tokens)
+        prompt_end = min(prompt_end, len(tokens)) if prompt_end > 0 else len(tokens)
+        with self._lock:
+            if self._closed:
+                return None
+            existing = self._index.exact(tokens, tenant)
+            if existing is not None:
+                self._index.touch(existing, last_used)
+                self._lru_dirty = True
+                return existing
+            infos = fmt.checkpoint_infos(checkpoints)
+            meta = Meta(self.fingerprint, tenant, prompt_end, last_used, keep_s)
+            layout = fmt.plan(meta, len(tokens), int(state.nbytes), infos)
+            entry = DiskEntry(
+                name=secrets.token_hex(16) + fmt.SUFFIX, tokens=tokens, tenant=tenant, fingerprint=self.fingerprint,
+                nbytes=layout.file_bytes, state_bytes=int(state.nbytes), infos=infos, prompt_end=prompt_end,
+                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints)), meta=meta,
+            )
+            if entry.nbytes > self.budget:
+                self.stats.refused += 1
+                return None
+            for old in self._index.covered_by(entry, self.truncatable):
+                self._drop(old, "redundant")
+            while self._index.nbytes + entry.nbytes > self.budget:
+                victim = self._index.lru_victim()
+                assert victim is not None
+                if victim.stale is None and victim.last_used > last_used:
+                    self.stats.refused += 1  # everything kept was used more recently
+                    return None
+                self._drop(victim, "evicted")
+            self._index.add(entry)
+            self.stats.queued_bytes += entry.nbytes
+            self._lru_dirty = True
+        self._jobs.put(("write", entry))
+        return entry
+
+    def touch(self, entry: DiskEntry) -> None:
+        """Mark an entry used now. O(log n). Mutates LRU order only."""
+        with self._lock:
+            self._index.touch(entry, self._clock())
+            self._lru_dirty = True
+
+    # -- reads (any thread but the engine's) -------------------------------------------------
+
+    def read(self, entry: DiskEntry) -> Payload | None:
+        """The entry's bytes, verified against its checksums: from memory while its write is
+        queued or running, else from its file. None when the entry is gone (evicted). A
+        file that fails verification is rejected: counted, logged, deleted and dropped from
+        the index, and Rejected is raised. Blocking: disk I/O. The entry stays indexed."""
+        with self._lock:
+            if not entry.alive:
+                return None
+            pending, expect = entry.pending, entry.header
+        if pending is not None:
+            with self._stats_lock:  # reads run on several threads
+                self.stats.memory_reads += 1
+            return pending
+        t0 = time.monotonic()
+        try:
+            header, payload = fmt.read(os.path.join(self.directory, entry.name), self._allocate, expect)
+        except Rejected as exc:
+            with self._lock:
+                gone = not entry.alive
+            if gone and exc.reason == "io":
+                return None  # evicted and deleted while the read started
+            self.reject(exc, entry.name, entry.tenant, entry.tokens)
+            with self._lock:
+                self._drop(entry, None)
+            raise
+        with self._stats_lock:
+            self.stats.reads += 1
+            self.stats.read_bytes += header.file_bytes
+            self.stats.read_seconds += time.monotonic() - t0
+        return payload
+
+    def reject(self, exc: Rejected, name: str, tenant: str | None = None, tokens: Sequence[int] | None = None) -> None:
+        """Count and log a rejected file (from here or a slot file); remember its key, when
+        known, to explain misses. Thread-safe."""
+        with self._stats_lock:
+            self.stats.rejected[exc.reason] += 1
+        log.warning("disk cache: skipped %s (%s)", name, exc)
+        if tokens:
+            with self._lock:
+                self._remember_rejected(tenant or "", tuple(tokens), exc.reason)
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write queued so far is on disk (and the last-use times saved).
+        Without a writer thread, runs the queued work here. False on timeout."""
+        if self._thread is None:
+            self._run_jobs(block=False)
+            self._save_lru()
+            return True
+        done = threading.Event()
+        self._jobs.put(("sync", done))
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the queued writes, save the last-use times, stop the writer and unlock
+        the directory. Later puts are refused."""
+        if self._closed:
+            return
+        self.flush(timeout)
+        with self._lock:
+            self._closed = True
+        if self._thread is not None:
+            self._jobs.put(("stop", None))
+            self._thread.join(timeout)
+        self._save_lru()
+        os.close(self._lock_fd)
+
+    def sanity_check(self) -> None:
+        """The index adds up and stays within the budget; after `flush`, the directory
+        holds exactly the indexed entry files with their indexed sizes."""
+        with self._lock:
+            self._index.sanity_check()
+            assert self._index.nbytes <= self.budget, (self._index.nbytes, self.budget)
+            names = {e.name: e.nbytes for e in self._index.entries()}
+            pending = any(e.pending is not None for e in self._index.entries())
+        if not pending:
+            files = {n: s for n, s in self.disk_usage().items() if n.endswith(fmt.SUFFIX)}
+            assert files == names, (sorted(files), sorted(names))
+
+    def disk_usage(self) -> dict[str, int]:
+        """Sizes of the entry files (and temporary files) in the directory now."""
+        out = {}
+        for de in os.scandir(self.directory):
+            if de.name.endswith(fmt.SUFFIX) or de.name.endswith(".tmp"):
+                try:
+                    out[de.name] = de.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    pass
+        return out
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _open_directory(self) -> int:
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        mode = os.stat(self.directory).st_mode
+        if mode & 0o077:
+            log.warning("disk cache: %s is accessible to other users; its entries are owner-only files", self.directory)
+        fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DiskInUse(f"{self.directory} is in use by another process") from None
+        return fd
+
+    def _rebuild(self) -> None:
+        """Index the directory from the entries' heads; delete damaged files and those left
+        by interrupted writes; evict down to the budget."""
+        t0 = time.monotonic()
+        lru = self._read_lru()
+        now = self._clock()
+        n = 0
+        for de in os.scandir(self.directory):
+            name = de.name
+            if name in (LOCK_FILE, LRU_FILE):
+                continue
+            n += 1
+            path = os.path.join(self.directory, name)
+            if name.startswith(".") and name.endswith(".tmp"):
+                self.reject(Rejected("incomplete", "a write that never finished; deleted"), name)
+                _unlink(path)
+                continue
+            if not name.endswith(fmt.SUFFIX) or not de.is_file(follow_symlinks=False):
+                self.reject(Rejected("not_entry", "not a cache entry; left alone"), name)
+                continue
+            try:
+                header = fmt.read_header(path)
+            except Rejected as exc:
+                self.reject(exc, name)
+                if exc.reason in ("empty", "truncated", "checksum"):
+                    _unlink(path)
+                elif exc.reason == "version":
+                    self._add_stale(name, de, lru, exc.reason)
+                continue
+            meta = header.meta
+            last_used = max(meta.last_used, lru.get(name, 0.0))
+            if meta.fingerprint != self.fingerprint:
+                self.reject(Rejected("model", f"written for {meta.fingerprint}, this server is {self.fingerprint}"), name, meta.tenant, header.tokens)
+                self._add_stale(name, de, lru, "model", header=header)
+                continue
+            entry = DiskEntry(
+                name=name, tokens=header.tokens, tenant=meta.tenant, fingerprint=meta.fingerprint,
+                nbytes=header.file_bytes, state_bytes=header.state_bytes, infos=header.checkpoints,
+                prompt_end=meta.prompt_end, last_used=last_used, keep_s=meta.keep_s, header=header,
+            )
+            if entry.expired(now):
+                self.stats.expired += 1
+                _unlink(path)
+                continue
+            self._index.add(entry)
+        while self._index.nbytes > self.budget:
+            self._drop(self._index.lru_victim(), "evicted")
+        self._run_jobs(block=False)
+        self.stats.index_seconds = time.monotonic() - t0
+        self.stats.index_files = n
+        log.info(
+            "disk cache %s: %d entries (%.1f MiB of %.1f MiB) indexed from %d files in %.3f s%s",
+            self.directory, self._index.n_usable, self._index.nbytes / (1 << 20), self.budget / (1 << 20), n,
+            self.stats.index_seconds, _rejected_text(self.stats.rejected),
+        )
+
+    def _add_stale(self, name: str, de: os.DirEntry, lru: dict, reason: str, header: fmt.Header | None = None) -> None:
+        st = de.stat(follow_symlinks=False)
+        self._index.add(DiskEntry(
+            name=name, tokens=(), tenant="", fingerprint="", nbytes=st.st_size, state_bytes=0, infos=(),
+            prompt_end=0, last_used=lru.get(name, header.meta.last_used if header else st.st_mtime), keep_s=None,
+            stale=reason,
+        ))
+
+    def _drop(self, entry: DiskEntry, why: str | None) -> None:
+        """Take an entry out of the index and queue its file's deletion. Lock held."""
+        if not entry.alive:
+            return
+        self._index.remove(entry)
+        if why == "evicted":
+            self.stats.evictions += 1
+        elif why == "expired":
+            self.stats.expired += 1
+        elif why == "redundant":
+            self.stats.dropped_redundant += 1
+        self._lru_dirty = True
+        self._jobs.put(("delete", entry.name))
+
+    def _writer(self) -> None:
+        while True:
+            try:
+                if not self._run_jobs(block=True):
+                    return
+            except Exception:  # noqa: BLE001 - the writer must outlive any one failure
+                log.exception("disk cache: the writer failed a job")
+
+    def _run_jobs(self, block: bool) -> bool:
+        """Run queued jobs (one, waiting for it, when `block`; else all there are). False
+        once told to stop."""
+        while True:
+            try:
+                kind, arg = self._jobs.get(timeout=LRU_EVERY) if block else self._jobs.get_nowait()
+            except queue.Empty:
+                kind, arg = None, None
+            if kind == "write":
+                self._write(arg)
+            elif kind == "delete":
+                _unlink(os.path.join(self.directory, arg))
+            elif kind == "sync":
+                self._save_lru()
+                arg.set()
+            elif kind == "stop":
+                return False
+            if block:
+                self._housekeeping()
+                return True
+            if kind is None:
+                return True
+
+    def _write(self, entry: DiskEntry) -> None:
+        with self._lock:
+            payload = entry.pending
+            if not entry.alive:
+                self.stats.queued_bytes -= entry.nbytes
+                entry.pending = None
+                return
+        t0 = time.monotonic()
+        try:
+            # the planned header (a later touch changes last_used, whose digits change the size)
+            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, payload.state, payload.checkpoints)
+            if header.file_bytes != entry.nbytes:
+                _unlink(os.path.join(self.directory, entry.name))
+                raise OSError(f"wrote {header.file_bytes} bytes, {entry.nbytes} were planned")
+        except OSError as exc:
+            log.error("disk cache: writing %s failed: %s", entry.name, exc)
+            self.stats.write_errors += 1
+            with self._lock:
+                self.stats.queued_bytes -= entry.nbytes
+                entry.pending = None
+                if entry.alive:
+                    self._index.remove(entry)
+            return
+        self.stats.writes += 1
+        self.stats.write_bytes += header.file_bytes
+        self.stats.write_seconds += time.monotonic() - t0
+        with self._lock:
+            entry.header = header
+            entry.pending = None
+            self.stats.queued_bytes -= entry.nbytes
+            alive = entry.alive
+        if not alive:  # evicted while it was being written
+            _unlink(os.path.join(self.directory, entry.name))
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if now - self._swept_at >= SWEEP_EVERY:
+            self._swept_at = now
+            wall = self._clock()
+            with self._lock:
+                for entry in [e for e in self._index.entries() if e.stale is None and e.expired(wall)]:
+                    self._drop(entry, "expired")
+        if self._lru_dirty and now - self._lru_saved_at >= LRU_EVERY:
+            self._save_lru()
+
+    def _save_lru(self) -> None:
+        """Write the last-use times atomically (temporary file, fsync, rename)."""
+        with self._lock:
+            if not self._lru_dirty:
+                return
+            self._lru_dirty = False
+            times = {e.name: round(e.last_used, 3) for e in self._index.entries()}
+        self._lru_saved_at = time.monotonic()
+        path = os.path.join(self.directory, LRU_FILE)
+        tmp = os.path.join(self.directory, f".{LRU_FILE}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                fmt._write_all(fd, memoryview(json.dumps({"version": 1, "last_used": times}).encode()))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("disk cache: saving the last-use times failed: %s", exc)
+            _unlink(tmp)
+
+    def _read_lru(self) -> dict[str, float]:
+        try:
+            with open(os.path.join(self.directory, LRU_FILE), "rb") as f:
+                doc = json.loads(f.read())
+            return {str(k): float(v) for k, v in doc["last_used"].items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("disk cache: ignoring %s (%s); last uses come from the entries' headers", LRU_FILE, exc)
+            return {}
+
+    def _remember_rejected(self, tenant: str, tokens: tuple[int, ...], reason: str) -> None:
+        self._rejected.setdefault(tenant, PrefixTrie()).insert(tokens, (tokens, reason))
+        self._rejected_order.append((tenant, tokens))
+        while len(self._rejected_order) > REJECTED_REMEMBERED:
+            old_tenant, old_tokens = self._rejected_order.popleft()
+            trie = self._rejected[old_tenant]
+            for _, value in trie.match(old_tokens).prefixes:
+                if value[0] is old_tokens:
+                    trie.remove(old_tokens, value)
+                    break
+            if not len(trie):
+                del self._rejected[old_tenant]
+
+    def _rejected_match(self, query: Sequence[int], tenant: str) -> tuple[int, tuple[int, ...], str] | None:
+        trie = self._rejected.get(tenant)
+        if trie is None:
+            return None
+        match = trie.match(query)
+        found = [v for _, v in match.prefixes] + list(itertools.islice(match.extensions(), 1))
+        if not found or match.depth == 0:
+            return None
+        tokens, reason = found[-1]
+        return match.depth, tokens, reason
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _rejected_text(rejected: collections.Counter) -> str:
+    if not rejected:
+        return ""
+    return "; skipped " + ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))

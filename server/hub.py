@@ -1,0 +1,113 @@
+"""`-hf USER/REPO[:QUANT]`: a GGUF model from the Hugging Face Hub, as llama-server fetches it.
+
+huggingface_hub does the work: it lists the repository, downloads into its cache
+(`HF_HOME`, `HF_HUB_CACHE`) with a progress bar, resumes, and honours `HF_TOKEN` and
+`HF_ENDPOINT`. A file already in the cache is used without downloading it again, and when the
+Hub cannot be reached the cached files of the repository are used.
+
+Which file: `--hf-file` names it; otherwise the GGUF whose name carries the quant
+(case-insensitive, default Q4_K_M), else the first GGUF of the repository. Projector files
+(mmproj) are never chosen. A model split into parts (`-00001-of-00003.gguf`) is downloaded
+whole and the first part is loaded (llama.cpp finds the others next to it).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+log = logging.getLogger("warmslot")
+
+DEFAULT_QUANT = "Q4_K_M"
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
+
+
+class HubError(RuntimeError):
+    """The model could not be found or downloaded."""
+
+
+@dataclass(frozen=True, slots=True)
+class HubModel:
+    repo: str
+    quant: str | None  # asked for (None: the default)
+
+    @classmethod
+    def parse(cls, spec: str) -> "HubModel":
+        repo, _, quant = spec.strip().partition(":")
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            raise HubError(f"-hf wants USER/REPO[:QUANT], e.g. ggml-org/gemma-3-1b-it-GGUF:Q4_K_M, not {spec!r}")
+        return cls(repo, quant or None)
+
+
+def choose_file(files: list[str], quant: str | None) -> str:
+    """The GGUF to load among a repository's files (see the module docstring)."""
+    ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower().rsplit("/", 1)[-1])
+    ggufs = [f for f in ggufs if not _SPLIT.search(f) or _SPLIT.search(f).group(1) == "00001"]
+    if not ggufs:
+        raise HubError("the repository has no GGUF file")
+    wanted = (quant or DEFAULT_QUANT).lower()
+    pattern = re.compile(rf"(^|[^a-z0-9]){re.escape(wanted)}([^a-z0-9]|$)")
+    for name in ggufs:
+        if pattern.search(name.rsplit("/", 1)[-1].lower()):
+            return name
+    if quant is not None:
+        raise HubError(f"no GGUF file for quant {quant!r}; the repository has: {', '.join(ggufs)}")
+    return ggufs[0]
+
+
+def split_parts(filename: str) -> list[str]:
+    """All parts of a split GGUF (just the file when it is not split)."""
+    match = _SPLIT.search(filename)
+    if not match:
+        return [filename]
+    total = int(match.group(2))
+    stem = filename[: match.start()]
+    return [f"{stem}-{i:05d}-of-{total:05d}.gguf" for i in range(1, total + 1)]
+
+
+def download(spec: str, filename: str | None = None, token: str | None = None) -> str:
+    """The local path of the model `spec` names, downloaded into the Hub cache if needed."""
+    import huggingface_hub
+
+    model = HubModel.parse(spec)
+    try:
+        name = filename or choose_file(_repo_files(model.repo, token), model.quant)
+        paths = []
+        for part in split_parts(name):
+            log.info("model %s/%s: downloading into the Hugging Face cache if it is not there yet", model.repo, part)
+            paths.append(huggingface_hub.hf_hub_download(model.repo, part, token=token))
+    except HubError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - network, HTTP and cache errors all end the start-up
+        raise HubError(f"cannot get {spec}{' ' + filename if filename else ''} from Hugging Face: {exc}") from exc
+    log.info("model %s/%s: %s", model.repo, name, paths[0])
+    return paths[0]
+
+
+def _repo_files(repo: str, token: str | None) -> list[str]:
+    """The repository's files, from the Hub, else from the cache when the Hub is unreachable."""
+    import huggingface_hub
+
+    try:
+        return huggingface_hub.list_repo_files(repo, token=token)
+    except Exception as exc:  # noqa: BLE001 - offline, unreachable, refused: the cache may still have it
+        cached = _cached_files(repo)
+        if not cached:
+            raise HubError(f"cannot list {repo} ({exc}) and nothing of it is cached") from exc
+        log.warning("cannot reach the Hub (%s); choosing among the cached files of %s", exc, repo)
+        return cached
+
+
+def _cached_files(repo: str) -> list[str]:
+    import huggingface_hub
+
+    try:
+        info = huggingface_hub.scan_cache_dir()
+    except (huggingface_hub.CacheNotFound, OSError):
+        return []
+    return sorted({
+        str(f.file_path.relative_to(revision.snapshot_path))
+        for entry in info.repos if entry.repo_id == repo
+        for revision in entry.revisions for f in revision.files
+    })

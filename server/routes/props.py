@@ -1,0 +1,115 @@
+"""What clients probe before they talk: /props (llama-server's shape), /version, and the models.
+
+Agent frameworks size their history from these: hermes-agent reads /v1/props then /props
+(`default_generation_settings.n_ctx`), `context_length` or `max_model_len` of a /v1/models
+entry, or GET /v1/models/{id}. They all report the effective context of one slot, the most
+tokens a request's prompt and reply may take together, never the training context.
+
+NOTE: /api/v1/models is LM Studio's, which llama-server does not answer either: a 200 there
+would make hermes-agent take the server for LM Studio.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import ModelNotFound
+from ..state import Warmslot, server_of
+from ..version import build_info, version_info
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # what llama-server reports for "a random seed"
+
+
+async def props(request: Request) -> Response:
+    """llama-server's /props: the slots' context, the defaults and the chat template, plus
+    warmslot's capacity table."""
+    server = server_of(request)
+    server.authorize(request)
+    server.require_ready()
+    info = server.engine.info
+    template = server.builder.template
+    vocab = server.engine.vocab
+    body = {
+        "default_generation_settings": {"params": default_params(server), "n_ctx": info.n_ctx_slot},
+        "total_slots": info.n_slots,
+        "model_alias": server.model_name,
+        "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
+        "modalities": {"vision": False, "video": False, "audio": False},
+        "endpoint_slots": server.config.slots_endpoint,
+        "endpoint_props": False,
+        "endpoint_metrics": True,
+        "chat_template": template.source,
+        "chat_template_caps": {"supports_tools": template.supports_tools, "supports_tool_calls": True,
+                               "supports_system_role": True, "supports_parallel_tool_calls": True},
+        "bos_token": vocab.special_text(vocab.bos) if vocab.bos >= 0 else "",
+        "eos_token": vocab.special_text(vocab.eos) if vocab.eos >= 0 else "",
+        "build_info": build_info(),
+        "is_sleeping": False,
+        "n_ctx_train": info.n_ctx_train,
+        "capacity": info.capacity.to_json() if info.capacity is not None else None,
+    }
+    return JSONResponse(body)
+
+
+def default_params(server: Warmslot) -> dict:
+    """A request's defaults, named as llama-server names them."""
+    s = server.config.sampling
+    n_predict = server.config.n_predict
+    return {
+        "seed": LLAMA_DEFAULT_SEED if s.seed is None else s.seed,
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "repeat_last_n": s.repeat_last_n,
+        "repeat_penalty": s.repeat_penalty,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "stream": False,
+        "reasoning_format": server.config.reasoning_format,
+        "reasoning_budget": server.config.reasoning_budget,
+        "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
+    }
+
+
+async def version(request: Request) -> Response:
+    return JSONResponse({**version_info(), "build_info": build_info()})
+
+
+def model_entry(server: Warmslot) -> dict:
+    """One /v1/models entry. `context_length` and `max_model_len` (vLLM's name) are a slot's
+    context, which is what a request can use."""
+    entry = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot",
+             "aliases": server.config.aliases or [server.model_name]}
+    if server.ready:
+        info = server.engine.info
+        entry["context_length"] = info.n_ctx_slot
+        entry["max_model_len"] = info.n_ctx_slot
+        entry["meta"] = {
+            "n_ctx": info.n_ctx_slot,
+            "n_ctx_total": info.n_ctx,
+            "n_ctx_train": info.n_ctx_train,
+            "arch": info.arch,
+            "n_params": info.n_params,
+            "size": info.size_bytes,
+            "n_vocab": info.n_vocab,
+            "memory": info.memory.value,
+        }
+    return entry
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [model_entry(server_of(request))]})
+
+
+async def model(request: Request) -> Response:
+    """GET /v1/models/{id}: the model under its name or any alias; 404 otherwise."""
+    server = server_of(request)
+    wanted = request.path_params["model_id"]
+    entry = model_entry(server)
+    if wanted != entry["id"] and wanted not in entry["aliases"]:
+        raise ModelNotFound(wanted)
+    return JSONResponse(entry)

@@ -1,0 +1,206 @@
+"""The disk tier as the engine sees it: spills, fetches, loads and the shutdown flush.
+
+- **Spill.** The RAM cache hands every entry it evicts to `spill`, which queues it for the
+  disk writer (its read-only arrays are shared, nothing is copied): index work only, so the
+  decode step that caused the eviction does not wait for the disk.
+- **Fetch.** A request whose best source is a disk entry that is not in memory yet gets a
+  `Fetch` route: a reader thread reads and verifies the file while the engine goes on with
+  the other slots; when it is done the engine is woken and routes the request again. Entries
+  still being written are in memory already (their bytes wait in the write queue).
+- **Load.** `take` turns the fetched bytes into a prompt-cache entry that the slot loads like
+  a RAM one; the entry also stays in RAM when it fits in a quarter of its budget (the next
+  request that shares it loads it from memory). The file is never consumed.
+- **Ranking.** `cost_tokens` prices a read in prompt tokens: the seconds the read takes at
+  the measured disk bandwidth, times the measured prefill speed. The router compares a disk
+  candidate by its usable prefix minus that price.
+- **Shutdown.** Idle slots' contents and the RAM entries are written (most recently used
+  first; those already on disk are only touched), then the writer is drained.
+
+Everything here runs on the engine thread except the reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.disk import DiskCache, DiskEntry, DiskLookup, DiskStats, Payload, Rejected
+from warmslot.cache.prompt_cache import CacheEntry, PromptCache
+
+from .stats import EngineStats
+
+log = logging.getLogger("warmslot.engine")
+
+READ_BANDWIDTH_PRIOR = 1e9  # bytes/s assumed until reads were measured
+PREFILL_PRIOR = 1000.0  # tokens/s assumed until prefill was measured
+READ_LATENCY = 0.002  # seconds a read costs besides its bytes (open, head, wake-up)
+FETCHED_KEPT = 8  # fetched payloads waiting for their request (an aborted one's is dropped)
+RAM_SHARE = 4  # a fetched entry also stays in RAM when it is at most 1/RAM_SHARE of the budget
+
+
+@dataclass(frozen=True, slots=True)
+class DiskView:
+    """The disk tier's sizes and counters at one instant (any thread)."""
+
+    directory: str
+    budget_bytes: int
+    bytes: int
+    n_entries: int
+    stats: DiskStats
+
+
+def wall_time(monotonic: float) -> float:
+    """A time.monotonic() instant as wall-clock seconds (last uses persist across restarts)."""
+    return time.time() - (time.monotonic() - monotonic)
+
+
+class DiskTier:
+    def __init__(
+        self,
+        disk: DiskCache,
+        ram: PromptCache,
+        stats: EngineStats,
+        checkpoint_limits: tuple[int, int],
+        wake: Callable[[Callable[[], None]], None],
+    ) -> None:
+        """`wake(fn)` runs fn on the engine thread between steps (and wakes it)."""
+        self.disk = disk
+        self.ram = ram
+        self.stats = stats
+        self.checkpoint_limits = checkpoint_limits
+        self._wake = wake
+        self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="warmslot-disk-read")
+        self._inflight: dict[str, concurrent.futures.Future] = {}  # entry name -> read
+        self._fetched: collections.OrderedDict[str, Payload] = collections.OrderedDict()
+        self._waiting: dict[str, str] = {}  # request id -> entry name it waits for
+        ram.on_evict = self.spill
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def lookup(self, prompt, tenant: str, usable) -> DiskLookup:
+        return self.disk.lookup(prompt, tenant, usable)
+
+    def ready(self, entry: DiskEntry) -> bool:
+        """Whether the entry's bytes are in memory (fetched, or still queued for writing)."""
+        if entry.name in self._fetched:
+            return True
+        pending = entry.pending
+        if pending is not None:
+            self._keep_fetched(entry.name, pending)
+            return True
+        return False
+
+    def cost_tokens(self, entry: DiskEntry) -> float:
+        """What loading the entry costs, in prompt tokens the same time would compute."""
+        if entry.name in self._fetched or entry.pending is not None:
+            return 0.0
+        s = self.disk.stats
+        bandwidth = s.read_bytes / s.read_seconds if s.read_bytes >= (1 << 20) and s.read_seconds > 0 else READ_BANDWIDTH_PRIOR
+        st = self.stats
+        prefill = st.prefill_tokens / st.prefill_seconds if st.prefill_tokens >= 256 and st.prefill_seconds > 0 else PREFILL_PRIOR
+        return (entry.read_bytes / bandwidth + READ_LATENCY) * prefill
+
+    # -- fetching (engine thread) ----------------------------------------------------------
+
+    def fetch(self, entry: DiskEntry, request_id: str) -> None:
+        """Start reading the entry for a request (once per entry); the engine is woken when
+        the read is done."""
+        self._waiting[request_id] = entry.name
+        if entry.name in self._inflight:
+            return
+        future = self._reader.submit(self._read, entry)
+        self._inflight[entry.name] = future
+        future.add_done_callback(lambda f, entry=entry: self._wake(lambda: self._on_read(entry, f)))
+
+    def waiting(self, request_id: str) -> bool:
+        """Whether the request waits for a read still in flight (the engine need not step
+        for it)."""
+        name = self._waiting.get(request_id)
+        return name is not None and name in self._inflight
+
+    def _read(self, entry: DiskEntry) -> Payload | None:
+        try:
+            return self.disk.read(entry)
+        except Rejected:
+            return None  # counted and logged by the disk cache; the request is routed again
+
+    def _on_read(self, entry: DiskEntry, future: concurrent.futures.Future) -> None:
+        self._inflight.pop(entry.name, None)
+        for req, name in list(self._waiting.items()):
+            if name == entry.name:
+                del self._waiting[req]
+        try:
+            payload = future.result()
+        except Exception:  # noqa: BLE001 - a failed read is a miss, never a crash
+            log.exception("disk cache: reading %s failed", entry.name)
+            payload = None
+        if payload is not None:
+            self._keep_fetched(entry.name, payload)
+
+    def _keep_fetched(self, name: str, payload: Payload) -> None:
+        self._fetched[name] = payload
+        self._fetched.move_to_end(name)
+        while len(self._fetched) > FETCHED_KEPT:
+            self._fetched.popitem(last=False)
+
+    def take(self, entry: DiskEntry) -> CacheEntry | None:
+        """The fetched entry as a prompt-cache entry to load into a slot (kept in RAM too
+        when that pays), or None when its bytes are not in memory. The disk entry stays."""
+        payload = self._fetched.pop(entry.name, None)
+        if payload is None:
+            return None
+        checkpoints = CheckpointList(*self.checkpoint_limits)
+        for c in payload.checkpoints:
+            checkpoints.add(c)
+        cached = None
+        if payload.nbytes * RAM_SHARE <= self.ram.budget and self.ram.find_covering(list(entry.tokens), entry.tenant) is None:
+            cached = self.ram.insert(list(entry.tokens), payload.state, checkpoints, entry.tenant, entry.prompt_end, entry.keep_s)
+        if cached is None:
+            cached = CacheEntry(
+                entry.tokens, payload.state, checkpoints, entry.tenant, self.ram.fingerprint, time.monotonic(),
+                prompt_end=entry.prompt_end, keep_s=entry.keep_s,
+            )
+        self.disk.touch(entry)
+        self.disk.stats.hits += 1
+        return cached
+
+    # -- writing (engine thread) -----------------------------------------------------------
+
+    def spill(self, entry: CacheEntry) -> None:
+        """Queue a RAM entry for the disk (the RAM cache evicts it). Index work only."""
+        self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant, entry.prompt_end,
+                      wall_time(entry.last_used), entry.keep_s)
+
+    def shutdown(self, slots, state_of: Callable[[int], object], timeout: float | None = None) -> None:
+        """Write what is worth keeping, most recently used first: every slot's contents
+        (`state_of(slot_id)` reads a sequence's state), then the RAM entries; wait for the
+        writer and close the directory."""
+        queued = 0
+        for slot in sorted(slots, key=lambda s: s.last_used, reverse=True):
+            if not slot.tokens or slot.keep_s == 0 or self.ram.find_covering(slot.tokens, slot.tenant) is not None:
+                continue
+            state = state_of(slot.id)
+            state.flags.writeable = False  # shared with the writer thread
+            if self.disk.put(slot.tokens, state, list(slot.checkpoints), slot.tenant,
+                             slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s):
+                queued += 1
+        for entry in reversed(list(self.ram.entries())):
+            if entry.keep_s != 0 and self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant,
+                                                   entry.prompt_end, wall_time(entry.last_used), entry.keep_s):
+                queued += 1
+        t0 = time.monotonic()
+        self.disk.close(timeout)
+        self._reader.shutdown(wait=False, cancel_futures=True)
+        log.info("disk cache: %d entries kept at shutdown (%.1f MiB in all) in %.2f s",
+                 queued, self.disk.nbytes / (1 << 20), time.monotonic() - t0)
+
+    def view(self) -> DiskView:
+        """Sizes and a copy of the counters; any thread."""
+        d = self.disk
+        stats = replace(d.stats, rejected=collections.Counter(d.stats.rejected))
+        return DiskView(d.directory, d.budget, d.nbytes, d.n_entries, stats)

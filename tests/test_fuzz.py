@@ -1,0 +1,155 @@
+"""Property-based fuzzing of every route, from the server's own /openapi.json.
+
+schemathesis turns the document into Hypothesis strategies: requests that follow the
+schemas (positive) and requests that break them (negative: wrong types, missing fields,
+values out of range). At least 2,000 of them go to the real server on the default model,
+and every response is checked:
+
+- no 5xx;
+- the status, content type and body are the ones the document declares for the route
+  (every 4xx is an OpenAI error body: message, type, param, code);
+- afterwards /health answers 200 and no slot is left busy, nothing left queued.
+
+Generation is kept cheap so that 2,000 requests fit in CI: a max_tokens above 2 becomes 2,
+the server's default is 2 (-n 2), the context is small and --request-timeout bounds the rest.
+The run is derandomized (the same requests every time, so CI is reproducible); set
+WARMSLOT_FUZZ_RANDOM=1 to explore new ones.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance, status_code_conformance
+
+from tests.helpers import warmslot_server
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+N_REQUESTS = 2000
+MAX_TOKENS = 2
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+@pytest.fixture(scope="module")
+def server(default_model):
+    proc = warmslot_server(
+        default_model, "-np", "2", "-c", "2048", "-n", str(MAX_TOKENS), "-cram", "256MiB", "--request-timeout", "30",
+    )
+    yield proc
+    proc.stop()
+
+
+def cheap(case) -> None:
+    """Bound what a generated request may cost: at most MAX_TOKENS generated tokens."""
+    if isinstance(case.body, dict):
+        for name in ("max_tokens", "max_completion_tokens"):
+            value = case.body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKENS:
+                case.body[name] = MAX_TOKENS
+
+
+def openai_error_shape(response) -> str | None:
+    """What is wrong with a 4xx body, or None when it is an OpenAI error."""
+    try:
+        error = response.json()["error"]
+    except (ValueError, KeyError, TypeError):
+        return "not an OpenAI error body"
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str) or not isinstance(error.get("type"), str):
+        return "error.message and error.type must be strings"
+    if "param" not in error or "code" not in error:
+        return "error.param and error.code must be present"
+    return None
+
+
+def fuzz(url: str, n: int, record) -> None:
+    schema = schemathesis.openapi.from_url(url + "/openapi.json")
+    strategy = st.one_of(schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE))
+
+    @settings(
+        max_examples=n, deadline=None, database=None, phases=[Phase.generate],
+        derandomize=not os.environ.get("WARMSLOT_FUZZ_RANDOM"), suppress_health_check=list(HealthCheck),
+    )
+    @given(case=strategy)
+    def one(case):
+        cheap(case)
+        response = case.call(base_url=url, timeout=120)
+        problem = None
+        try:
+            case.validate_response(response, checks=CHECKS)
+        except Exception as exc:  # noqa: BLE001 - every failure is collected, the run goes on
+            problem = str(exc)[:1500]
+        if problem is None and 400 <= response.status_code < 500:
+            problem = openai_error_shape(response)
+        record(case, response, problem)
+
+    one()
+
+
+def test_generated_requests_get_no_5xx_and_only_declared_openai_shaped_answers(server):
+    statuses: collections.Counter = collections.Counter()
+    failures: list[str] = []
+
+    def record(case, response, problem):
+        statuses[(case.operation.label, response.status_code)] += 1
+        if problem is not None and len(failures) < 10:
+            body = case.body if not isinstance(case.body, bytes) else case.body[:300]
+            failures.append(f"{case.operation.label} -> {response.status_code}: {problem}\nbody: {json.dumps(body, default=repr)[:500]}")
+
+    t0 = time.monotonic()
+    while sum(statuses.values()) < N_REQUESTS:
+        fuzz(server.url, N_REQUESTS - sum(statuses.values()), record)
+    elapsed = time.monotonic() - t0
+    print(f"\n{sum(statuses.values())} requests in {elapsed:.0f} s:")
+    for (label, status), n in sorted(statuses.items()):
+        print(f"  {label} {status}: {n}")
+    assert not failures, "\n\n".join(failures)
+    assert not any(status >= 500 for _, status in statuses)
+    ok = sum(n for (label, status), n in statuses.items() if status == 200 and "completions" in label)
+    assert ok >= 50, "the fuzzer should reach generation, not only the validators"
+
+
+def test_the_server_is_healthy_and_idle_after_the_fuzzing(server):
+    assert httpx.get(server.url + "/health").status_code == 200
+    deadline = time.monotonic() + 60
+    view = httpx.get(server.url + "/slots").json()
+    while any(s["state"] != "idle" for s in view["slots"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        view = httpx.get(server.url + "/slots").json()
+    assert [s["state"] for s in view["slots"]] == ["idle", "idle"]
+    assert view["queue_depth"] == 0
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200
+
+
+def test_the_document_describes_every_route_of_the_app(tmp_path):
+    """Every route in the app's table, with each of its methods, is in /openapi.json, so the
+    fuzzing above reaches it."""
+    from starlette.routing import Route
+
+    from warmslot.server.app import create_app
+    from warmslot.server.config import parse_config
+    from warmslot.server.openapi import openapi_document
+
+    config, _ = parse_config(["-m", str(tmp_path / "never-loaded.gguf")])
+    app = create_app(config)
+    paths = openapi_document()["paths"]
+    missing = []
+    for route in app.routes:
+        if not isinstance(route, Route):
+            continue
+        path = route.path.replace(":path}", "}")
+        for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
+            if method.lower() not in paths.get(path, {}):
+                missing.append(f"{method} {path}")
+    assert not missing, missing
