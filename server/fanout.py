@@ -13,7 +13,7 @@ from typing import AsyncIterator
 
 from warmslot.slots import Engine, Event, GenerateRequest
 
-from .bridge import ClientGone, Submission, engine_error
+from .bridge import DisconnectWatch, Submission, engine_error
 
 
 class TaggedSink:
@@ -28,12 +28,7 @@ class TaggedSink:
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (self.index, events))
 
 
-async def _disconnected(receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-class Fanout:
+class Fanout(DisconnectWatch):
     """The choices of one response, seen from the event loop."""
 
     def __init__(self, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int) -> None:
@@ -67,11 +62,6 @@ class Fanout:
         for i in self._running:
             self.engine.abort(self.reqs[i].id)
         self._running.clear()
-
-    def stop_watching(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
 
     async def started(self, receive) -> Event:
         """Wait until the first choice is admitted (the others follow it); its 'started'
@@ -108,14 +98,4 @@ class Fanout:
             raise engine_error(ev.error, len(self.reqs[index].tokens), self.n_ctx)
 
     async def _next(self, receive) -> tuple[int, list[Event]]:
-        if receive is None:
-            return await self.queue.get()
-        if self._watcher is None:
-            self._watcher = asyncio.ensure_future(_disconnected(receive))
-        getter = asyncio.ensure_future(self.queue.get())
-        done, _ = await asyncio.wait({getter, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        self.abort()
-        raise ClientGone()
+        return await self._next_or_gone(self.queue.get, receive)
