@@ -25,7 +25,7 @@ from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard
 from .openapi import openapi_endpoint
-from .routes import generation, props, service, slot_files, worker
+from .routes import embeddings, generation, props, responses, service, slot_files, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -85,6 +85,12 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/chat/completions", generation.chat_completions, methods=["POST"]),
         Route("/v1/completions", generation.completions, methods=["POST"]),
         Route("/completions", generation.completions, methods=["POST"]),
+        Route("/v1/responses", responses.create_response, methods=["POST"]),
+        Route("/responses", responses.create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", responses.get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", responses.delete_response, methods=["DELETE"]),
+        Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
+        Route("/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/slots", service.slots_view),
         Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),

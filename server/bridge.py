@@ -59,7 +59,36 @@ async def _watch_disconnect(receive) -> None:
             return
 
 
-class Submission:
+class DisconnectWatch:
+    """Waits for a queue's next item while watching the client: once the client disconnects,
+    `abort()` ends the request(s) in the engine and ClientGone is raised."""
+
+    _watcher: asyncio.Future | None = None
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def stop_watching(self) -> None:
+        """Stop reading the ASGI channel (a streaming response listens for disconnects itself)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    async def _next_or_gone(self, get, receive):
+        if receive is None:
+            return await get()
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(_watch_disconnect(receive))
+        getter = asyncio.ensure_future(get())
+        done, _ = await asyncio.wait({getter, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        self.abort()
+        raise ClientGone()
+
+
+class Submission(DisconnectWatch):
     """One request in the engine, seen from the event loop."""
 
     def __init__(self, engine: Engine, req: GenerateRequest, sink: AsyncSink, n_ctx: int) -> None:
@@ -90,12 +119,6 @@ class Submission:
         if not self.done:
             self.done = True
             self.engine.abort(self.req.id)
-
-    def stop_watching(self) -> None:
-        """Stop reading the ASGI channel (a streaming response listens for disconnects itself)."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
 
     async def started(self, receive) -> Event:
         """Wait until the engine admits the request (or fails it); abort if the client leaves.
@@ -129,14 +152,4 @@ class Submission:
             self.abort()  # no-op once finished; a cancelled stream ends the request here
 
     async def _next(self, receive) -> list[Event]:
-        if receive is None:
-            return await self.sink.get()
-        if self._watcher is None:
-            self._watcher = asyncio.ensure_future(_watch_disconnect(receive))
-        getter = asyncio.ensure_future(self.sink.get())
-        done, _ = await asyncio.wait({getter, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        self.abort()
-        raise ClientGone()
+        return await self._next_or_gone(self.sink.get, receive)

@@ -92,6 +92,8 @@ class ServerConfig:
     reasoning_format: str = "auto"  # auto, deepseek or none
     reasoning_budget: int = -1  # tokens of thinking before </think> is forced; -1: no limit
     log_level: str = "info"
+    max_n: int = 8  # choices per request (n)
+    responses_store: int = 256  # responses kept per tenant for previous_response_id
     aliases: list[str] = field(default_factory=list)  # every name of the model, alias first
     hf_repo: str | None = None  # USER/REPO[:QUANT] to download
     hf_file: str | None = None
@@ -153,6 +155,10 @@ _FLAGS = [
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: thoughts go to reasoning_content when the chat template uses <think>; deepseek: always; none: leave them in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
+    (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),
+    (("--embeddings",), "embeddings", bool, False, "serve /v1/embeddings from a second llama context with embeddings on (generation is unaffected)"),
+    (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls or last"),
+    (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
 ]
 
 # Flags llama-server users type: its sampling defaults, reasoning, model download, and flags
@@ -190,6 +196,7 @@ _CHOICES = {
     "tool_format": ("auto",) + tuple(f for f in FORMATS if f != "none"),
     "reasoning_format": ("auto", "deepseek", "none"),
     "log_level": ("debug", "info", "warning", "error"),
+    "pooling": ("auto", "mean", "cls", "last"),
 }
 
 
@@ -244,6 +251,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     a = parser.parse_args(argv)
     if a.parallel < 1:
         parser.error("--parallel must be at least 1")
+    if a.max_n < 1 or a.responses_store < 1:
+        parser.error("--max-n and --responses-store must be at least 1")
     if a.cache_disk and a.cache_ram <= 0:
         parser.error("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
     if a.slot_save_path and not os.path.isdir(a.slot_save_path):
@@ -278,6 +287,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         park_idle=not a.no_park_idle,
         kv_unified=a.kv_unified,
         cache_vram=a.cache_vram,
+        embeddings=a.embeddings,
+        pooling=a.pooling,
         cache_ram_auto=isinstance(a.cache_ram, AutoSize),
         use_mmap=not a.no_mmap,
         use_mlock=a.mlock,
@@ -316,6 +327,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         request_timeout=max(0.0, a.request_timeout),
         shutdown_timeout=max(0.0, a.shutdown_timeout),
         slot_save_path=a.slot_save_path,
+        max_n=a.max_n,
+        responses_store=a.responses_store,
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")

@@ -34,6 +34,10 @@ ENDPOINTS = {
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/openapi.json": "openapi",
+    "/v1/responses": "responses",
+    "/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/embeddings": "embeddings",
     **WORKER_ENDPOINTS,
 }
 

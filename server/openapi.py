@@ -86,7 +86,7 @@ _GENERATION = {
     "stop": _nullable({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "maxItems": MAX_STOP}]}),
     "stream": _nullable({"type": "boolean"}),
     "stream_options": _nullable({"type": "object", "properties": {"include_usage": {"type": "boolean"}}}),
-    "n": _nullable({"type": "integer", "enum": [1]}),
+    "n": _nullable({"type": "integer", "minimum": 1, "maximum": 128, "description": "choices; at most --max-n (default 8)"}),
     "user": _nullable({"type": "string", "description": "with cache_salt: the tenant within the API key"}),
     "cache_salt": _nullable({"type": "string"}),
     "cache_prompt": _nullable({"type": "boolean", "description": "false: reuse nothing (a cold baseline)"}),
@@ -125,6 +125,8 @@ _CHAT_REQUEST = {
             },
         }),
         "chat_template_kwargs": _nullable({"type": "object"}),
+        "logprobs": _nullable({"type": "boolean"}),
+        "top_logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": 20}),
         **_GENERATION,
     },
 }
@@ -137,7 +139,13 @@ _COMPLETION_REQUEST = {
         "prompt": {"oneOf": [
             {"type": "string", "minLength": 1},
             {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+            {"type": "array", "minItems": 1, "maxItems": 16, "description": "a batch of prompts", "items": {"oneOf": [
+                {"type": "string", "minLength": 1},
+                {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+            ]}},
         ]},
+        "logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": 5}),
+        "echo": _nullable({"type": "boolean"}),
         **_GENERATION,
     },
 }
@@ -380,6 +388,53 @@ def _post(request: dict[str, Any], response: dict[str, Any], summary: str) -> di
     }}
 
 
+_RESPONSE_REQUEST = {"type": "object", "required": ["input"], "properties": {
+    "model": {"type": "string"},
+    "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}]},
+    "instructions": _nullable({"type": "string"}),
+    "tools": _nullable({"type": "array", "items": {"type": "object"}}),
+    "tool_choice": _nullable({"oneOf": [{"type": "string"}, {"type": "object"}]}),
+    "text": _nullable({"type": "object"}),
+    "max_output_tokens": _nullable({"type": "integer", "minimum": 1, "maximum": INT32_MAX}),
+    "temperature": _number(0, 2),
+    "top_p": _number(0, 1),
+    "stream": _nullable({"type": "boolean"}),
+    "store": _nullable({"type": "boolean"}),
+    "previous_response_id": _nullable({"type": "string"}),
+}}
+
+_RESPONSE = {"type": "object", "required": ["id", "object", "status", "output"], "properties": {
+    "id": {"type": "string"}, "object": {"type": "string", "enum": ["response"]}, "status": {"type": "string"},
+    "output": {"type": "array", "items": {"type": "object"}}, "usage": {"type": "object", "nullable": True},
+}}
+
+_EMBEDDINGS_REQUEST = {"type": "object", "required": ["input"], "properties": {
+    "model": {"type": "string"},
+    "input": {"oneOf": [
+        {"type": "string"}, {"type": "array", "items": {"type": "string"}},
+        {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+    ]},
+    "encoding_format": _nullable({"type": "string", "enum": ["float", "base64"]}),
+    "dimensions": _nullable({"type": "integer", "minimum": 1}),
+}}
+
+_EMBEDDINGS = {"type": "object", "required": ["object", "data", "usage"], "properties": {
+    "object": {"type": "string", "enum": ["list"]}, "model": {"type": "string"},
+    "data": {"type": "array", "items": {"type": "object", "required": ["embedding", "index"]}},
+    "usage": {"type": "object"},
+}}
+
+_RESPONSE_BY_ID = {
+    method: {
+        "summary": summary,
+        "parameters": [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "responses": {"200": _json({"type": "object"}, summary), **_errors(401, 404, 500)},
+    }
+    for method, summary in (("get", "a stored response"), ("delete", "delete a stored response"))
+}
+
+
 def _object(*required: str) -> dict[str, Any]:
     return {"type": "object", "required": list(required)}
 
@@ -416,6 +471,17 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "parameters": [{"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"}}],
         "responses": {"200": _json(_MODEL, "the model"), **_errors(404, 500)},
     }}
+    responses = {"post": {
+        "summary": "a response (OpenAI's Responses API), plain or streamed as Responses events",
+        "requestBody": {"required": True, "content": {JSON: {"schema": _RESPONSE_REQUEST}}},
+        "responses": {
+            "200": {"description": "the response; with stream: server-sent Responses events",
+                    "content": {JSON: {"schema": _RESPONSE}, "text/event-stream": {"schema": _SSE_EVENT}}},
+            **_errors(400, 401, 408, 413, 500, 503),
+        },
+    }}
+    embeddings = _post(_EMBEDDINGS_REQUEST, _EMBEDDINGS, "embeddings of texts or token ids (with --embeddings)")
+    embeddings["post"]["responses"].update(_errors(501))
     paths = {
         "/health": health, "/v1/health": health,
         "/v1/models": models, "/models": models, "/v1/models/{model_id}": model,
@@ -429,6 +495,9 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/metrics": _get({"type": "string"}, "Prometheus metrics", 401, media="text/plain"),
         "/openapi.json": _get({"type": "object"}, "this document"),
         "/slots/{id_slot}": _SLOT_ACTION,
+        "/v1/responses": responses, "/responses": responses,
+        "/v1/responses/{response_id}": _RESPONSE_BY_ID,
+        "/v1/embeddings": embeddings, "/embeddings": embeddings,
         "/get_load": _get(_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),
         "/get_model_info": _get(_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),
         "/get_server_info": _get(_object("version", "model_id", "placement", "device_memory"), "the server's configuration, placement and memory by device", 401, 500, 503),

@@ -167,18 +167,28 @@ def _logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
     return out
 
 
+MAX_N = 128  # choices per request, whatever --max-n says
+MAX_TOP_LOGPROBS = 20  # chat: top_logprobs, as OpenAI limits it
+MAX_COMPLETION_LOGPROBS = 5  # completions: logprobs, as OpenAI limits it
+
+
 def _unsupported(body: dict) -> None:
-    n = _integer(body, "n", 1, 1)
-    if n != 1:
-        raise InvalidRequest("only n=1 is supported", param="n")
-    if body.get("logprobs") not in (None, False, 0) or body.get("top_logprobs") not in (None, 0):
-        raise InvalidRequest("logprobs are not supported", param="logprobs")
-    if body.get("echo"):
-        raise InvalidRequest("echo is not supported", param="echo")
     if body.get("suffix"):
         raise InvalidRequest("suffix is not supported", param="suffix")
     if body.get("best_of") not in (None, 1):
-        raise InvalidRequest("best_of is not supported", param="best_of")
+        raise InvalidRequest("best_of is not supported; use n", param="best_of")
+
+
+def _logprobs(body: dict, completion: bool) -> int | None:
+    """How many alternatives each generated token reports (None: no logprobs). Completions
+    take `logprobs` as that number; chat takes `logprobs: true` and `top_logprobs`."""
+    if completion:
+        return _integer(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS)
+    if not _boolean(body, "logprobs", False):
+        if body.get("top_logprobs") not in (None, 0):
+            raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        return None
+    return _integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
 
 
 # -- shared generation parameters -----------------------------------------------------------
@@ -195,15 +205,22 @@ class GenerationParams:
     tenant_hint: str  # cache_salt or user
     explain_cache: bool  # return the cache explanation in the body
     cache_prompt: bool  # false: reuse nothing for this request (a cold baseline)
+    n: int = 1  # choices, each sampled on its own from one evaluation of the prompt
+    logprobs: int | None = None  # None: no logprobs; k: each token's and the k most likely
+    echo: bool = False  # completions: the prompt text precedes each choice's text
     timeout: float | None = None  # seconds the request may take, waiting and running
     cache_key: str = ""  # prompt_cache_key: slot affinity
     keep_s: float | None = None  # prompt_cache_retention in seconds (0: never on disk; None: default)
 
 
-def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> GenerationParams:
-    """The generation parameters of a request; `defaults` (the server's) fill what it omits."""
+def parse_generation(
+    body: dict, n_vocab: int, defaults: SamplingParams | None = None, *, completion: bool = False
+) -> GenerationParams:
+    """The generation parameters of a request; `defaults` (the server's) fill what it omits.
+    `completion`: the body is a /v1/completions one (logprobs is a number there, echo exists)."""
     d = defaults or SamplingParams()
     _unsupported(body)
+    echo = _boolean(body, "echo", False) if completion else False
     max_tokens = _integer(body, "max_completion_tokens", None, 1, INT32_MAX)
     if max_tokens is None:
         max_tokens = _integer(body, "max_tokens", None, 1, INT32_MAX)
@@ -236,6 +253,9 @@ def parse_generation(body: dict, n_vocab: int, defaults: SamplingParams | None =
         tenant_hint=salt,
         explain_cache=_boolean(body, "warmslot_explain", False),
         cache_prompt=_boolean(body, "cache_prompt", True),
+        n=_integer(body, "n", 1, 1, MAX_N),
+        logprobs=_logprobs(body, completion),
+        echo=echo,
         timeout=_timeout(body),
         cache_key=cache_key,
         keep_s=keep_s,
@@ -362,26 +382,46 @@ def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None)
 
 @dataclass(slots=True)
 class CompletionParams:
-    prompt: str | list[int]
+    prompt: str | list[int]  # the first (or only) prompt
     gen: GenerationParams
+    prompts: list[str | list[int]] = field(default_factory=list)  # all of them (a batch)
+
+
+MAX_PROMPTS = 64  # prompts in one /v1/completions batch
+
+
+def _one_prompt(prompt: Any, n_vocab: int, param: str) -> str | list[int]:
+    if isinstance(prompt, str):
+        if not prompt:
+            raise InvalidRequest("'prompt' must not be empty", param=param)
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad = [t for t in prompt if not 0 <= t < n_vocab]
+        if bad:
+            raise InvalidRequest(f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", param=param)
+        return prompt
+    raise InvalidRequest("a prompt must be a non-empty string or an array of token ids", param=param)
 
 
 def parse_completion(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> CompletionParams:
+    """`prompt`: a string, an array of token ids, or a batch: an array of strings or of
+    token-id arrays (choice i*n + j answers prompt i)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        if not prompt:
-            raise InvalidRequest("'prompt' must not be empty", param="prompt")
-    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        bad = [t for t in prompt if not 0 <= t < n_vocab]
-        if bad:
-            raise InvalidRequest(f"token id {bad[0]} is outside the vocabulary (0..{n_vocab - 1})", param="prompt")
-    elif isinstance(prompt, list) and len(prompt) > 1:
-        raise InvalidRequest("only one prompt per request is supported", param="prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if len(prompt) > MAX_PROMPTS:
+            raise InvalidRequest(f"'prompt' takes at most {MAX_PROMPTS} prompts", param="prompt")
+        prompts = [_one_prompt(p, n_vocab, f"prompt[{i}]") for i, p in enumerate(prompt)]
+    elif isinstance(prompt, (str, list)):
+        prompts = [_one_prompt(prompt, n_vocab, "prompt")]
     else:
-        raise InvalidRequest("'prompt' must be a string or an array of token ids", param="prompt")
-    return CompletionParams(prompt=prompt, gen=parse_generation(body, n_vocab, defaults))
+        raise InvalidRequest("'prompt' must be a string, an array of token ids, or an array of those", param="prompt")
+    gen = parse_generation(body, n_vocab, defaults, completion=True)
+    if gen.echo and gen.logprobs is not None:
+        raise InvalidRequest(
+            "echo with logprobs would need the prompt's log-probabilities, which are not computed; send one of them",
+            param="echo",
+        )
+    return CompletionParams(prompt=prompts[0], gen=gen, prompts=prompts)
 
 
 # -- tools, tool_choice and response_format ----------------------------------------------
@@ -393,10 +433,13 @@ ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 @dataclass(slots=True, frozen=True)
 class ToolChoice:
-    """A validated `tool_choice`: mode "none", "auto", "required" or "function" (with `name`)."""
+    """A validated `tool_choice`: mode "none", "auto", "required" or "function" (with `name`).
+    `allowed` (from `{"type": "allowed_tools"}`): the only tools the grammar lets the model
+    call; every tool is still rendered into the prompt, so narrowing them keeps the prefix."""
 
     mode: str
     name: str | None = None
+    allowed: tuple[str, ...] | None = None
 
 
 def validate_tools(tools: object) -> list[dict[str, Any]]:
@@ -463,6 +506,8 @@ def validate_tool_choice(tool_choice: object, tools: list[dict[str, Any]]) -> To
         if tool_choice == "required" and not tools:
             raise InvalidRequest("'tool_choice' is 'required' but no tools are given", param="tool_choice")
         return ToolChoice(tool_choice)
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
+        return _allowed_tools(tool_choice, tools)
     if not isinstance(tool_choice, dict) or tool_choice.get("type") != "function":
         raise InvalidRequest(
             "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}",
@@ -475,6 +520,31 @@ def validate_tool_choice(tool_choice: object, tools: list[dict[str, Any]]) -> To
     if name not in {tool["function"]["name"] for tool in tools}:
         raise InvalidRequest(f"'tool_choice' names the unknown function '{name}'", param="tool_choice")
     return ToolChoice("function", name)
+
+
+def _allowed_tools(tool_choice: dict, tools: list[dict[str, Any]]) -> ToolChoice:
+    """`{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}` (chat), or the same
+    fields at the top level (Responses); each tool `{"type": "function", "function":
+    {"name"}}` or `{"type": "function", "name"}`."""
+    spec = tool_choice.get("allowed_tools", tool_choice)
+    at = "tool_choice.allowed_tools" if "allowed_tools" in tool_choice else "tool_choice"
+    if not isinstance(spec, dict):
+        raise InvalidRequest("'allowed_tools' must be an object", param=at)
+    mode = spec.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise InvalidRequest("'mode' must be auto or required", param=f"{at}.mode")
+    listed = spec.get("tools")
+    if not isinstance(listed, list) or not listed:
+        raise InvalidRequest("'tools' must be a non-empty array of functions", param=f"{at}.tools")
+    known = {tool["function"]["name"] for tool in tools}
+    names = []
+    for i, item in enumerate(listed):
+        function = item.get("function") if isinstance(item, dict) else None
+        name = function.get("name") if isinstance(function, dict) else item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str) or name not in known:
+            raise InvalidRequest(f"allowed tool {name!r} is not one of 'tools'", param=f"{at}.tools[{i}]")
+        names.append(name)
+    return ToolChoice(mode, allowed=tuple(names))
 
 
 @dataclass(slots=True)

@@ -77,17 +77,28 @@ def chat_message(content: str | None, reasoning: str | None, tool_calls: list[To
     return message
 
 
-def chat_response(env: Envelope, message: dict, finish_reason: str, usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
+def chat_choice(message: dict, finish_reason: str, index: int = 0, logprobs: dict | None = None) -> dict[str, Any]:
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def chat_response(
+    env: Envelope, message: dict, finish_reason: str, usage: Usage, reasoning_tokens: int = 0,
+    *, logprobs: dict | None = None, choices: list[dict] | None = None,
+) -> dict[str, Any]:
+    """A chat completion: one choice (`message`), or `choices` made with `chat_choice`."""
     body = env.base("chat.completion")
-    body["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}]
+    body["choices"] = choices if choices is not None else [chat_choice(message, finish_reason, 0, logprobs)]
     body["usage"] = usage_body(usage, reasoning_tokens)
     body["timings"] = timings_body(usage)
     return body
 
 
-def chat_chunk(env: Envelope, delta: dict, finish_reason: str | None = None, usage: Usage | None = None) -> str:
+def chat_chunk(
+    env: Envelope, delta: dict, finish_reason: str | None = None, usage: Usage | None = None,
+    *, index: int = 0, logprobs: dict | None = None,
+) -> str:
     # one chunk per streamed delta: assembled from a cached head rather than a dict per token
-    choice = json.dumps({"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}, ensure_ascii=False)
+    choice = json.dumps({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}, ensure_ascii=False)
     tail = f', "timings": {json.dumps(timings_body(usage))}' if usage is not None else ""
     return f'{env.head("chat.completion.chunk")}, "choices": [{choice}]{tail}}}'
 
@@ -115,17 +126,27 @@ def delta_body(event) -> dict[str, Any]:
     return {"tool_calls": [call]}
 
 
-def completion_response(env: Envelope, text: str, finish_reason: str, usage: Usage) -> dict[str, Any]:
+def completion_choice(text: str, finish_reason: str | None, index: int = 0, logprobs: dict | None = None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def completion_response(
+    env: Envelope, text: str, finish_reason: str, usage: Usage, *, logprobs: dict | None = None, choices: list[dict] | None = None
+) -> dict[str, Any]:
+    """A text completion: one choice (`text`), or `choices` made with `completion_choice`."""
     body = env.base("text_completion")
-    body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    body["choices"] = choices if choices is not None else [completion_choice(text, finish_reason, 0, logprobs)]
     body["usage"] = usage_body(usage)
     body["timings"] = timings_body(usage)
     return body
 
 
-def completion_chunk(env: Envelope, text: str, finish_reason: str | None = None, usage: Usage | None = None) -> str:
+def completion_chunk(
+    env: Envelope, text: str, finish_reason: str | None = None, usage: Usage | None = None,
+    *, index: int = 0, logprobs: dict | None = None,
+) -> str:
     body = env.base("text_completion")
-    body["choices"] = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+    body["choices"] = [completion_choice(text, finish_reason, index, logprobs)]
     if usage is not None:
         body["timings"] = timings_body(usage)
     return json.dumps(body, ensure_ascii=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -22,6 +23,7 @@ from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable
 from .protocol import GenerationParams, parse_body
+from .response_store import ResponseStore
 from .reasoning import reasoning_mode, thinks
 
 log = logging.getLogger("warmslot.server")
@@ -43,6 +45,7 @@ class Warmslot:
         self.draining = False  # shutting down: no new requests (see drain.py)
         self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
+        self.responses = ResponseStore(config.responses_store)  # for previous_response_id
 
     # -- readiness --------------------------------------------------------------------
 
@@ -120,13 +123,24 @@ class Warmslot:
     # -- generation --------------------------------------------------------------------
 
     def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:
+        req = self.make_request(tokens, gen, key, grammar, boundaries, AsyncSink(asyncio.get_running_loop()))
+        return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
+
+    def make_request(
+        self, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int = 0, sibling_of=None
+    ) -> GenerateRequest:
+        """The engine request for one choice of a generation request (`choice` > 0: another
+        choice of the same prompt, sampled with seed + choice when a seed is given)."""
         sampling = gen.sampling
         if grammar is not None:
             sampling.grammar = grammar
-        req = GenerateRequest(
+        if choice:
+            seed = None if sampling.seed is None else sampling.seed + choice
+            sampling = dataclasses.replace(sampling, seed=seed)
+        return GenerateRequest(
             id=secrets.token_hex(12),
             tokens=tokens,
-            sink=AsyncSink(asyncio.get_running_loop()),
+            sink=sink,
             sampling=sampling,
             # the engine stops at the slot's context; None: nothing else stops it
             max_tokens=gen.max_tokens if gen.max_tokens is not None else (self.config.n_predict if self.config.n_predict >= 0 else None),
@@ -137,9 +151,10 @@ class Warmslot:
             cache_key=gen.cache_key,
             keep_s=gen.keep_s,
             boundaries=tuple(boundaries),
+            logprobs=gen.logprobs,
+            sibling_of=sibling_of,
             deadline=self.deadline(gen.timeout),
         )
-        return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
 
     def deadline(self, timeout: float | None) -> float | None:
         """When a request submitted now must end: its own `timeout`, at most --request-timeout."""

@@ -28,9 +28,10 @@ from .fairness import longest_over_share
 from .lifecycle import Lifecycle, ShuttingDown
 from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Placement, Sampler
 from .loader import load_parts
+from .logprobs import token_logprob
 from .parallel_sampling import BatchSampler
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, Reuse, Usage
-from .router import Fetch, Route, Wait
+from .router import Fetch, Fork, Route, Wait
 from .scheduler import BatchEntry, plan_batch
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
@@ -64,6 +65,8 @@ class EngineConfig:
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
+    embeddings: bool = False  # a second context for embeddings (`embedder`)
+    pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
     cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
     use_mmap: bool = True
     use_mlock: bool = False
@@ -82,6 +85,7 @@ class Engine(Lifecycle):
         self.model: Model | None = None
         self.info: EngineInfo | None = None  # published once the model is loaded
         self.vocab: Vocab | None = None  # the vocabulary, for any thread
+        self.embedder = None  # with config.embeddings: embeddings on a context of their own, for any thread
         self._published: EngineSnapshot | None = None
         self.ctx: Context | None = None
         self.cache: PromptCache | None = None
@@ -238,7 +242,7 @@ class Engine(Lifecycle):
         self.model, self.ctx, self.layout, self.cache = parts.model, parts.ctx, parts.layout, parts.cache
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
-        self.vocab, self.info, self.disk = parts.vocab, parts.info, parts.disk
+        self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
         self._publish()
 
     def _publish(self) -> None:
@@ -256,6 +260,8 @@ class Engine(Lifecycle):
             self.sampling.close()
         if self.ctx is not None:
             self.ctx.close()
+        if self.embedder is not None:
+            self.embedder.close()
         if self.model is not None:
             self.model.close()
 
@@ -335,17 +341,25 @@ class Engine(Lifecycle):
         """Give waiting requests slots, in arrival order. A request that waits for another
         slot's prefill to pass their shared prefix lets later requests go first."""
         i = 0
-        while i < len(self._waiting) and not self.memory.fork_pending:
+        held: set[str] = set()  # passed over in this loop: their siblings wait behind them
+        while i < len(self._waiting):
             req = self._waiting[i]
-            route = self.router.route(req)
-            if isinstance(route, Fetch):
+            route = Wait(None) if req.sibling_of in held else self.router.route(req)
+            if isinstance(route, Fetch):  # read from disk first; its siblings wait behind it
                 self.disk.fetch(route.entry, req.id)
+                held.add(req.id)
                 i += 1
                 continue
+            # NOTE: a fork between streams is pending until the next decode; more forks of the
+            # same donor may join it (llama.cpp performs every pending copy then), nothing else
+            if self.memory.fork_pending and not (isinstance(route, Fork) and route.donor is self.memory.fork_donor):
+                return
             if isinstance(route, Wait):
-                if route.for_slot is None:
+                if route.for_slot is None and req.sibling_of not in held:
                     return  # no idle slot
-                self._want_checkpoint(route.for_slot, route.shared)
+                if route.for_slot is not None:
+                    self._want_checkpoint(route.for_slot, route.shared)
+                held.add(req.id)
                 i += 1
                 continue
             del self._waiting[i]
@@ -467,7 +481,7 @@ class Engine(Lifecycle):
                 to_sample.append(entry)
         tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
         for entry, token in zip(to_sample, tokens):
-            self._on_token(entry.slot, token)
+            self._on_token(entry.slot, token, entry.out_index)
         self.stats.filler_tokens += n_filler
         self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode, time.monotonic() - t0)
 
@@ -517,9 +531,10 @@ class Engine(Lifecycle):
         if active.req.max_tokens == 0:
             self._finish(slot, FinishReason.LENGTH)
             return
-        self._on_token(slot, active.sampler.sample_logits(logits))
+        self._on_token(slot, active.sampler.sample_logits(logits), logits)
 
-    def _on_token(self, slot: Slot, token: int) -> None:
+    def _on_token(self, slot: Slot, token: int, row) -> None:
+        """A sampled token; `row` is the batch output it was sampled from, or saved logits."""
         active = slot.active
         now = time.monotonic()
         if not active.generated:
@@ -534,6 +549,9 @@ class Engine(Lifecycle):
             self._finish(slot, FinishReason.STOP)
             return
         event.tokens.append(token)
+        if active.req.logprobs is not None:
+            logits = self.ctx.logits(row) if isinstance(row, int) else row
+            event.logprobs.append(token_logprob(logits, active.req.sampling.logit_bias, token, active.req.logprobs))
         event.text += active.text.feed(self.model.token_piece(token, special=False))
         if active.text.stopped_by is not None:
             self._finish(slot, FinishReason.STOP)

@@ -18,6 +18,7 @@ from warmslot.cache.prompt_cache import PromptCache
 
 from .capacity import Capacity, buffers_by_device, device_memory
 from .context_size import ContextChoice, available_ram, choose_context, device_budget, physical_memory, ram_budget
+from .embeddings import Embedder
 from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
 from .memory import SlotMemory
@@ -55,6 +56,7 @@ class Parts:
     vocab: Vocab
     info: EngineInfo
     disk: DiskTier | None = None
+    embedder: Embedder | None = None
 
 
 def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
@@ -172,7 +174,12 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, w
         kv_bytes_per_token=per_token, context=choice, pinned_limit=params.pinned_limit if host.pinned else 0,
         state_fingerprint=fingerprint,
     )
-    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk)
+    # inputs of up to --batch-size tokens (within the training context) on a second context
+    embedder = Embedder(
+        model, pooling=cfg.pooling, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads,
+        flash_attn=cfg.flash_attn,
+    ) if cfg.embeddings else None
+    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk, embedder)
 
 
 def _with_capacity(parts: Parts, cfg, buffers: list[tuple[str, str, int]]) -> EngineInfo:

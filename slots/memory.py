@@ -32,6 +32,7 @@ class SlotMemory:
         # a cross-stream seq_cp was issued into fork_target; llama.cpp performs it at the next decode
         self.fork_pending = False
         self.fork_target: Slot | None = None
+        self.fork_donor: Slot | None = None
 
     # -- what can be kept -----------------------------------------------------------------
 
@@ -100,7 +101,7 @@ class SlotMemory:
                 self.ctx.seq_rm(target.id, upto, -1)
                 del target.tokens[upto:]
             self.fork_pending = True
-            self.fork_target = target
+            self.fork_target, self.fork_donor = target, donor
         elif self.kind.truncatable:
             self.ctx.seq_cp(donor.id, target.id, 0, upto)
             target.tokens = donor.tokens[:upto]

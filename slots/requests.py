@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .logprobs import TokenLogprob
 from .sampling import SamplingParams
 
 
@@ -87,6 +88,11 @@ class GenerateRequest:
     boundaries: tuple[int, ...] = ()
     return_prompt_logits: bool = False
     reuse_prefix: bool = True  # False: evaluate the whole prompt (the slot's contents are still saved)
+    # log-probabilities of the generated tokens: None: none; k: each token's and the k most likely
+    logprobs: int | None = None
+    # the id of a request with the same prompt submitted just before (the other choices of
+    # n > 1): this one waits for that prefill and forks it instead of computing the prompt
+    sibling_of: str | None = None
     cache_key: str = ""  # prompt_cache_key: requests with the same key prefer the slot that last served it
     keep_s: float | None = None  # prompt_cache_retention on disk: 0 never written there, None LRU only
     submitted: float = field(default_factory=time.monotonic)
@@ -149,6 +155,7 @@ class Event:
     reuse: Reuse | None = None
     error: EngineError | None = None
     prompt_logits: np.ndarray | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token in `tokens`, if asked
 
 
 class QueueSink:
@@ -184,10 +191,12 @@ class Result:
     reuse: Reuse | None = None
     error: EngineError | None = None
     prompt_logits: np.ndarray | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def add(self, ev: Event) -> None:
         self.text += ev.text
         self.tokens.extend(ev.tokens)
+        self.logprobs.extend(ev.logprobs)
         if ev.prompt_logits is not None:
             self.prompt_logits = ev.prompt_logits
         if ev.reuse is not None:

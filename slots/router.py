@@ -198,7 +198,8 @@ class Router:
             candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason, slot.prompt_end or None)
             if slot.active is None:
                 consider(KeepSlot(slot, plan), candidate)
-            if plan.keep > 0 and self.can_fork:
+            # a fork that needs neither a cut nor a restore in the target is safe everywhere
+            if plan.keep > 0 and (self.can_fork or (plan.restore is None and plan.keep == slot.n_past)):
                 consider(Fork(None, slot, plan.keep), candidate)
         if self.cache is not None:
             self._consider_cache(req, consider)
@@ -260,6 +261,10 @@ class Router:
             active = slot.active
             if active is None or active.prefill_done or slot.tenant != req.tenant:
                 continue
+            if active.req.id == req.sibling_of:
+                # another choice of the same prompt: fork it once it is complete (its
+                # end-of-prompt checkpoint keeps the logits, so the fork evaluates nothing)
+                return Wait(slot, 0)
             shared = min(common_prefix(active.prompt, req.tokens), len(req.tokens) - 1)
             if shared >= usable + MIN_SHARED_TO_WAIT and slot.n_past < shared:
                 return Wait(slot, shared)

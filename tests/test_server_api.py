@@ -157,7 +157,9 @@ def test_nonstreaming_client_disconnect_frees_the_slot(server):
         (json.dumps({"messages": [{"role": "robot", "content": "x"}]}).encode(), "messages[0].role"),
         (json.dumps({"messages": HELLO, "temperature": "hot"}).encode(), "temperature"),
         (json.dumps({"messages": HELLO, "max_tokens": -1}).encode(), "max_tokens"),
-        (json.dumps({"messages": HELLO, "n": 2}).encode(), "n"),
+        (json.dumps({"messages": HELLO, "n": 9}).encode(), "n"),  # above --max-n
+        (json.dumps({"messages": HELLO, "logprobs": True, "top_logprobs": 21}).encode(), "top_logprobs"),
+        (json.dumps({"messages": HELLO, "top_logprobs": 2}).encode(), "top_logprobs"),
         (json.dumps({"messages": HELLO, "stop": [1]}).encode(), "stop"),
         (json.dumps({"messages": HELLO, "logit_bias": {"abc": 1}}).encode(), "logit_bias"),
         (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), "messages[0].content[0]"),
@@ -178,8 +180,9 @@ def test_bad_chat_input_gets_400_with_the_field_named(server, body, param):
         ({"prompt": ""}, "prompt"),
         ({"prompt": [1, "a"]}, "prompt"),
         ({"prompt": [10**9]}, "prompt"),
-        ({"prompt": ["a", "b"]}, "prompt"),
-        ({"prompt": "x", "echo": True}, "echo"),
+        ({"prompt": ["a", ""]}, "prompt[1]"),
+        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+        ({"prompt": "x", "logprobs": 6}, "logprobs"),
     ],
 )
 def test_bad_completion_input_gets_400(server, body, param):

@@ -75,7 +75,8 @@ def tool_call_grammar(
     selected = [
         (i, tool["function"])
         for i, tool in enumerate(tools)
-        if choice.mode != "function" or tool["function"]["name"] == choice.name
+        if (choice.mode != "function" or tool["function"]["name"] == choice.name)
+        and (choice.allowed is None or tool["function"]["name"] in choice.allowed)
     ]
     grammar = GrammarRules()
     lazy = choice.mode == "auto"

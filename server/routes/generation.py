@@ -22,6 +22,7 @@ from warmslot.slots import FinishReason, GrammarSpec
 from warmslot.slots.reasoning_budget import ReasoningBudget
 
 from .. import explain, responses
+from ..logprobs import CompletionLogprobs, chat_content, chat_logprobs
 from ..bridge import ClientGone, Submission
 from ..chat import Prompt, prompt_opens_reasoning
 from ..errors import ApiError, InvalidRequest, ServerError
@@ -65,19 +66,18 @@ def _is_json(text: str) -> bool:
 async def chat_completions(request: Request) -> Response:
     server, key, body = await open_request(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
+    check_n(server, params.gen.n)
     budget = request_budget(body, server.config.reasoning_budget)
     plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params, budget)
+    if params.gen.n > 1:
+        from .choices import chat_choices
+
+        return await chat_choices(request, server, key, params, plan)
     prompt = plan.prompt
     params.gen.sampling.reasoning_budget = plan.budget
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
     started = await _started(sub, request)
-    parser = OutputParser(
-        format=server.tool_format,
-        reasoning=server.reasoning[0],
-        starts_in_reasoning=plan.opens_reasoning,
-        tools_enabled=plan.tools is not None,
-        tools=plan.tools,
-    )
+    parser = output_parser(server, plan)
     env = server.envelope("chatcmpl", sub)
     n_prompt = len(prompt.tokens)
     headers = explain.header(started.reuse, n_prompt, prompt)
@@ -85,13 +85,14 @@ async def chat_completions(request: Request) -> Response:
     if params.gen.stream:
         sub.stop_watching()
         return EventSourceResponse(_chat_stream(server, sub, env, parser, params.gen, done), headers=headers, ping=15)
-    result_text, usage, finish = await _collect(sub, request)
+    logprobs = [] if params.gen.logprobs is not None else None
+    result_text, usage, finish = await _collect(sub, request, logprobs)
     done(usage)
     parsed = _complete_calls(parser.parse_complete(result_text, truncated=finish is FinishReason.LENGTH), parser.cut)
     message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
     reasoning_tokens = await _count_tokens(server, parsed.reasoning_content)
     reason = _finish_reason(finish, bool(parsed.tool_calls), parser.cut)
-    body = responses.chat_response(env, message, reason, usage, reasoning_tokens)
+    body = responses.chat_response(env, message, reason, usage, reasoning_tokens, logprobs=chat_logprobs(server.engine.vocab, logprobs))
     if params.gen.explain_cache:
         body["warmslot"] = {"cache": explain.explanation(started.reuse, n_prompt, prompt)}
     return JSONResponse(body, headers=headers)
@@ -100,14 +101,13 @@ async def chat_completions(request: Request) -> Response:
 async def completions(request: Request) -> Response:
     server, key, body = await open_request(request)
     params = parse_completion(body, server.engine.info.n_vocab, server.config.sampling)
-    if isinstance(params.prompt, str):
-        tokens = await asyncio.get_running_loop().run_in_executor(
-            server.tokenize_pool, server.builder.tokenizer.prompt, params.prompt
-        )
-    else:
-        tokens = list(params.prompt)
-    if not tokens:
-        raise InvalidRequest("the prompt has no tokens", param="prompt")
+    check_n(server, params.gen.n)
+    if params.gen.n > 1 or len(params.prompts) > 1:
+        from .choices import completion_choices
+
+        return await completion_choices(request, server, key, params)
+    tokens = await completion_tokens(server, params.prompt, "prompt")
+    echo = await echo_text(server, params.prompt, tokens) if params.gen.echo else ""
     sub = server.submit(tokens, params.gen, key)
     started = await _started(sub, request)
     env = server.envelope("cmpl", sub)
@@ -115,13 +115,49 @@ async def completions(request: Request) -> Response:
     done = functools.partial(_log_request, "completion", started.reuse, None)
     if params.gen.stream:
         sub.stop_watching()
-        return EventSourceResponse(_completion_stream(sub, env, params.gen, done), headers=headers, ping=15)
-    text, usage, finish = await _collect(sub, request)
+        logprobs = CompletionLogprobs(server.engine.vocab, len(echo)) if params.gen.logprobs is not None else None
+        return EventSourceResponse(_completion_stream(sub, env, params.gen, done, echo, logprobs), headers=headers, ping=15)
+    entries = [] if params.gen.logprobs is not None else None
+    text, usage, finish = await _collect(sub, request, entries)
     done(usage)
-    body = responses.completion_response(env, text, _finish_reason(finish, False), usage)
+    logprobs = CompletionLogprobs(server.engine.vocab, len(echo)).add(entries) if entries is not None else None
+    body = responses.completion_response(env, echo + text, _finish_reason(finish, False), usage, logprobs=logprobs)
     if params.gen.explain_cache:
         body["warmslot"] = {"cache": explain.explanation(started.reuse, len(tokens), None)}
     return JSONResponse(body, headers=headers)
+
+
+def check_n(server: Warmslot, n: int) -> None:
+    if n > server.config.max_n:
+        raise InvalidRequest(f"'n' must be at most {server.config.max_n} (--max-n)", param="n")
+
+
+async def completion_tokens(server: Warmslot, prompt: str | list[int], param: str) -> list[int]:
+    """A completion prompt's tokens (a text is tokenized off the event loop)."""
+    if isinstance(prompt, str):
+        tokens = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.builder.tokenizer.prompt, prompt)
+    else:
+        tokens = list(prompt)
+    if not tokens:
+        raise InvalidRequest("the prompt has no tokens", param=param)
+    return tokens
+
+
+async def echo_text(server: Warmslot, prompt: str | list[int], tokens: list[int]) -> str:
+    """What `echo` puts before a choice's text: the prompt as sent, or its tokens' text."""
+    if isinstance(prompt, str):
+        return prompt
+    return await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.vocab.detokenize, tokens)
+
+
+def output_parser(server: Warmslot, plan: "ChatPlan") -> OutputParser:
+    return OutputParser(
+        format=server.tool_format,
+        reasoning=server.reasoning[0],
+        starts_in_reasoning=plan.opens_reasoning,
+        tools_enabled=plan.tools is not None,
+        tools=plan.tools,
+    )
 
 
 @dataclass(slots=True)
@@ -201,11 +237,14 @@ class Gone(Exception):
     """The client left before the response started; nothing to send."""
 
 
-async def _collect(sub: Submission, request: Request):
+async def _collect(sub: Submission, request: Request, logprobs: list | None = None):
+    """The text, usage and finish of a request (its logprobs appended to `logprobs`)."""
     text, usage, finish = [], None, None
     try:
         async for ev in sub.events(request.receive):
             text.append(ev.text)
+            if logprobs is not None:
+                logprobs.extend(ev.logprobs)
             if ev.finish is not None:
                 usage, finish = ev.usage, ev.finish
     except ClientGone:
@@ -230,18 +269,24 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
         yield responses.chat_chunk(env, {"role": "assistant", "content": ""})
         has_calls = False
         reasoning: list[str] = []
+        pending: list = []  # logprobs of tokens whose text the parser still holds back
+        vocab = server.engine.vocab
         async for ev in sub.events():
             outputs = parser.feed(ev.text) if ev.text else []
             if ev.finish is not None:
                 outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
+            pending += ev.logprobs
             for out in outputs:
                 has_calls |= isinstance(out, ToolCallDelta)
                 if isinstance(out, ReasoningDelta):
                     reasoning.append(out.text)
-                yield responses.chat_chunk(env, responses.delta_body(out))
+                lp = {"content": chat_content(vocab, pending)} if gen.logprobs is not None else None
+                pending = []
+                yield responses.chat_chunk(env, responses.delta_body(out), logprobs=lp)
             if ev.finish is not None:
                 done(ev.usage)
-                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls, parser.cut), ev.usage)
+                lp = {"content": chat_content(vocab, pending)} if pending else None
+                yield responses.chat_chunk(env, {}, _finish_reason(ev.finish, has_calls, parser.cut), ev.usage, logprobs=lp)
                 if gen.include_usage:
                     n_reasoning = await _count_tokens(server, "".join(reasoning))
                     yield responses.usage_chunk(env, ev.usage, reasoning_tokens=n_reasoning)
@@ -251,11 +296,14 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
             yield event
 
 
-async def _completion_stream(sub: Submission, env, gen: GenerationParams, done):
+async def _completion_stream(sub: Submission, env, gen: GenerationParams, done, echo: str = "", logprobs=None):
     try:
+        if echo:
+            yield responses.completion_chunk(env, echo)
         async for ev in sub.events():
-            if ev.text:
-                yield responses.completion_chunk(env, ev.text)
+            if ev.text or ev.logprobs:
+                lp = logprobs.add(ev.logprobs) if logprobs is not None else None
+                yield responses.completion_chunk(env, ev.text, logprobs=lp)
             if ev.finish is not None:
                 done(ev.usage)
                 yield responses.completion_chunk(env, "", _finish_reason(ev.finish, False), ev.usage)

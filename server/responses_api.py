@@ -1,0 +1,309 @@
+"""The Responses API in terms of chat: request items to chat messages, output to items.
+
+A /v1/responses request becomes the chat request it stands for: `instructions` a system
+message first, `input` messages as messages, `function_call` items as the assistant's tool
+calls, `function_call_output` items as tool messages, `reasoning` items as the next assistant
+message's reasoning. The conversion is the inverse of how an answer becomes output items,
+so a conversation sent through /v1/chat/completions and through /v1/responses renders to the
+same tokens, and switching endpoints keeps the prefix cache warm.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from warmslot.slots import SamplingParams
+
+from .errors import InvalidRequest
+from .output.events import ParsedMessage
+from .protocol import GenerationParams, parse_generation
+
+TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+@dataclass(slots=True)
+class ResponsesParams:
+    """A parsed /v1/responses request, in chat terms where chat has the same thing."""
+
+    messages: list[dict]  # chat-form messages of `input` (raw, as a chat client would send them)
+    instructions: str | None
+    gen: GenerationParams
+    tools: list[dict] | None  # chat-form function tools
+    tool_choice: Any  # chat-form tool_choice
+    parallel_tool_calls: bool
+    response_format: dict | None  # chat-form response_format
+    previous_response_id: str | None
+    store: bool
+    echo: dict[str, Any] = field(default_factory=dict)  # request fields the response repeats
+
+
+def _string(body: dict, name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(f"'{name}' must be a string", param=name)
+    return value
+
+
+def parse_responses(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> ResponsesParams:
+    for name in ("conversation", "prompt", "background"):
+        if body.get(name):
+            raise InvalidRequest(f"'{name}' is not supported; send 'input' (and 'previous_response_id')", param=name)
+    include = body.get("include") or []
+    if not isinstance(include, list):
+        raise InvalidRequest("'include' must be an array", param="include")
+    chat_body = {k: v for k, v in body.items() if k not in ("n", "logprobs", "top_logprobs", "max_tokens", "echo")}
+    chat_body["max_tokens"] = body.get("max_output_tokens")
+    chat_body["max_completion_tokens"] = None
+    if LOGPROBS_INCLUDE in include or body.get("top_logprobs"):
+        chat_body.update(logprobs=True, top_logprobs=body.get("top_logprobs"))
+    gen = parse_generation(chat_body, n_vocab, defaults)
+    tools = _tools(body.get("tools"))
+    text = body.get("text")
+    if text is not None and not isinstance(text, dict):
+        raise InvalidRequest("'text' must be an object", param="text")
+    store = body.get("store", True)
+    if not isinstance(store, bool):
+        raise InvalidRequest("'store' must be a boolean", param="store")
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise InvalidRequest("'parallel_tool_calls' must be a boolean", param="parallel_tool_calls")
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("'metadata' must be an object", param="metadata")
+    echo = {
+        "instructions": _string(body, "instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "metadata": metadata,
+        "parallel_tool_calls": parallel,
+        "reasoning": body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {"effort": None, "summary": None},
+        "temperature": gen.sampling.temperature,
+        "text": {"format": (text or {}).get("format") or {"type": "text"}},
+        "tool_choice": body.get("tool_choice") or ("auto" if tools else "none"),
+        "tools": body.get("tools") or [],
+        "top_logprobs": body.get("top_logprobs"),
+        "top_p": gen.sampling.top_p,
+        "truncation": "disabled",
+        "user": _string(body, "user"),
+        "store": store,
+    }
+    return ResponsesParams(
+        messages=input_messages(body.get("input")),
+        instructions=echo["instructions"],
+        gen=gen,
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice")),
+        parallel_tool_calls=parallel,
+        response_format=_response_format(text),
+        previous_response_id=_string(body, "previous_response_id"),
+        store=store,
+        echo=echo,
+    )
+
+
+# -- request items to chat messages -----------------------------------------------------------
+
+
+def _text(content: Any, at: str) -> str:
+    """The text of an item's content: a string, or text parts joined as chat joins them."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest("'content' must be a string or an array of text parts", param=f"{at}.content")
+    parts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        text = part.get("text") if kind in TEXT_PART_TYPES else part.get("refusal") if kind == "refusal" else None
+        if not isinstance(text, str):
+            raise InvalidRequest(f"content part of type {kind!r} is not supported; send text parts", param=f"{at}.content[{i}]")
+        parts.append(text)
+    return "\n".join(parts)
+
+
+def input_messages(value: Any) -> list[dict]:
+    """`input` as chat messages."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("'input' must be a string or a non-empty array of items", param="input")
+    out: list[dict] = []
+    reasoning: list[str] = []  # reasoning items wait for the assistant message they precede
+    for i, item in enumerate(value):
+        at = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest("each input item must be an object", param=at)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "system", "developer", "assistant"):
+                raise InvalidRequest("'role' must be user, system, developer or assistant", param=f"{at}.role")
+            message = {"role": role, "content": _text(item.get("content"), at)}
+            if role == "assistant":
+                _attach_reasoning(message, reasoning)
+            out.append(message)
+        elif kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or []
+            reasoning.append(_text(parts, at))
+        elif kind == "function_call":
+            out.append(_function_call(item, at, out, reasoning))
+        elif kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str):
+                raise InvalidRequest("a function_call_output needs 'call_id'", param=f"{at}.call_id")
+            out.append({"role": "tool", "tool_call_id": call_id, "content": _text(output, at)})
+        else:
+            raise InvalidRequest(f"input items of type {kind!r} are not supported", param=f"{at}.type")
+    return [m for m in out if m is not None]
+
+
+def _attach_reasoning(message: dict, reasoning: list[str]) -> None:
+    if reasoning:
+        message["reasoning_content"] = "\n".join(reasoning)
+        reasoning.clear()
+
+
+def _function_call(item: dict, at: str, out: list[dict], reasoning: list[str]) -> dict | None:
+    """A function_call item: a tool call of the assistant message just before it (the same
+    turn), or a new assistant message. Returns the message to append, None if merged."""
+    name, call_id, arguments = item.get("name"), item.get("call_id"), item.get("arguments", "{}")
+    if not isinstance(name, str) or not isinstance(call_id, str) or not isinstance(arguments, str):
+        raise InvalidRequest("a function_call needs 'name', 'call_id' and 'arguments' (a JSON string)", param=at)
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    last = out[-1] if out else None
+    if last is not None and last["role"] == "assistant" and not reasoning:
+        last.setdefault("tool_calls", []).append(call)
+        return None
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    _attach_reasoning(message, reasoning)
+    return message
+
+
+def _tools(value: Any) -> list[dict] | None:
+    """Responses function tools (`{"type": "function", "name", ...}`) in chat's form."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    out = []
+    for i, tool in enumerate(value):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise InvalidRequest(f"only function tools are supported, not {kind!r}", param=f"tools[{i}].type")
+        if isinstance(tool.get("function"), dict):  # already in chat's form
+            out.append(tool)
+            continue
+        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("type") == "function" and "function" not in value:
+        return {"type": "function", "function": {"name": value.get("name")}}
+    return value
+
+
+def _response_format(text: dict | None) -> dict | None:
+    fmt = (text or {}).get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        raise InvalidRequest("'text.format' must be an object", param="text.format")
+    if fmt.get("type") == "json_schema":
+        spec = {k: fmt[k] for k in ("name", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": spec}
+    return fmt
+
+
+def chat_messages(instructions: str | None, history: list[dict], messages: list[dict]) -> list[dict]:
+    """The whole conversation as chat messages: instructions first, then what came before
+    (`previous_response_id`), then this request's input."""
+    system = [{"role": "system", "content": instructions}] if instructions else []
+    return system + history + messages
+
+
+# -- output to items ----------------------------------------------------------------------
+
+
+def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": [{"type": "reasoning_text", "text": text}], "status": status}
+
+
+def text_part(text: str, logprobs: list | None) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not None:
+        part["logprobs"] = logprobs
+    return part
+
+
+def message_item(item_id: str, text: str, logprobs: list | None, status: str = "completed") -> dict[str, Any]:
+    content = [text_part(text, logprobs)] if status == "completed" else []
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+
+def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments, "status": status}
+
+
+def output_items(parsed: ParsedMessage, logprobs: list | None) -> list[dict[str, Any]]:
+    """A whole answer's output items: reasoning, the message, then the function calls."""
+    items = []
+    if parsed.reasoning_content:
+        items.append(reasoning_item(new_id("rs"), parsed.reasoning_content))
+    if parsed.content or not parsed.tool_calls:
+        items.append(message_item(new_id("msg"), parsed.content or "", logprobs))
+    items += [call_item(new_id("fc"), c.id, c.name, c.arguments) for c in parsed.tool_calls]
+    return items
+
+
+def items_message(items: list[dict]) -> dict:
+    """The chat assistant message that output items stand for (what a chat client sends
+    back): the inverse of `output_items`."""
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    for item in items:
+        if item["type"] == "reasoning":
+            message["reasoning_content"] = item["content"][0]["text"]
+        elif item["type"] == "message":
+            message["content"] = "".join(p["text"] for p in item["content"])
+        else:
+            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
+            message.setdefault("tool_calls", []).append(call)
+    if message["content"] is None and not message.get("tool_calls"):
+        message["content"] = ""
+    return message
+
+
+def usage_body(usage, reasoning_tokens: int = 0) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+def response_body(
+    resp_id: str, created: int, model: str, params: ResponsesParams, *, status: str, output: list[dict],
+    usage: dict | None = None, error: dict | None = None, incomplete: str | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": resp_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": error,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "model": model,
+        "output": output,
+        "previous_response_id": params.previous_response_id,
+        "usage": usage,
+    }
+    body.update(params.echo)
+    return body

@@ -1,0 +1,138 @@
+"""The Responses API's streamed events, from the output parser's deltas.
+
+`response.created` and `response.in_progress` open the stream. Each output item is
+announced (`response.output_item.added`), filled (`response.output_text.delta`,
+`response.reasoning_text.delta`, `response.function_call_arguments.delta`, with
+`response.content_part.added`/`.done` around a message's or reasoning's text) and closed
+(`..._text.done`, `response.function_call_arguments.done`, `response.output_item.done`)
+before the next one starts. `response.completed` (or `response.incomplete` at the token
+limit) carries the whole response. A failure is an `error` event then `response.failed`.
+Every event has a `sequence_number`, counting from 0.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from .output.events import ContentDelta, ReasoningDelta, ToolCallDelta
+from .responses_api import call_item, message_item, new_id, reasoning_item, text_part
+
+
+class _Item:
+    """An output item being streamed."""
+
+    def __init__(self, kind: str, index: int, call_id: str = "", name: str = "") -> None:
+        self.kind = kind  # reasoning, message or function_call
+        self.id = new_id({"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind])
+        self.index = index
+        self.call_id = call_id
+        self.name = name
+        self.text: list[str] = []
+        self.logprobs: list = []
+
+    def body(self, status: str, with_logprobs: bool) -> dict[str, Any]:
+        text = "".join(self.text)
+        if self.kind == "reasoning":
+            return reasoning_item(self.id, text, status)
+        if self.kind == "message":
+            return message_item(self.id, text, self.logprobs if with_logprobs else None, status)
+        return call_item(self.id, self.call_id, self.name, text, status)
+
+
+class ResponseEvents:
+    """Turns one response's deltas into SSE events (dicts for EventSourceResponse)."""
+
+    def __init__(self, skeleton: Callable[..., dict], with_logprobs: bool) -> None:
+        self._skeleton = skeleton  # (status, output, usage=None, error=None, incomplete=None) -> response body
+        self._with_logprobs = with_logprobs
+        self._seq = 0
+        self.items: list[_Item] = []
+        self._open: _Item | None = None
+        self._calls: dict[int, _Item] = {}  # tool call index -> its item
+        self.response: dict | None = None  # the finished response (after `finish`)
+
+    def event(self, kind: str, **fields: Any) -> dict[str, str]:
+        body = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return {"event": kind, "data": json.dumps(body, ensure_ascii=False)}
+
+    def start(self) -> list[dict]:
+        response = self._skeleton(status="in_progress", output=[])
+        return [self.event("response.created", response=response), self.event("response.in_progress", response=response)]
+
+    def feed(self, delta, logprobs: list) -> list[dict]:
+        """Events for one parser delta; `logprobs`: the chat-form logprobs of its tokens."""
+        if isinstance(delta, ToolCallDelta):
+            item = self._calls.get(delta.index)
+            out = [] if item is not None else self._begin("function_call", delta)
+            item = self._calls[delta.index]
+            item.text.append(delta.arguments)
+            if delta.arguments:
+                out.append(self.event("response.function_call_arguments.delta", item_id=item.id, output_index=item.index, delta=delta.arguments))
+            return out
+        kind = "reasoning" if isinstance(delta, ReasoningDelta) else "message"
+        out = [] if self._open is not None and self._open.kind == kind else self._begin(kind, delta)
+        item = self._open
+        item.text.append(delta.text)
+        where = dict(item_id=item.id, output_index=item.index, content_index=0)
+        if kind == "reasoning":
+            return out + [self.event("response.reasoning_text.delta", **where, delta=delta.text)]
+        item.logprobs += logprobs
+        return out + [self.event("response.output_text.delta", **where, delta=delta.text, logprobs=logprobs)]
+
+    def _begin(self, kind: str, delta) -> list[dict]:
+        out = self._close()
+        if kind == "function_call":
+            item = _Item(kind, len(self.items), delta.id or new_id("call"), delta.name or "")
+            self._calls[delta.index] = item
+        else:
+            item = _Item(kind, len(self.items))
+        self.items.append(item)
+        self._open = item
+        out.append(self.event("response.output_item.added", output_index=item.index, item=item.body("in_progress", False)))
+        if kind != "function_call":
+            part = {"type": "reasoning_text", "text": ""} if kind == "reasoning" else text_part("", None)
+            out.append(self.event("response.content_part.added", item_id=item.id, output_index=item.index, content_index=0, part=part))
+        return out
+
+    def _close(self) -> list[dict]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        text = "".join(item.text)
+        where = dict(item_id=item.id, output_index=item.index)
+        out = []
+        if item.kind == "function_call":
+            out.append(self.event("response.function_call_arguments.done", **where, name=item.name, arguments=text))
+        elif item.kind == "reasoning":
+            out.append(self.event("response.reasoning_text.done", **where, content_index=0, text=text))
+            out.append(self.event("response.content_part.done", **where, content_index=0, part={"type": "reasoning_text", "text": text}))
+        else:
+            lp = item.logprobs if self._with_logprobs else None
+            out.append(self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=lp or []))
+            out.append(self.event("response.content_part.done", **where, content_index=0, part=text_part(text, lp)))
+        out.append(self.event("response.output_item.done", output_index=item.index, item=item.body("completed", self._with_logprobs)))
+        return out
+
+    def output(self) -> list[dict]:
+        """The finished items (a message item when nothing else was produced)."""
+        if not self.items:
+            self.items.append(_Item("message", 0))
+        return [item.body("completed", self._with_logprobs) for item in self.items]
+
+    def finish(self, usage: dict, incomplete: str | None) -> list[dict]:
+        out = self._close()
+        if not self.items:  # an empty answer is still one (empty) message
+            out += self._begin("message", None) + self._close()
+        status = "incomplete" if incomplete else "completed"
+        response = self.response = self._skeleton(status=status, output=self.output(), usage=usage, incomplete=incomplete)
+        return out + [self.event(f"response.{status}", response=response)]
+
+    def fail(self, error: dict[str, Any]) -> list[dict]:
+        """An `error` event with the error's code, message and param, then `response.failed`."""
+        out = [self.event("error", code=error.get("code") or error.get("type"), message=error["message"], param=error.get("param"))]
+        response = self._skeleton(status="failed", output=[item.body("incomplete", False) for item in self.items], error={
+            "code": error.get("code") or error.get("type") or "server_error", "message": error["message"],
+        })
+        return out + [self.event("response.failed", response=response)]

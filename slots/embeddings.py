@@ -1,0 +1,84 @@
+"""Embeddings on a context of their own, owned by one worker thread.
+
+The generation context belongs to the engine thread and its slots; embeddings use a second
+context on the same model (no second copy of the weights), with embeddings on and the
+chosen pooling, so an embedding request neither waits for a slot nor disturbs what the
+slots hold. Vectors are L2-normalized, as llama-server's /v1/embeddings returns them.
+
+NOTE: each input is decoded on its own. With several sequences in one llama_decode, the
+vectors llama.cpp computes for a sequence change with its neighbours on some models (on the
+default Gemma 3 270M by up to a few percent, more with a KV stream per sequence), so an
+input's vector would depend on what else was sent with it. Alone, it equals llama.cpp's
+per-token vectors pooled by hand. For the same reason flash attention stays off unless asked
+for (`-fa on`): llama.cpp's CPU kernel rounds through f16 over the KV cells.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from .llama_api import Model
+from .llama_api.embedding import EmbeddingContext, model_pooling
+
+log = logging.getLogger("warmslot.embeddings")
+
+N_SEQ = 1  # inputs per llama_decode (see the NOTE above)
+
+
+class InputTooLong(ValueError):
+    """An input has more tokens than the embedding context holds."""
+
+    def __init__(self, index: int, n_tokens: int, n_ctx: int) -> None:
+        super().__init__(f"input {index} has {n_tokens} tokens; an embedding input holds at most {n_ctx}")
+        self.index = index
+
+
+def choose_pooling(model: Model, setting: str) -> str:
+    """--pooling: "auto" takes the model's own pooling, or mean for a model that declares
+    none (a generative model has no pooled output of its own)."""
+    if setting != "auto":
+        return setting
+    declared = model_pooling(model)
+    return "mean" if declared in ("none", "rank") else declared
+
+
+class Embedder:
+    def __init__(self, model: Model, *, pooling: str, n_ctx: int, n_threads: int = 0, flash_attn: str = "off") -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warmslot-embed")
+        self.pooling = choose_pooling(model, pooling)
+        fa = "on" if flash_attn == "on" else "off"
+
+        def make() -> EmbeddingContext:
+            return EmbeddingContext(model, n_ctx=n_ctx, n_seq=N_SEQ, pooling=self.pooling, n_threads=n_threads, flash_attn=fa)
+
+        self._ctx = self._pool.submit(make).result()
+        self.n_ctx = self._ctx.n_ctx
+        self.n_embd = self._ctx.n_embd
+        log.info("embeddings: %s pooling, inputs up to %d tokens, %d dimensions", self.pooling, self.n_ctx, self.n_embd)
+
+    def check(self, inputs: Sequence[Sequence[int]]) -> None:
+        """Raise InputTooLong for an input the context cannot hold (any thread)."""
+        for i, tokens in enumerate(inputs):
+            if len(tokens) > self.n_ctx:
+                raise InputTooLong(i, len(tokens), self.n_ctx)
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> concurrent.futures.Future:
+        """A Future of one normalized float32 vector per input, in order."""
+        self.check(inputs)
+        return self._pool.submit(self._embed, [list(t) for t in inputs])
+
+    def _embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
+        return [_normalized(self._ctx.pooled([tokens])[0]) for tokens in inputs]
+
+    def close(self) -> None:
+        self._pool.submit(self._ctx.close).result()
+        self._pool.shutdown(wait=True)
+
+
+def _normalized(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return (vector / norm if norm > 0 else vector).astype(np.float32)
