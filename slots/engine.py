@@ -339,7 +339,7 @@ class Engine(Lifecycle):
             req = self._waiting[i]
             route = self.router.route(req)
             if isinstance(route, Fetch):
-                self.disk.fetch(route.entry, req.id)
+                self.disk.fetch(route.entry, req.id, route.need)
                 i += 1
                 continue
             if isinstance(route, Wait):

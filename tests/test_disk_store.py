@@ -102,6 +102,23 @@ def test_a_file_cut_while_it_is_read_is_truncated(tmp_path, monkeypatch):
     assert exc.value.reason == "truncated"
 
 
+def test_a_read_returns_the_state_and_only_the_checkpoints_asked_for(tmp_path):
+    path, header = write_one(tmp_path)  # checkpoints at 2 and 4 (state), 5 (logits only)
+    _, alone = fmt.read(str(path), expect=header, checkpoints=())
+    assert np.array_equal(alone.state, state(1000)) and alone.checkpoints == ()
+    _, one = fmt.read(str(path), expect=header, checkpoints={4, 5})
+    assert [c.n_tokens for c in one.checkpoints] == [4, 5]
+    assert np.array_equal(one.checkpoints[0].data, state(64, 4)) and one.checkpoints[1].logits is not None
+    # a damaged checkpoint fails the reads that return it, not those that skip it
+    data = bytearray(path.read_bytes())
+    data[header.head_bytes + 1000 + 3] ^= 0x01  # the checkpoint at 2 follows the state
+    path.write_bytes(bytes(data))
+    assert fmt.read(str(path), expect=header, checkpoints={4})[1].checkpoints[0].n_tokens == 4
+    with pytest.raises(Rejected) as exc:
+        fmt.read(str(path), expect=header, checkpoints={2})
+    assert exc.value.reason == "checksum"
+
+
 def test_the_planned_size_is_the_written_size(tmp_path):
     m = Meta(FP, "tenant", 7, 12345.678, 3600.0)
     c = ckpts(3, logits_at=7)

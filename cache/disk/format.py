@@ -28,7 +28,7 @@ import secrets
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -357,11 +357,18 @@ def _parse(doc: dict, tokens: np.ndarray, head_bytes: int) -> Header:
     return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body)
 
 
-def read(path: str, allocate: Callable[[int], np.ndarray] | None = None, expect: Header | None = None) -> tuple[Header, Payload]:
-    """Read and verify a whole file: its head, then every body block against its checksum
-    (`READERS` blocks read and verified at once, on reader threads). `allocate(n)` gives the
-    uint8 buffers (pinned host memory, say); `expect`: the head this file had when it was
-    indexed, which it must still have. Raises Rejected; never returns unverified bytes."""
+def read(
+    path: str,
+    allocate: Callable[[int], np.ndarray] | None = None,
+    expect: Header | None = None,
+    checkpoints: Collection[int] | None = None,
+) -> tuple[Header, Payload]:
+    """Read and verify a file: its head, then the body blocks it returns, each against its
+    checksum (`READERS` blocks read and verified at once, on reader threads). `allocate(n)`
+    gives the uint8 buffers (pinned host memory, say); `expect`: the head this file had when
+    it was indexed, which it must still have; `checkpoints`: the positions of the checkpoints
+    to read (None: all of them; the state is always read, other sections are skipped).
+    Raises Rejected; never returns unverified bytes."""
     allocate = allocate or (lambda n: np.empty(n, dtype=np.uint8))
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -373,7 +380,8 @@ def read(path: str, allocate: Callable[[int], np.ndarray] | None = None, expect:
             expect.tokens, expect.meta.fingerprint, expect.meta.tenant, expect.crcs
         ):
             raise Rejected("checksum", "the file changed since it was indexed")
-        buffers = _read_body(fd, header, allocate)
+        wanted = _wanted(header, checkpoints)
+        buffers = _read_body(fd, header, allocate, wanted)
     except OSError as exc:
         raise Rejected("io", str(exc)) from None
     finally:
@@ -381,14 +389,29 @@ def read(path: str, allocate: Callable[[int], np.ndarray] | None = None, expect:
     return header, _payload(header, buffers)
 
 
-def _read_body(fd: int, header: Header, allocate) -> list[np.ndarray]:
-    """Every body section into buffers from `allocate`, each block read and checked against
-    its checksum on a reader thread, `READERS` blocks in flight. Raises Rejected (the first
-    failing block in file order) once no reader touches the buffers any more."""
-    buffers = [allocate(section.nbytes) for section in header.sections]
+def _wanted(header: Header, checkpoints: Collection[int] | None) -> list[bool]:
+    """Per body section, whether a read with these checkpoint positions returns it."""
+    out = [True]
+    for c in header.checkpoints:
+        take = checkpoints is None or c.n_tokens in checkpoints
+        out += [take] * ((c.data_bytes is not None) + (c.n_logits is not None))
+    return out
+
+
+
+def _read_body(fd: int, header: Header, allocate, wanted: Sequence[bool] | None = None) -> list[np.ndarray | None]:
+    """The wanted body sections (all by default) into buffers from `allocate` (None for the
+    others), each block read and checked against its checksum on a reader thread, `READERS`
+    blocks in flight. Raises Rejected (the first failing block in file order) once no reader
+    touches the buffers any more."""
+    wanted = [True] * len(header.sections) if wanted is None else wanted
+    buffers = [allocate(s.nbytes) if w else None for s, w in zip(header.sections, wanted)]
     jobs = []
     offset = header.head_bytes
-    for si, (buf, crcs) in enumerate(zip(buffers, header.crcs)):
+    for si, (buf, crcs, section) in enumerate(zip(buffers, header.crcs, header.sections)):
+        if buf is None:
+            offset += section.nbytes
+            continue
         view = memoryview(buf).cast("B")
         for bi, start in enumerate(range(0, len(view), BLOCK)):
             block = view[start : start + BLOCK]
@@ -418,16 +441,17 @@ def _read_block(fd: int, block: memoryview, offset: int, want: int, section: int
         raise Rejected("checksum", f"a block of section {section} does not match its checksum")
 
 
-def _payload(header: Header, buffers: list[np.ndarray]) -> Payload:
+def _payload(header: Header, buffers: list[np.ndarray | None]) -> Payload:
     for b in buffers:
-        b.flags.writeable = False
+        if b is not None:
+            b.flags.writeable = False
     it = iter(buffers)
     state = next(it)
     checkpoints = []
     for c in header.checkpoints:
         data = next(it) if c.data_bytes is not None else None
-        logits = None
-        if c.n_logits is not None:
-            logits = next(it).view(np.float32)
-        checkpoints.append(Checkpoint(c.n_tokens, data, logits))
+        logits = next(it) if c.n_logits is not None else None
+        if data is None and logits is None:
+            continue  # not read
+        checkpoints.append(Checkpoint(c.n_tokens, data, None if logits is None else logits.view(np.float32)))
     return Payload(state, tuple(checkpoints))
