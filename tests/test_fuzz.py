@@ -42,9 +42,12 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @pytest.fixture(scope="module")
-def server(default_model):
+def server(default_model, tmp_path_factory):
+    # slot files on, so that the slot actions are fuzzed too (without it they answer 501)
+    slot_dir = tmp_path_factory.mktemp("slot-files")
     proc = warmslot_server(
         default_model, "-np", "2", "-c", "2048", "-n", str(MAX_TOKENS), "-cram", "256MiB", "--request-timeout", "30",
+        "--slot-save-path", str(slot_dir),
     )
     yield proc
     proc.stop()

@@ -224,9 +224,10 @@ def test_a_new_conversation_goes_next_to_the_busy_streams():
     slots[2].active = slots[3].active = object()
     router = Router(slots, None, lambda slot: (lambda n: True), True, contiguous=True)
     idle = [s for s in slots if s.active is None]
-    assert router._receiver(idle, None).id == 4  # next to the run 2..3
+    req = GenerateRequest("new", [7, 8, 9], QueueSink())  # no prompt_cache_key: no affinity
+    assert router._receiver(idle, None, req).id == 4  # next to the run 2..3
     slots[0].tokens = []
-    assert router._receiver(idle, None).id == 0  # an empty stream comes first
+    assert router._receiver(idle, None, req).id == 0  # an empty stream comes first
     unified = Router(slots, None, lambda slot: (lambda n: True), True)
     slots[0].tokens = [1]
-    assert unified._receiver(idle, None).id == 5  # one pool: least recently used
+    assert unified._receiver(idle, None, req).id == 5  # one pool: least recently used
