@@ -4,12 +4,14 @@
   disk writer (its read-only arrays are shared, nothing is copied): index work only, so the
   decode step that caused the eviction does not wait for the disk.
 - **Fetch.** A request whose best source is a disk entry that is not in memory yet gets a
-  `Fetch` route: a reader thread reads and verifies the file while the engine goes on with
-  the other slots; when it is done the engine is woken and routes the request again. Entries
+  `Fetch` route: a reader thread reads and verifies what the load uses (the state, and only
+  the checkpoint the prompt restores, if any: `DiskEntry.needed`) while the engine goes on
+  with the other slots; when it is done the engine is woken and routes the request again. Entries
   still being written are in memory already (their bytes wait in the write queue).
 - **Load.** `take` turns the fetched bytes into a prompt-cache entry that the slot loads like
   a RAM one; the entry also stays in RAM when it fits in a quarter of its budget (the next
-  request that shares it loads it from memory). The file is never consumed.
+  request that shares it loads it from memory). The file is never consumed: a later prompt
+  that diverges inside the entry reads the checkpoint it needs from it then.
 - **Ranking.** `cost_tokens` prices a read in prompt tokens: the seconds the read takes at
   the measured disk bandwidth, times the measured prefill speed. The router compares a disk
   candidate by its usable prefix minus that price.
@@ -85,9 +87,11 @@ class DiskTier:
     def lookup(self, prompt, tenant: str, usable) -> DiskLookup:
         return self.disk.lookup(prompt, tenant, usable)
 
-    def ready(self, entry: DiskEntry) -> bool:
-        """Whether the entry's bytes are in memory (fetched, or still queued for writing)."""
-        if entry.name in self._fetched:
+    def ready(self, entry: DiskEntry, need: frozenset[int]) -> bool:
+        """Whether the entry's state and the checkpoints at the positions `need` are in
+        memory (fetched, or still queued for writing)."""
+        fetched = self._fetched.get(entry.name)
+        if fetched is not None and need <= {c.n_tokens for c in fetched.checkpoints}:
             return True
         pending = entry.pending
         if pending is not None:
@@ -95,25 +99,27 @@ class DiskTier:
             return True
         return False
 
-    def cost_tokens(self, entry: DiskEntry) -> float:
-        """What loading the entry costs, in prompt tokens the same time would compute."""
-        if entry.name in self._fetched or entry.pending is not None:
+    def cost_tokens(self, entry: DiskEntry, need: frozenset[int]) -> float:
+        """What loading the entry (its state and the checkpoints at `need`) costs, in prompt
+        tokens the same time would compute."""
+        if self.ready(entry, need):
             return 0.0
         s = self.disk.stats
         bandwidth = s.read_bytes / s.read_seconds if s.read_bytes >= (1 << 20) and s.read_seconds > 0 else READ_BANDWIDTH_PRIOR
         st = self.stats
         prefill = st.prefill_tokens / st.prefill_seconds if st.prefill_tokens >= 256 and st.prefill_seconds > 0 else PREFILL_PRIOR
-        return (entry.read_bytes / bandwidth + READ_LATENCY) * prefill
+        return (entry.bytes_for(need) / bandwidth + READ_LATENCY) * prefill
 
     # -- fetching (engine thread) ----------------------------------------------------------
 
-    def fetch(self, entry: DiskEntry, request_id: str) -> None:
-        """Start reading the entry for a request (once per entry); the engine is woken when
-        the read is done."""
+    def fetch(self, entry: DiskEntry, request_id: str, need: frozenset[int]) -> None:
+        """Start reading the entry's state and the checkpoints at `need` for a request (one
+        read of an entry at a time: a request that needs more is routed again after it);
+        the engine is woken when the read is done."""
         self._waiting[request_id] = entry.name
         if entry.name in self._inflight:
             return
-        future = self._reader.submit(self._read, entry)
+        future = self._reader.submit(self._read, entry, need)
         self._inflight[entry.name] = future
         future.add_done_callback(lambda f, entry=entry: self._wake(lambda: self._on_read(entry, f)))
 
@@ -123,9 +129,9 @@ class DiskTier:
         name = self._waiting.get(request_id)
         return name is not None and name in self._inflight
 
-    def _read(self, entry: DiskEntry) -> Payload | None:
+    def _read(self, entry: DiskEntry, need: frozenset[int]) -> Payload | None:
         try:
-            return self.disk.read(entry)
+            return self.disk.read(entry, need)
         except Rejected:
             return None  # counted and logged by the disk cache; the request is routed again
 

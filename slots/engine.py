@@ -346,7 +346,7 @@ class Engine(Lifecycle):
             req = self._waiting[i]
             route = Wait(None) if req.sibling_of in held else self.router.route(req)
             if isinstance(route, Fetch):  # read from disk first; its siblings wait behind it
-                self.disk.fetch(route.entry, req.id)
+                self.disk.fetch(route.entry, req.id, route.need)
                 held.add(req.id)
                 i += 1
                 continue

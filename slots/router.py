@@ -98,6 +98,7 @@ class FromDisk:
     usable: int
     seen: Candidate | None = None
     cost: float = 0.0
+    need: frozenset[int] = frozenset()  # positions of the entry's checkpoints the load uses
     source = Source.DISK
 
 
@@ -107,6 +108,7 @@ class Fetch:
     and lets later requests go first."""
 
     entry: DiskEntry
+    need: frozenset[int] = frozenset()  # positions of the entry's checkpoints to read
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +172,9 @@ class Router:
         if isinstance(best, Fork):
             return Fork(self._receiver(idle, best.donor, req), best.donor, best.usable, seen)
         if isinstance(best, FromDisk):
-            if not self.disk.ready(best.entry):
-                return Fetch(best.entry)
-            return FromDisk(self._receiver(idle, None, req), best.entry, best.usable, seen, best.cost)
+            if not self.disk.ready(best.entry, best.need):
+                return Fetch(best.entry, best.need)
+            return FromDisk(self._receiver(idle, None, req), best.entry, best.usable, seen, best.cost, best.need)
         return Load(self._receiver(idle, None, req), best.entry, best.usable, seen)
 
     def _best(self, req: GenerateRequest) -> tuple[KeepSlot | Fork | Load | FromDisk | None, Candidate | None]:
@@ -229,12 +231,13 @@ class Router:
         lookup = self.disk.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
         if lookup.best is not None:
             e = lookup.best
-            cost = self.disk.cost_tokens(e.entry)
+            need = e.entry.needed(e.usable, len(req.tokens))
+            cost = self.disk.cost_tokens(e.entry, need)
             if e.usable - cost > 0:
-                consider(FromDisk(None, e.entry, e.usable, cost=cost), Candidate(Source.DISK, e.matched, e.entry.tokens, e.usable))
+                consider(FromDisk(None, e.entry, e.usable, cost=cost, need=need), Candidate(Source.DISK, e.matched, e.entry.tokens, e.usable))
             else:
                 consider(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
-                                         f"computing {e.usable} tokens is faster than reading their {e.entry.read_bytes} bytes from disk"))
+                                         f"computing {e.usable} tokens is faster than reading their {e.entry.bytes_for(need)} bytes from disk"))
         elif lookup.closest is not None:
             e = lookup.closest
             consider(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,

@@ -61,6 +61,64 @@ def test_round_trip_keeps_tokens_state_checkpoints_and_logits(tmp_path):
     assert not payload.state.flags.writeable
 
 
+def small_blocks_entry(tmp_path, monkeypatch):
+    """An entry of many more blocks than readers (small blocks), so that a load has several
+    blocks in flight and finishes them out of order."""
+    monkeypatch.setattr(fmt, "BLOCK", 4096)
+    n = 40 * fmt.READERS * 4096 + 123
+    path, header = write_one(tmp_path, tokens=tuple(range(50)), nbytes=n)
+    return path, header, n
+
+
+def test_blocks_read_at_once_come_back_in_place(tmp_path, monkeypatch):
+    path, header, n = small_blocks_entry(tmp_path, monkeypatch)
+    assert len(header.crcs[0]) > 4 * fmt.READERS
+    _, payload = fmt.read(str(path), expect=header)
+    assert np.array_equal(payload.state, state(n))
+    assert np.array_equal(payload.checkpoints[0].data, state(64, 2))
+
+
+@pytest.mark.parametrize("block", [0, 17, 100, -1])
+def test_a_flipped_byte_in_any_block_read_at_once_is_rejected(tmp_path, monkeypatch, block):
+    path, header, n = small_blocks_entry(tmp_path, monkeypatch)
+    blocks = len(header.crcs[0])
+    data = bytearray(path.read_bytes())
+    data[header.head_bytes + (block % blocks) * 4096 + 5] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(Rejected) as exc:
+        fmt.read(str(path), expect=header)
+    assert exc.value.reason == "checksum" and "section 0" in str(exc.value)
+
+
+def test_a_file_cut_while_it_is_read_is_truncated(tmp_path, monkeypatch):
+    path, header, n = small_blocks_entry(tmp_path, monkeypatch)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.truncate(path, header.head_bytes + n // 2)  # after the head was checked
+        with pytest.raises(Rejected) as exc:
+            fmt._read_body(fd, header, lambda k: np.empty(k, dtype=np.uint8))
+    finally:
+        os.close(fd)
+    assert exc.value.reason == "truncated"
+
+
+def test_a_read_returns_the_state_and_only_the_checkpoints_asked_for(tmp_path):
+    path, header = write_one(tmp_path)  # checkpoints at 2 and 4 (state), 5 (logits only)
+    _, alone = fmt.read(str(path), expect=header, checkpoints=())
+    assert np.array_equal(alone.state, state(1000)) and alone.checkpoints == ()
+    _, one = fmt.read(str(path), expect=header, checkpoints={4, 5})
+    assert [c.n_tokens for c in one.checkpoints] == [4, 5]
+    assert np.array_equal(one.checkpoints[0].data, state(64, 4)) and one.checkpoints[1].logits is not None
+    # a damaged checkpoint fails the reads that return it, not those that skip it
+    data = bytearray(path.read_bytes())
+    data[header.head_bytes + 1000 + 3] ^= 0x01  # the checkpoint at 2 follows the state
+    path.write_bytes(bytes(data))
+    assert fmt.read(str(path), expect=header, checkpoints={4})[1].checkpoints[0].n_tokens == 4
+    with pytest.raises(Rejected) as exc:
+        fmt.read(str(path), expect=header, checkpoints={2})
+    assert exc.value.reason == "checksum"
+
+
 def test_the_planned_size_is_the_written_size(tmp_path):
     m = Meta(FP, "tenant", 7, 12345.678, 3600.0)
     c = ckpts(3, logits_at=7)

@@ -44,13 +44,53 @@ def test_a_conversation_outlives_its_engine_and_comes_back_from_disk(tiny_models
         assert (warm.reuse.source, warm.usage.cached_tokens) == ("disk", len(FIRST))
         assert engine.stats.prompt_tokens["disk"] == len(FIRST)
         view = engine.disk_view
-        assert (view.stats.hits, view.stats.reads) == (1, 1) and view.stats.read_bytes == written.stat().st_size
+        # the load read the state and the checkpoint it restores (at the prompt end), no other
+        header = fmt.read_header(str(written))
+        skipped = sum((c.data_bytes or 0) + 4 * (c.n_logits or 0) for c in header.checkpoints if c.n_tokens != len(FIRST))
+        if kind != "attention":
+            assert 100 in [c.n_tokens for c in header.checkpoints] and skipped > 0
+        assert (view.stats.hits, view.stats.reads) == (1, 1) and view.stats.read_bytes == written.stat().st_size - skipped
         assert entry_files(directory) == [written]  # loading did not consume the file
         again = generate(engine, NEXT, return_prompt_logits=True)  # and the slot now holds it
         assert again.reuse.source == "slot"
     finally:
         engine.stop()
     assert_same_answer(warm, cold_run(path, NEXT, boundaries=(len(FIRST),)))
+
+
+def test_a_next_turn_reads_the_state_alone_and_a_divergence_reads_its_checkpoint(tiny_models, tmp_path):
+    """The next turn of a conversation (the prompt goes on past the whole entry) reads the
+    state and no checkpoint; a later prompt that diverges inside the entry reads the state and
+    the one checkpoint it restores from the same file. Both answers equal cold runs."""
+    path, directory = tiny_models["hybrid"], tmp_path / "disk"
+    engine = disk_engine(path, directory)
+    try:
+        generate(engine, FIRST, boundaries=(60, 100))
+    finally:
+        engine.stop()
+    (written,) = entry_files(directory)
+    header = fmt.read_header(str(written))
+    assert {60, 100} <= {c.n_tokens for c in header.checkpoints}
+
+    def read_for(keep):
+        return written.stat().st_size - sum(
+            (c.data_bytes or 0) + 4 * (c.n_logits or 0) for c in header.checkpoints if c.n_tokens not in keep)
+
+    turn = list(header.tokens) + random_tokens(44, 20)
+    edit = FIRST[:100] + random_tokens(45, 30)  # diverges after the checkpoint at 100
+    engine = disk_engine(path, directory)
+    try:
+        warm_turn = generate(engine, turn, return_prompt_logits=True)
+        assert (warm_turn.reuse.source, warm_turn.usage.cached_tokens) == ("disk", len(header.tokens))
+        assert engine.disk_view.stats.read_bytes == read_for(())
+        warm_edit = generate(engine, edit, return_prompt_logits=True)
+        assert (warm_edit.reuse.source, warm_edit.usage.cached_tokens) == ("disk", 100)
+        view = engine.disk_view
+        assert view.stats.reads == 2 and view.stats.read_bytes == read_for(()) + read_for({100})
+    finally:
+        engine.stop()
+    assert_same_answer(warm_turn, cold_run(path, turn))
+    assert_same_answer(warm_edit, cold_run(path, edit))
 
 
 @pytest.mark.parametrize("kind", ["attention", "hybrid"])

@@ -70,8 +70,24 @@ class DiskEntry:
 
     @property
     def read_bytes(self) -> int:
-        """Bytes a load reads (the whole file)."""
+        """Bytes a load of the whole file reads."""
         return self.nbytes
+
+    def needed(self, usable: int, n_prompt: int) -> frozenset[int]:
+        """The positions of the checkpoints a load that keeps `usable` tokens of a prompt of
+        `n_prompt` tokens uses: none when the prompt goes on past the whole entry (the
+        usual next turn: the state alone), else the one at `usable` (the checkpoint a
+        divergence restores, or the logits of an exact repeat), when there is one."""
+        if usable == len(self.tokens) and usable < n_prompt:
+            return frozenset()
+        return frozenset(c.n_tokens for c in self.infos if c.n_tokens == usable)
+
+    def bytes_for(self, checkpoints: frozenset[int] | None) -> int:
+        """Bytes a load reads with these checkpoint positions (None: all: the whole file)."""
+        if checkpoints is None:
+            return self.nbytes
+        skipped = sum((c.data_bytes or 0) + 4 * (c.n_logits or 0) for c in self.infos if c.n_tokens not in checkpoints)
+        return self.nbytes - skipped
 
     def expired(self, now: float) -> bool:
         return self.keep_s is not None and now > self.last_used + self.keep_s

@@ -232,9 +232,10 @@ class DiskCache:
 
     # -- reads (any thread but the engine's) -------------------------------------------------
 
-    def read(self, entry: DiskEntry) -> Payload | None:
+    def read(self, entry: DiskEntry, checkpoints: frozenset[int] | None = None) -> Payload | None:
         """The entry's bytes, verified against its checksums: from memory while its write is
-        queued or running, else from its file. None when the entry is gone (evicted). A
+        queued or running (all of them), else from its file (the state and the checkpoints at
+        the positions `checkpoints`; None: all). None when the entry is gone (evicted). A
         file that fails verification is rejected: counted, logged, deleted and dropped from
         the index, and Rejected is raised. Blocking: disk I/O. The entry stays indexed."""
         with self._lock:
@@ -247,7 +248,7 @@ class DiskCache:
             return pending
         t0 = time.monotonic()
         try:
-            header, payload = fmt.read(os.path.join(self.directory, entry.name), self._allocate, expect)
+            _, payload = fmt.read(os.path.join(self.directory, entry.name), self._allocate, expect, checkpoints)
         except Rejected as exc:
             with self._lock:
                 gone = not entry.alive
@@ -259,7 +260,7 @@ class DiskCache:
             raise
         with self._stats_lock:
             self.stats.reads += 1
-            self.stats.read_bytes += header.file_bytes
+            self.stats.read_bytes += entry.bytes_for(checkpoints)
             self.stats.read_seconds += time.monotonic() - t0
         return payload
 
