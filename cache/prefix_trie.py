@@ -12,7 +12,8 @@ O(values there). Nothing is ever a linear scan over all stored keys.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, Iterator, Sequence, TypeVar
+import itertools
+from typing import Callable, Generic, Iterator, Sequence, TypeVar
 
 V = TypeVar("V")
 
@@ -46,6 +47,33 @@ class Match(Generic[V]):
             for node in top.depth_below():
                 yield from node.values
 
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate(Generic[V]):
+    """A value found for a query: the tokens its key shares with the query, and how many of
+    them a slot keeps after loading it."""
+
+    entry: V
+    matched: int
+    usable: int
+
+
+def rank(match: Match[V], usable: Callable[[V, int], int], skip: Callable[[V], bool] = lambda v: False) -> tuple[Candidate[V] | None, Candidate[V] | None]:
+    """The candidate that lets a slot keep the most (ties: the most recently used; values have
+    `last_used`), and the one sharing the most tokens with the query (for explanations),
+    among the values on and below the match point that `skip` lets through."""
+    best: Candidate[V] | None = None
+    closest: Candidate[V] | None = None
+    for matched, entry in itertools.chain(match.prefixes, ((match.depth, e) for e in match.extensions())):
+        if matched == 0 or skip(entry):
+            continue
+        keep = usable(entry, matched)
+        if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
+            best = Candidate(entry, matched, keep)
+        if closest is None or (matched, entry.last_used) > (closest.matched, closest.entry.last_used):
+            closest = Candidate(entry, matched, keep)
+    return best, closest
 
 class PrefixTrie(Generic[V]):
     def __init__(self) -> None:

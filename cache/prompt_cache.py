@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .checkpoints import CheckpointList
-from .prefix_trie import PrefixTrie, common_prefix
+from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 
 
 EVICTED_REMEMBERED = 256  # evicted keys kept to explain misses
@@ -64,11 +64,7 @@ class CacheStats:
     load_seconds: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class EntryMatch:
-    entry: CacheEntry
-    matched: int  # tokens shared with the query
-    usable: int  # tokens a slot keeps after loading the entry
+EntryMatch = Candidate  # Candidate[CacheEntry]: a RAM entry, the tokens shared and usable
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,16 +116,7 @@ class PromptCache:
         closest: EntryMatch | None = None
         trie = self._tries.get(tenant)
         if trie is not None:
-            match = trie.match(query)
-            found = itertools.chain(match.prefixes, ((match.depth, e) for e in match.extensions()))
-            for matched, entry in found:
-                if entry.fingerprint != self.fingerprint or matched == 0:
-                    continue
-                keep = usable(entry, matched)
-                if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
-                    best = EntryMatch(entry, matched, keep)
-                if closest is None or (matched, entry.last_used) > (closest.matched, closest.entry.last_used):
-                    closest = EntryMatch(entry, matched, keep)
+            best, closest = rank(trie.match(query), usable, skip=lambda e: e.fingerprint != self.fingerprint)
         return Lookup(best, None if best is not None else closest, self._evicted_match(query, tenant))
 
     def covers(self, longer: CacheEntry | tuple, shorter_len: int) -> bool:

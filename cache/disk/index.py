@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..checkpoints import Checkpoint, CheckpointList
-from ..prefix_trie import PrefixTrie, common_prefix
+from ..prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 from .format import CheckpointInfo, Header, Meta, Payload
 
 # stands for bytes that exist in the file: an outline checkpoint only says what is there
@@ -93,11 +93,7 @@ class DiskEntry:
         return self.keep_s is not None and now > self.last_used + self.keep_s
 
 
-@dataclass(frozen=True, slots=True)
-class DiskMatch:
-    entry: DiskEntry
-    matched: int  # tokens shared with the query
-    usable: int  # tokens a slot keeps after loading the entry
+DiskMatch = Candidate  # Candidate[DiskEntry]: a disk entry, the tokens shared and usable
 
 
 def covers(truncatable: bool, longer: DiskEntry, point: int) -> bool:
@@ -191,25 +187,18 @@ class DiskIndex:
         recently used), the one sharing the most tokens (for explanations), and the expired
         entries seen on the way (for the caller to drop). O(len(query)) plus the entries on
         and below the match point. Read-only."""
-        best: DiskMatch | None = None
-        closest: DiskMatch | None = None
         expired: list[DiskEntry] = []
         trie = self._tries.get(tenant)
         if trie is None:
             return None, None, expired
-        match = trie.match(query)
-        found = itertools.chain(match.prefixes, ((match.depth, e) for e in match.extensions()))
-        for matched, entry in found:
-            if matched == 0:
-                continue
+
+        def skip(entry: DiskEntry) -> bool:
             if entry.expired(now):
                 expired.append(entry)
-                continue
-            keep = usable(entry, matched)
-            if keep > 0 and (best is None or (keep, entry.last_used) > (best.usable, best.entry.last_used)):
-                best = DiskMatch(entry, matched, keep)
-            if closest is None or (matched, entry.last_used) > (closest.matched, closest.entry.last_used):
-                closest = DiskMatch(entry, matched, keep)
+                return True
+            return False
+
+        best, closest = rank(trie.match(query), usable, skip)
         return best, closest, expired
 
     def exact(self, tokens: Sequence[int], tenant: str) -> DiskEntry | None:
