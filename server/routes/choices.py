@@ -20,7 +20,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from warmslot.slots import FinishReason, Usage
+from warmslot.slots import Usage
 
 from .. import explain, responses
 from ..bridge import ClientGone
@@ -31,9 +31,8 @@ from ..output.events import ReasoningDelta, ToolCallDelta
 from ..protocol import ChatParams, CompletionParams, GenerationParams
 from ..state import Warmslot
 from .generation import (
-    _complete_calls,
     ChatPlan, Gone, _checkpoint_boundaries, _count_tokens, _finish_reason, _log_request, completion_tokens, echo_text,
-    output_parser,
+    output_parser, parse_event, parse_reply,
 )
 
 
@@ -110,7 +109,7 @@ async def chat_choices(request: Request, server: Warmslot, key: str, params: Cha
     choices = await _collect(fan, request, gen.n)
     bodies, reasoning = [], 0
     for i, (choice, parser) in enumerate(zip(choices, parsers)):
-        parsed = _complete_calls(parser.parse_complete("".join(choice.text), truncated=choice.finish is FinishReason.LENGTH), parser.cut)
+        parsed = parse_reply(parser, "".join(choice.text), choice.finish)
         message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
         reasoning += await _count_tokens(server, parsed.reasoning_content)
         lp = chat_logprobs(server.engine.vocab, choice.logprobs if gen.logprobs is not None else None)
@@ -134,9 +133,7 @@ async def _chat_stream(server: Warmslot, fan: Fanout, env, parsers, gen: Generat
         usages: list[Usage | None] = [None] * len(parsers)
         async for i, ev in fan.events():
             parser = parsers[i]
-            outputs = parser.feed(ev.text) if ev.text else []
-            if ev.finish is not None:
-                outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
+            outputs = parse_event(parser, ev)
             pending[i] += ev.logprobs
             for out in outputs:
                 has_calls[i] |= isinstance(out, ToolCallDelta)

@@ -18,7 +18,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from warmslot.slots import FinishReason, GrammarSpec
+from warmslot.slots import Event, FinishReason, GrammarSpec
 from warmslot.slots.reasoning_budget import ReasoningBudget
 
 from .. import explain, responses
@@ -43,6 +43,20 @@ def _finish_reason(reason: FinishReason | None, has_tool_calls: bool, cut: bool 
     if reason is FinishReason.LENGTH and (cut or not has_tool_calls):
         return "length"
     return "tool_calls" if has_tool_calls else "stop"
+
+
+def parse_event(parser, ev: Event) -> list:
+    """What a streamed event's text adds to the parsed output, and at the end what the parser
+    still held (a reply cut by max_tokens inside a tool call ends as `parser.cut`)."""
+    outputs = parser.feed(ev.text) if ev.text else []
+    if ev.finish is not None:
+        outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
+    return outputs
+
+
+def parse_reply(parser, text: str, finish: FinishReason | None):
+    """A whole reply parsed; one cut by max_tokens inside a call keeps only its whole calls."""
+    return _complete_calls(parser.parse_complete(text, truncated=finish is FinishReason.LENGTH), parser.cut)
 
 
 def _complete_calls(parsed, cut: bool):
@@ -88,7 +102,7 @@ async def chat_completions(request: Request) -> Response:
     logprobs = [] if params.gen.logprobs is not None else None
     result_text, usage, finish = await _collect(sub, request, logprobs)
     done(usage)
-    parsed = _complete_calls(parser.parse_complete(result_text, truncated=finish is FinishReason.LENGTH), parser.cut)
+    parsed = parse_reply(parser, result_text, finish)
     message = responses.chat_message(parsed.content, parsed.reasoning_content, parsed.tool_calls)
     reasoning_tokens = await _count_tokens(server, parsed.reasoning_content)
     reason = _finish_reason(finish, bool(parsed.tool_calls), parser.cut)
@@ -272,9 +286,7 @@ async def _chat_stream(server: Warmslot, sub: Submission, env, parser, gen: Gene
         pending: list = []  # logprobs of tokens whose text the parser still holds back
         vocab = server.engine.vocab
         async for ev in sub.events():
-            outputs = parser.feed(ev.text) if ev.text else []
-            if ev.finish is not None:
-                outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
+            outputs = parse_event(parser, ev)
             pending += ev.logprobs
             for out in outputs:
                 has_calls |= isinstance(out, ToolCallDelta)

@@ -28,7 +28,7 @@ from ..response_store import StoredResponse
 from ..responses_api import ResponsesParams, chat_messages, items_message, output_items, parse_responses, response_body, usage_body
 from ..responses_stream import ResponseEvents
 from ..state import Warmslot, open_request, server_of
-from .generation import _checkpoint_boundaries, _collect, _complete_calls, _count_tokens, _log_request, _plan_chat, _started, check_n, output_parser
+from .generation import _checkpoint_boundaries, _collect, _count_tokens, _log_request, _plan_chat, _started, check_n, output_parser, parse_event, parse_reply
 
 
 async def create_response(request: Request) -> Response:
@@ -68,7 +68,7 @@ async def create_response(request: Request) -> Response:
     logprobs = [] if params.gen.logprobs is not None else None
     text, usage, finish = await _collect(sub, request, logprobs)
     done(usage)
-    parsed = _complete_calls(parser.parse_complete(text, truncated=finish is FinishReason.LENGTH), parser.cut)
+    parsed = parse_reply(parser, text, finish)
     lp = chat_content(server.engine.vocab, logprobs) if logprobs is not None else None
     items = output_items(parsed, lp)
     n_reasoning = await _count_tokens(server, parsed.reasoning_content)
@@ -88,9 +88,7 @@ async def _stream(server: Warmslot, sub, parser, events: ResponseEvents, params:
         pending: list = []  # logprobs of tokens whose text the parser still holds back
         reasoning: list[str] = []
         async for ev in sub.events():
-            deltas = parser.feed(ev.text) if ev.text else []
-            if ev.finish is not None:
-                deltas += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
+            deltas = parse_event(parser, ev)
             pending += ev.logprobs
             for delta in deltas:
                 if isinstance(delta, ReasoningDelta):
