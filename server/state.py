@@ -120,6 +120,13 @@ class Warmslot:
         owner = self.owner(key)
         return lambda tenant: tenant.split(":", 1)[0] == owner
 
+    # -- work off the event loop ------------------------------------------------------
+
+    async def offload(self, fn, *args):
+        """`fn(*args)` on the tokenize pool (template rendering, tokenization, grammar
+        building): CPU work that must not stall the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, fn, *args)
+
     # -- generation --------------------------------------------------------------------
 
     def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:

@@ -32,8 +32,9 @@ from ..protocol import ChatParams, CompletionParams, GenerationParams
 from ..state import Warmslot
 from .generation import (
     ChatPlan, Gone, _checkpoint_boundaries, _count_tokens, _finish_reason, _log_request, completion_tokens, echo_text,
-    output_parser, parse_event, parse_reply,
+    output_parser,
 )
+from ..output.reply import parse_event, parse_reply
 
 
 @dataclass(slots=True)

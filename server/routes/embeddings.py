@@ -74,8 +74,7 @@ async def embeddings(request: Request) -> Response:
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != embedder.n_embd:
         raise InvalidRequest(f"this model's embeddings have {embedder.n_embd} dimensions", param="dimensions")
-    loop = asyncio.get_running_loop()
-    tokens = await loop.run_in_executor(server.tokenize_pool, _tokenize, server, items)
+    tokens = await server.offload(_tokenize, server, items)
     try:
         vectors = await asyncio.wrap_future(embedder.embed(tokens))
     except InputTooLong as exc:

@@ -8,7 +8,6 @@ ends with [DONE].
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -30,6 +29,7 @@ from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..output.events import ReasoningDelta, ToolCallDelta
 from ..output.parser import OutputParser
+from ..output.reply import parse_event, parse_reply
 from ..protocol import ChatParams, GenerationParams, ToolChoice, parse_chat, parse_completion, parse_response_format, validate_tool_choice, validate_tools
 from ..reasoning import budget_spec, request_budget
 from ..state import Warmslot, open_request
@@ -45,44 +45,12 @@ def _finish_reason(reason: FinishReason | None, has_tool_calls: bool, cut: bool 
     return "tool_calls" if has_tool_calls else "stop"
 
 
-def parse_event(parser, ev: Event) -> list:
-    """What a streamed event's text adds to the parsed output, and at the end what the parser
-    still held (a reply cut by max_tokens inside a tool call ends as `parser.cut`)."""
-    outputs = parser.feed(ev.text) if ev.text else []
-    if ev.finish is not None:
-        outputs += parser.finish(truncated=ev.finish is FinishReason.LENGTH)
-    return outputs
-
-
-def parse_reply(parser, text: str, finish: FinishReason | None):
-    """A whole reply parsed; one cut by max_tokens inside a call keeps only its whole calls."""
-    return _complete_calls(parser.parse_complete(text, truncated=finish is FinishReason.LENGTH), parser.cut)
-
-
-def _complete_calls(parsed, cut: bool):
-    """A whole reply cut inside a call keeps only the calls whose arguments are whole JSON."""
-    if not cut:
-        return parsed
-    parsed.tool_calls = [c for c in parsed.tool_calls if _is_json(c.arguments)]
-    if parsed.content is None and not parsed.tool_calls:
-        parsed.content = ""
-    return parsed
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
 async def chat_completions(request: Request) -> Response:
     server, key, body = await open_request(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     check_n(server, params.gen.n)
     budget = request_budget(body, server.config.reasoning_budget)
-    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, params, budget)
+    plan = await server.offload(_plan_chat, server, params, budget)
     if params.gen.n > 1:
         from .choices import chat_choices
 
@@ -149,7 +117,7 @@ def check_n(server: Warmslot, n: int) -> None:
 async def completion_tokens(server: Warmslot, prompt: str | list[int], param: str) -> list[int]:
     """A completion prompt's tokens (a text is tokenized off the event loop)."""
     if isinstance(prompt, str):
-        tokens = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.builder.tokenizer.prompt, prompt)
+        tokens = await server.offload(server.builder.tokenizer.prompt, prompt)
     else:
         tokens = list(prompt)
     if not tokens:
@@ -161,7 +129,7 @@ async def echo_text(server: Warmslot, prompt: str | list[int], tokens: list[int]
     """What `echo` puts before a choice's text: the prompt as sent, or its tokens' text."""
     if isinstance(prompt, str):
         return prompt
-    return await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.vocab.detokenize, tokens)
+    return await server.offload(server.engine.vocab.detokenize, tokens)
 
 
 def output_parser(server: Warmslot, plan: "ChatPlan") -> OutputParser:
@@ -274,7 +242,7 @@ def _log_request(endpoint: str, reuse, prompt, usage) -> None:
 async def _count_tokens(server: Warmslot, text: str | None) -> int:
     if not text:
         return 0
-    tokens = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.builder.tokenizer.raw, text)
+    tokens = await server.offload(server.builder.tokenizer.raw, text)
     return len(tokens)
 
 

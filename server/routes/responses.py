@@ -9,7 +9,6 @@ stored (unless `store: false`) per tenant for follow-ups and GET /v1/responses/{
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 
@@ -28,7 +27,8 @@ from ..response_store import StoredResponse
 from ..responses_api import ResponsesParams, chat_messages, items_message, output_items, parse_responses, response_body, usage_body
 from ..responses_stream import ResponseEvents
 from ..state import Warmslot, open_request, server_of
-from .generation import _checkpoint_boundaries, _collect, _count_tokens, _log_request, _plan_chat, _started, check_n, output_parser, parse_event, parse_reply
+from .generation import _checkpoint_boundaries, _collect, _count_tokens, _log_request, _plan_chat, _started, check_n, output_parser
+from ..output.reply import parse_event, parse_reply
 
 
 async def create_response(request: Request) -> Response:
@@ -47,7 +47,7 @@ async def create_response(request: Request) -> Response:
         response_format=params.response_format,
     )
     budget = server.config.reasoning_budget  # --reasoning-budget (the API's reasoning.effort is not mapped)
-    plan = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, _plan_chat, server, chat, budget)
+    plan = await server.offload(_plan_chat, server, chat, budget)
     prompt = plan.prompt
     sub = server.submit(prompt.tokens, params.gen, key, plan.grammar, _checkpoint_boundaries(prompt))
     started = await _started(sub, request)

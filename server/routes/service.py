@@ -35,13 +35,10 @@ async def tokenize(request: Request) -> Response:
     server.authorize(request)
     server.require_ready()
     body = parse_body(await request.body())
-    loop = asyncio.get_running_loop()
     if "messages" in body:
         messages = parse_messages(body["messages"])
         tools = body.get("tools")
-        prompt = await loop.run_in_executor(
-            server.tokenize_pool, lambda: server.builder.build(messages, validate_tools(tools) if tools else None)
-        )
+        prompt = await server.offload(lambda: server.builder.build(messages, validate_tools(tools) if tools else None))
         spans = [{"role": role, "start": glue, "content_start": content} for role, glue, content in prompt.messages]
         return JSONResponse({"tokens": prompt.tokens, "messages": spans})
     content = body.get("content")
@@ -50,9 +47,7 @@ async def tokenize(request: Request) -> Response:
     add_special = body.get("add_special", True)
     if not isinstance(add_special, bool):
         raise InvalidRequest("'add_special' must be a boolean", param="add_special")
-    tokens = await loop.run_in_executor(
-        server.tokenize_pool, lambda: server.engine.vocab.tokenize(content, add_special=add_special, parse_special=True)
-    )
+    tokens = await server.offload(lambda: server.engine.vocab.tokenize(content, add_special=add_special, parse_special=True))
     return JSONResponse({"tokens": tokens})
 
 
@@ -65,7 +60,7 @@ async def detokenize(request: Request) -> Response:
     n_vocab = server.engine.info.n_vocab
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
         raise InvalidRequest(f"'tokens' must be a list of token ids (0..{n_vocab - 1})", param="tokens")
-    text = await asyncio.get_running_loop().run_in_executor(server.tokenize_pool, server.engine.vocab.detokenize, tokens)
+    text = await server.offload(server.engine.vocab.detokenize, tokens)
     return JSONResponse({"content": text})
 
 
