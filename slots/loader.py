@@ -88,7 +88,7 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, w
     log.info("loading %s", cfg.model_path)
     model = Model(
         cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock,
-        placement=cfg.placement,
+        placement=cfg.placement, repack=cfg.repack,
     )
     info = model.info
     on_gpu = cfg.n_gpu_layers != 0 and cfg.placement.offloads and supports_gpu_offload()

@@ -97,6 +97,18 @@ class ModelInfo:
     fingerprint: str
 
 
+def amx_in_vm() -> bool:
+    """Whether the CPU advertises AMX inside a virtual machine. Tile instructions can fault
+    there (the guest's extended state lacks the tile data), and llama.cpp's AMX buffer type
+    then ends the process with SIGILL at the first matrix product."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "amx_tile" in flags and "hypervisor" in flags
+
+
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
@@ -110,8 +122,11 @@ class Model:
         use_mmap: bool = True,
         use_mlock: bool = False,
         placement: Placement | None = None,
+        repack: bool | None = None,
     ) -> None:
-        """`placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's)."""
+        """`placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's).
+        `repack`: llama.cpp's CPU buffer types that repack weights (AMX, interleaved quants);
+        None: on, except where AMX runs in a virtual machine (`amx_in_vm`)."""
         init_backend()
         if not os.path.isfile(path):
             raise LlamaError(f"model file not found: {path}")
@@ -119,6 +134,10 @@ class Model:
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
         params.load_mode = load_mode(use_mmap, use_mlock)
+        if repack is None and amx_in_vm():
+            log.info("the CPU offers AMX inside a virtual machine: weight repacking is off (AMX tiles can fault there)")
+            repack = False
+        params.use_extra_bufts = repack is not False
         self._placement = None
         if placement is not None:
             from .placement import PlacementParams  # not at the top: placement imports this module
