@@ -25,7 +25,11 @@ from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard
 from .openapi import openapi_endpoint
-from .routes import embeddings, generation, props, responses, service, slot_files, worker
+from .api.chat.route import chat_completions
+from .api.completions.route import completions
+from .api.responses import route as responses
+from .pipeline import ClientGone
+from .routes import embeddings, props, service, slot_files, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -49,7 +53,7 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     return JSONResponse(err.body(), status_code=err.status)
 
 
-async def _gone(request: Request, exc: generation.Gone) -> Response:
+async def _gone(request: Request, exc: ClientGone) -> Response:
     return Response(status_code=499)
 
 
@@ -81,10 +85,10 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/props", props.props),
         Route("/v1/props", props.props),
         Route("/version", props.version),
-        Route("/v1/chat/completions", generation.chat_completions, methods=["POST"]),
-        Route("/chat/completions", generation.chat_completions, methods=["POST"]),
-        Route("/v1/completions", generation.completions, methods=["POST"]),
-        Route("/completions", generation.completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/completions", completions, methods=["POST"]),
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/responses", responses.create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.get_response, methods=["GET"]),
@@ -108,7 +112,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),
         ],
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, generation.Gone: _gone},
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, ClientGone: _gone},
     )
     app.state.warmslot = server
     app.state.metrics_registry = metrics.make_registry(server, request_counts)

@@ -57,12 +57,12 @@ class ContextOverflow(InvalidRequest):
     litellm maps to ContextWindowExceededError and hermes-agent to context overflow, and
     "context size is N", from which hermes-agent reads the real limit."""
 
-    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+    def __init__(self, n_prompt_tokens: int, n_ctx: int, *, param: str = "messages") -> None:
         super().__init__(
             f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
             f"try increasing it: a slot's context size is {n_ctx} tokens; shorten the prompt, or start "
             "the server with a larger --ctx-size or fewer --parallel slots",
-            param="messages",
+            param=param,
             code="exceed_context_size_error",
             extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx},
         )
@@ -113,6 +113,10 @@ class Unavailable(ApiError):
 
     def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
         super().__init__(message, code=code, headers={"Retry-After": str(retry_after)})
+
+
+def shutting_down(message: str = "the server is shutting down; retry on another instance or later") -> Unavailable:
+    return Unavailable(message, retry_after=1, code="shutting_down")
 
 
 class RequestTimeout(ApiError):

@@ -5,25 +5,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import dataclasses
 import hashlib
 import hmac
 import logging
 import os
-import secrets
 import time
 
 from starlette.requests import Request
 
-from warmslot.slots import Engine, GenerateRequest
+from warmslot.slots import Engine
 
-from . import responses
-from .bridge import AsyncSink, Submission, shutting_down
 from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
-from .errors import ServerError, Unauthorized, Unavailable
-from .protocol import GenerationParams, parse_body
-from .response_store import ResponseStore
+from .errors import ServerError, Unauthorized, Unavailable, shutting_down
+from .protocol import parse_body
+from .api.responses.store import ResponseStore
 from .reasoning import reasoning_mode, thinks
 
 log = logging.getLogger("warmslot.server")
@@ -129,47 +125,10 @@ class Warmslot:
 
     # -- generation --------------------------------------------------------------------
 
-    def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:
-        req = self.make_request(tokens, gen, key, grammar, boundaries, AsyncSink(asyncio.get_running_loop()))
-        return Submission.submit(self.engine, req, req.sink, self.engine.info.n_ctx_slot)
-
-    def make_request(
-        self, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int = 0, sibling_of=None
-    ) -> GenerateRequest:
-        """The engine request for one choice of a generation request (`choice` > 0: another
-        choice of the same prompt, sampled with seed + choice when a seed is given)."""
-        sampling = gen.sampling
-        if grammar is not None:
-            sampling.grammar = grammar
-        if choice:
-            seed = None if sampling.seed is None else sampling.seed + choice
-            sampling = dataclasses.replace(sampling, seed=seed)
-        return GenerateRequest(
-            id=secrets.token_hex(12),
-            tokens=tokens,
-            sink=sink,
-            sampling=sampling,
-            # the engine stops at the slot's context; None: nothing else stops it
-            max_tokens=gen.max_tokens if gen.max_tokens is not None else (self.config.n_predict if self.config.n_predict >= 0 else None),
-            stop=gen.stop,
-            ignore_eos=gen.ignore_eos,
-            tenant=self.tenant(key, gen.tenant_hint),
-            reuse_prefix=gen.cache_prompt,
-            cache_key=gen.cache_key,
-            keep_s=gen.keep_s,
-            boundaries=tuple(boundaries),
-            logprobs=gen.logprobs,
-            sibling_of=sibling_of,
-            deadline=self.deadline(gen.timeout),
-        )
-
     def deadline(self, timeout: float | None) -> float | None:
         """When a request submitted now must end: its own `timeout`, at most --request-timeout."""
         limits = [t for t in (timeout, self.config.request_timeout) if t]
         return time.monotonic() + min(limits) if limits else None
-
-    def envelope(self, prefix: str, sub: Submission) -> responses.Envelope:
-        return responses.Envelope(f"{prefix}-{sub.req.id}", int(time.time()), self.model_name, f"ws-{self.engine.info.fingerprint[:10]}")
 
 
 def server_of(request: Request) -> Warmslot:

@@ -1,7 +1,9 @@
-"""Several engine requests answered as one response's choices (n > 1, batches of prompts).
+"""The asyncio side of a request submitted to the engine: its choices, their events, the client.
 
-Every request's sink tags its events with the choice index and puts them on one asyncio
-queue, so a response reads all of its choices in the order the engine produced them. A
+A request is one engine request per choice (`n` > 1 and batches of prompts give several;
+`n=1` is the one-choice case). Every request's sink tags its events with the choice index
+and puts them on one asyncio queue (one `call_soon_threadsafe` per push from the engine
+thread), so a response reads all of its choices in the order the engine produced them. A
 client that leaves, or an error in any choice, aborts all of them.
 """
 
@@ -11,9 +13,28 @@ import asyncio
 import collections
 from typing import AsyncIterator
 
-from warmslot.slots import Engine, Event, GenerateRequest
+from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown
 
-from .bridge import DisconnectWatch, Submission, engine_error
+from ..errors import ApiError, ContextOverflow, InvalidRequest, RequestTimeout, ServerError, Unavailable, shutting_down
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request was running; nothing is sent (499)."""
+
+
+def engine_error(error: EngineError, n_prompt: int, n_ctx: int, prompt_param: str = "messages") -> ApiError:
+    """The API error for an engine error; `prompt_param` names the prompt's field."""
+    if error.kind is ErrorKind.INVALID:
+        return InvalidRequest(error.message)
+    if error.kind is ErrorKind.CONTEXT:
+        return ContextOverflow(n_prompt, n_ctx, param=prompt_param)
+    if error.kind is ErrorKind.BUSY:
+        return Unavailable(error.message, retry_after=2, code="kv_cache_full")
+    if error.kind is ErrorKind.TIMEOUT:
+        return RequestTimeout(error.message)
+    if error.kind is ErrorKind.SHUTDOWN:
+        return shutting_down(error.message)
+    return ServerError(error.message)
 
 
 class TaggedSink:
@@ -28,14 +49,35 @@ class TaggedSink:
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (self.index, events))
 
 
-class Fanout(DisconnectWatch):
-    """The choices of one response, seen from the event loop."""
+async def _watch_disconnect(receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
 
-    def __init__(self, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int) -> None:
+
+def _submit_one(engine: Engine, req: GenerateRequest, n_ctx: int, prompt_param: str) -> None:
+    try:
+        engine.submit(req)
+    except ShuttingDown as exc:
+        raise shutting_down() from exc
+    except QueueFull as exc:
+        raise Unavailable(f"the server is busy: {exc}; retry later", retry_after=1, code="queue_full") from exc
+    except NotReady as exc:
+        raise Unavailable(str(exc), retry_after=5, code="loading") from exc
+    except Rejected as exc:
+        raise engine_error(exc.error, len(req.tokens), n_ctx, prompt_param) from None
+
+
+class Submission:
+    """The choices of one request in the engine, seen from the event loop."""
+
+    def __init__(self, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int, prompt_param: str) -> None:
         self.engine = engine
         self.reqs = reqs
         self.queue = queue
         self.n_ctx = n_ctx
+        self.prompt_param = prompt_param
         self._running = set(range(len(reqs)))
         self._buffer: collections.deque[tuple[int, Event]] = collections.deque()
         self._watcher: asyncio.Future | None = None
@@ -46,26 +88,36 @@ class Fanout(DisconnectWatch):
         return self.reqs[0]
 
     @classmethod
-    def submit(cls, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int) -> "Fanout":
+    def submit(
+        cls, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int, prompt_param: str = "messages"
+    ) -> "Submission":
         """Queue every choice; if one is refused, the ones already queued are aborted."""
         for i, req in enumerate(reqs):
             try:
-                Submission.submit(engine, req, req.sink, n_ctx)
+                _submit_one(engine, req, n_ctx, prompt_param)
             except BaseException:
                 for queued in reqs[:i]:
                     engine.abort(queued.id)
                 raise
-        return cls(engine, reqs, queue, n_ctx)
+        return cls(engine, reqs, queue, n_ctx, prompt_param)
 
     def abort(self) -> None:
+        """End every choice still running (a no-op once all finished)."""
         self.stop_watching()
         for i in self._running:
             self.engine.abort(self.reqs[i].id)
         self._running.clear()
 
+    def stop_watching(self) -> None:
+        """Stop reading the ASGI channel (a streaming response listens for disconnects itself)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
     async def started(self, receive) -> Event:
         """Wait until the first choice is admitted (the others follow it); its 'started'
-        event. An engine error in any choice raises its ApiError."""
+        event. An engine error in any choice raises its ApiError; a client that leaves
+        aborts the request and raises ClientGone."""
         while True:
             index, events = await self._next(receive)
             for ev in events:
@@ -95,7 +147,17 @@ class Fanout(DisconnectWatch):
         if ev.error is not None:
             self._running.discard(index)
             self.abort()
-            raise engine_error(ev.error, len(self.reqs[index].tokens), self.n_ctx)
+            raise engine_error(ev.error, len(self.reqs[index].tokens), self.n_ctx, self.prompt_param)
 
     async def _next(self, receive) -> tuple[int, list[Event]]:
-        return await self._next_or_gone(self.queue.get, receive)
+        if receive is None:
+            return await self.queue.get()
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(_watch_disconnect(receive))
+        getter = asyncio.ensure_future(self.queue.get())
+        done, _ = await asyncio.wait({getter, self._watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        self.abort()
+        raise ClientGone()

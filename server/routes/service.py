@@ -7,8 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..bridge import shutting_down
-from ..errors import InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound, shutting_down
 from ..protocol import parse_body, parse_messages, validate_tools
 from ..state import server_of
 
@@ -26,7 +25,6 @@ async def health(request: Request) -> Response:
             headers={"Retry-After": "5"},
         )
     return JSONResponse({"status": "ok"})
-
 
 async def tokenize(request: Request) -> Response:
     """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
@@ -50,7 +48,6 @@ async def tokenize(request: Request) -> Response:
     tokens = await server.offload(lambda: server.engine.vocab.tokenize(content, add_special=add_special, parse_special=True))
     return JSONResponse({"tokens": tokens})
 
-
 async def detokenize(request: Request) -> Response:
     server = server_of(request)
     server.authorize(request)
@@ -62,7 +59,6 @@ async def detokenize(request: Request) -> Response:
         raise InvalidRequest(f"'tokens' must be a list of token ids (0..{n_vocab - 1})", param="tokens")
     text = await server.offload(server.engine.vocab.detokenize, tokens)
     return JSONResponse({"content": text})
-
 
 async def slots_view(request: Request) -> Response:
     """The slots and cache entries; a key that is not the admin key sees the details of its

@@ -13,7 +13,7 @@ import collections
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidRequest, NotFound
+from ...errors import InvalidRequest, NotFound
 
 MAX_TENANTS = 1024  # tenants with stored responses; the least recently used goes first
 EVICTED_MEMORY = 4  # remember this many times --responses-store evicted ids per tenant

@@ -15,8 +15,13 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .output.events import ContentDelta, ReasoningDelta, ToolCallDelta
-from .responses_api import call_item, message_item, new_id, reasoning_item, text_part
+from warmslot.slots import Vocab
+
+from ...errors import ApiError
+from ...logprobs import chat_content
+from ...output.events import ReasoningDelta, ToolCallDelta
+from ...pipeline import ChoiceEnd, Delta, End, StreamEvent
+from .items import call_item, message_item, new_id, reasoning_item, text_part, usage_body
 
 
 class _Item:
@@ -41,11 +46,15 @@ class _Item:
 
 
 class ResponseEvents:
-    """Turns one response's deltas into SSE events (dicts for EventSourceResponse)."""
+    """Turns one response's pipeline events into SSE events (dicts for EventSourceResponse);
+    `keep(body, items)` is called with the finished response."""
 
-    def __init__(self, skeleton: Callable[..., dict], with_logprobs: bool) -> None:
+    def __init__(self, skeleton: Callable[..., dict], vocab: Vocab, with_logprobs: bool, keep: Callable[[dict, list], None]) -> None:
         self._skeleton = skeleton  # (status, output, usage=None, error=None, incomplete=None) -> response body
+        self._vocab = vocab
         self._with_logprobs = with_logprobs
+        self._keep = keep
+        self._truncated = False
         self._seq = 0
         self.items: list[_Item] = []
         self._open: _Item | None = None
@@ -60,6 +69,18 @@ class ResponseEvents:
     def start(self) -> list[dict]:
         response = self._skeleton(status="in_progress", output=[])
         return [self.event("response.created", response=response), self.event("response.in_progress", response=response)]
+
+    def render(self, event: StreamEvent) -> list[dict]:
+        if isinstance(event, Delta):
+            lp = chat_content(self._vocab, event.logprobs) if self._with_logprobs else []
+            return self.feed(event.out, lp)
+        if isinstance(event, ChoiceEnd):
+            self._truncated = event.truncated
+            return []
+        assert isinstance(event, End)
+        finished = self.finish(usage_body(event.usage, event.reasoning_tokens), "max_output_tokens" if self._truncated else None)
+        self._keep(self.response, self.output())
+        return finished
 
     def feed(self, delta, logprobs: list) -> list[dict]:
         """Events for one parser delta; `logprobs`: the chat-form logprobs of its tokens."""
@@ -129,8 +150,9 @@ class ResponseEvents:
         response = self.response = self._skeleton(status=status, output=self.output(), usage=usage, incomplete=incomplete)
         return out + [self.event(f"response.{status}", response=response)]
 
-    def fail(self, error: dict[str, Any]) -> list[dict]:
+    def fail(self, exc: ApiError) -> list[dict]:
         """An `error` event with the error's code, message and param, then `response.failed`."""
+        error = exc.body()["error"]
         out = [self.event("error", code=error.get("code") or error.get("type"), message=error["message"], param=error.get("param"))]
         response = self._skeleton(status="failed", output=[item.body("incomplete", False) for item in self.items], error={
             "code": error.get("code") or error.get("type") or "server_error", "message": error["message"],

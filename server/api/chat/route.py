@@ -1,0 +1,29 @@
+"""/v1/chat/completions: OpenAI's chat completions over the generation pipeline."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ... import pipeline
+from ...protocol import parse_chat
+from ...reasoning import request_budget
+from ...state import open_request
+from ..bodies import Envelope
+from .render import ChatStream, chat_body
+
+
+async def chat_completions(request: Request) -> Response:
+    server, key, body = await open_request(request)
+    params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
+    budget = request_budget(body, server.config.reasoning_budget)
+    generation = await pipeline.start_chat(request, server, key, params, budget=budget, endpoint="chat")
+    env = Envelope.of(generation, "chatcmpl")
+    vocab = server.engine.vocab
+    if params.gen.stream:
+        return pipeline.sse_response(generation, ChatStream(env, vocab, params.gen, generation.n_choices))
+    reply = await generation.collect(request)
+    out = chat_body(env, reply, vocab, params.gen.logprobs is not None)
+    if params.gen.explain_cache:
+        out["warmslot"] = {"cache": generation.explanation()}
+    return JSONResponse(out, headers=generation.headers)

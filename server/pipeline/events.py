@@ -1,0 +1,102 @@
+"""What the pipeline hands an API adapter: typed events while a reply streams, or the whole
+reply, and the rules every API shares (finish reasons, usage over several choices).
+
+A streamed reply is, per choice, any number of `Delta`s and one `ChoiceEnd`, then one `End`
+for the whole request. An adapter renders these; it never sees engine events, parsers or
+logprob bookkeeping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+
+from warmslot.slots import FinishReason, Usage
+from warmslot.slots.logprobs import TokenLogprob
+
+from ..output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
+
+Output = ContentDelta | ReasoningDelta | ToolCallDelta
+
+
+class Finish(str, enum.Enum):
+    """Why a choice ended, in API terms (each adapter words it its own way)."""
+
+    STOP = "stop"  # end of turn or a stop string
+    LENGTH = "length"  # max_tokens or the context; also a tool call that never closed
+    TOOL_CALLS = "tool_calls"  # the reply ended with whole tool calls
+
+
+def finish_of(reason: FinishReason | None, has_tool_calls: bool, cut: bool = False) -> Finish:
+    """LENGTH when max_tokens cut the reply, also inside a tool call (`cut`): a client must
+    not run a call that never closed. Calls that all closed before the cut are TOOL_CALLS."""
+    if reason is FinishReason.LENGTH and (cut or not has_tool_calls):
+        return Finish.LENGTH
+    return Finish.TOOL_CALLS if has_tool_calls else Finish.STOP
+
+
+@dataclass(slots=True)
+class Delta:
+    """New output of one choice: parsed content, reasoning or a tool-call fragment (a text
+    completion's raw text is a ContentDelta), with the logprobs of the tokens behind it."""
+
+    index: int
+    out: Output
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ChoiceEnd:
+    """A choice finished; `logprobs` of tokens whose text never became output (held back)."""
+
+    index: int
+    finish: Finish
+    usage: Usage
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    truncated: bool = False  # the token limit ended it (also after whole tool calls)
+    cut_call: int | None = None  # the index of a tool call max_tokens cut (never sent whole)
+
+
+@dataclass(slots=True)
+class End:
+    """Every choice finished: the request's usage and its reasoning tokens."""
+
+    usage: Usage
+    reasoning_tokens: int = 0
+
+
+StreamEvent = Delta | ChoiceEnd | End
+
+
+@dataclass(slots=True)
+class ChoiceReply:
+    """One choice of a whole (not streamed) reply."""
+
+    index: int
+    text: str  # the raw text (a text completion's answer)
+    parsed: ParsedMessage | None  # chat: content, reasoning and the tool calls that closed
+    logprobs: list[TokenLogprob]
+    finish: Finish
+    usage: Usage
+    truncated: bool = False  # the token limit ended it (also after whole tool calls)
+    cut_call: int | None = None
+
+
+@dataclass(slots=True)
+class Reply:
+    choices: list[ChoiceReply]
+    usage: Usage  # each prompt once, the completions summed
+    reasoning_tokens: int = 0
+
+
+def total_usage(usages: list[Usage], n: int) -> Usage:
+    """A request's usage from its choices' (prompt i's j-th choice at i*n + j): each prompt
+    once (its first choice's), the completions summed."""
+    firsts = usages[::n]
+    cached = sum(u.cached_tokens for u in firsts)
+    source = next((u.source for u in firsts if u.cached_tokens), firsts[0].source)
+    return dataclasses.replace(
+        firsts[0], prompt_tokens=sum(u.prompt_tokens for u in firsts), cached_tokens=cached, source=source,
+        completion_tokens=sum(u.completion_tokens for u in usages),
+    )

@@ -1,0 +1,228 @@
+"""One generation request from its parsed parameters to its typed events or whole reply.
+
+`start_chat` and `start_text` plan the prompt (off the event loop), submit one engine
+request per choice, and wait for admission; the `Generation` they return is then read once,
+as a stream of typed events (`events`) or as the whole reply (`collect`). The rules every
+API shares live here: how parsed output and logprobs line up, finish reasons, a reply cut
+inside a tool call, usage over several choices, reasoning tokens, and the request's log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import time
+from typing import AsyncIterator
+
+from starlette.requests import Request
+
+from warmslot.slots import Event, FinishReason, GenerateRequest
+
+from .. import explain
+from ..chat import Prompt
+from ..output.events import ContentDelta, ReasoningDelta, ToolCallDelta
+from ..output.reply import parse_event, parse_reply
+from ..protocol import ChatParams, CompletionParams, GenerationParams
+from ..state import Warmslot
+from .events import ChoiceEnd, ChoiceReply, Delta, End, Reply, StreamEvent, finish_of, total_usage
+from .plan import ChatPlan, check_n, completion_tokens, echo_text, plan_chat
+from .submission import ClientGone, Submission, TaggedSink
+
+log = logging.getLogger("warmslot.server")
+
+
+class Generation:
+    """A request admitted by the engine: `n` choices for each of its prompts."""
+
+    def __init__(
+        self, server: Warmslot, endpoint: str, gen: GenerationParams, sub: Submission, started: Event,
+        prompts: list[list[int]], plan: ChatPlan | None,
+    ) -> None:
+        self.server = server
+        self.endpoint = endpoint  # names the request in the log
+        self.gen = gen
+        self.sub = sub
+        self.id = sub.req.id
+        self.created = int(time.time())
+        self.reuse = started.reuse
+        self.prompts = prompts
+        self.n_choices = len(prompts) * gen.n
+        self.prompt: Prompt | None = plan.prompt if plan is not None else None
+        self.parsers = [plan.parser(server) for _ in range(self.n_choices)] if plan is not None else None
+        self.echoes = [""] * self.n_choices  # what `echo` puts before each choice's text
+        self.headers = explain.header(self.reuse, len(prompts[0]), self.prompt)
+
+    def explanation(self) -> dict:
+        """The cache explanation (the opt-in `warmslot.cache` body field)."""
+        return explain.explanation(self.reuse, len(self.prompts[0]), self.prompt)
+
+    def abort(self) -> None:
+        """End every choice still running (idempotent)."""
+        self.sub.abort()
+
+    # -- the stream -----------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[StreamEvent]:
+        """Each choice's deltas and its end, then the request's end. An engine error raises
+        its ApiError; the adapter's stream turns it into the API's terminal event."""
+        n = self.n_choices
+        pending: list[list] = [[] for _ in range(n)]  # logprobs of text a parser still holds back
+        has_calls = [False] * n
+        usages = [None] * n
+        reasoning: list[str] = []
+        self.sub.stop_watching()  # a streaming response watches the client itself
+        async for i, ev in self.sub.events():
+            pending[i] += ev.logprobs
+            for out in self._outputs(i, ev):
+                has_calls[i] |= isinstance(out, ToolCallDelta)
+                if isinstance(out, ReasoningDelta):
+                    reasoning.append(out.text)
+                yield Delta(i, out, pending[i])
+                pending[i] = []
+            if ev.finish is not None:
+                usages[i] = ev.usage
+                finish = finish_of(ev.finish, has_calls[i], self._cut(i))
+                yield ChoiceEnd(i, finish, ev.usage, pending[i], ev.finish is FinishReason.LENGTH)
+                pending[i] = []
+        usage = total_usage(usages, self.gen.n)
+        self._log(usage)
+        yield End(usage, await self.count_tokens("".join(reasoning)))
+
+    def _outputs(self, i: int, ev: Event) -> list:
+        if self.parsers is None:  # a text completion: its raw text
+            return [ContentDelta(ev.text)] if ev.text or ev.logprobs else []
+        return parse_event(self.parsers[i], ev)
+
+    def _cut(self, i: int) -> bool:
+        return self.parsers is not None and self.parsers[i].cut
+
+    # -- the whole reply --------------------------------------------------------------------
+
+    async def collect(self, request: Request) -> Reply:
+        """Every choice's whole reply; a client that leaves aborts them (ClientGone)."""
+        n = self.n_choices
+        texts: list[list[str]] = [[] for _ in range(n)]
+        logprobs: list[list] = [[] for _ in range(n)]
+        ends: list[Event | None] = [None] * n
+        try:
+            async for i, ev in self.sub.events(request.receive):
+                texts[i].append(ev.text)
+                logprobs[i] += ev.logprobs
+                if ev.finish is not None:
+                    ends[i] = ev
+        except ClientGone:
+            self.log_gone()
+            raise
+        choices = []
+        for i in range(n):
+            text, end = "".join(texts[i]), ends[i]
+            parsed = parse_reply(self.parsers[i], text, end.finish) if self.parsers is not None else None
+            finish = finish_of(end.finish, bool(parsed and parsed.tool_calls), self._cut(i))
+            choices.append(ChoiceReply(i, text, parsed, logprobs[i], finish, end.usage, end.finish is FinishReason.LENGTH))
+        usage = total_usage([c.usage for c in choices], self.gen.n)
+        self._log(usage)
+        reasoning = "".join(c.parsed.reasoning_content or "" for c in choices if c.parsed is not None)
+        return Reply(choices, usage, await self.count_tokens(reasoning))
+
+    # -- shared pieces ------------------------------------------------------------------------
+
+    async def count_tokens(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(await self.server.offload(self.server.builder.tokenizer.raw, text))
+
+    def _log(self, usage) -> None:
+        log.info("%s", explain.log_line(self.endpoint, self.reuse, usage, self.prompt))
+
+    def log_gone(self) -> None:
+        slot = f"slot {self.reuse.slot} " if self.reuse is not None else ""
+        log.info("%s%s: the client disconnected; the request was aborted", slot, self.endpoint)
+
+
+# -- starting a request -------------------------------------------------------------------------
+
+
+async def start_chat(
+    request: Request, server: Warmslot, key: str, params: ChatParams, *, budget: int, endpoint: str, prompt_param: str = "messages"
+) -> Generation:
+    """Plan a chat-shaped request, submit its choices and wait for admission."""
+    check_n(server, params.gen.n)
+    plan = await server.offload(plan_chat, server, params, budget)
+    params.gen.sampling.reasoning_budget = plan.budget
+    sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param)
+    return Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan)
+
+
+async def start_text(request: Request, server: Warmslot, key: str, params: CompletionParams) -> Generation:
+    """Tokenize a completion request's prompts, submit their choices, wait for admission."""
+    check_n(server, params.gen.n)
+    many = len(params.prompts) > 1
+    prompts = [
+        await server.offload(completion_tokens, server, p, f"prompt[{i}]" if many else "prompt") for i, p in enumerate(params.prompts)
+    ]
+    echoes = [await server.offload(echo_text, server, p, t) for p, t in zip(params.prompts, prompts)] if params.gen.echo else None
+    sub = _submit(server, key, prompts, params.gen, None, "prompt")
+    generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None)
+    if echoes is not None:
+        generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
+    return generation
+
+
+def _submit(server: Warmslot, key: str, prompts: list[list[int]], gen: GenerationParams, plan: ChatPlan | None, prompt_param: str) -> Submission:
+    """One engine request per choice. Choice i*n + j answers prompt i with its j-th sample:
+    the first evaluates the prompt, the other n-1 are its siblings, which the engine forks
+    from it instead of computing the prompt again."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    grammar, boundaries = (plan.grammar, plan.boundaries) if plan is not None else (None, ())
+    reqs: list[GenerateRequest] = []
+    for p, tokens in enumerate(prompts):
+        first = None
+        for j in range(gen.n):
+            sink = TaggedSink(loop, queue, p * gen.n + j)
+            req = _engine_request(server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first)
+            first = first or req.id
+            reqs.append(req)
+    return Submission.submit(server.engine, reqs, queue, server.engine.info.n_ctx_slot, prompt_param)
+
+
+def _engine_request(
+    server: Warmslot, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of
+) -> GenerateRequest:
+    """The engine request for one choice (`choice` > 0: another choice of the same prompt,
+    sampled with seed + choice when a seed is given)."""
+    sampling = gen.sampling
+    if grammar is not None:
+        sampling.grammar = grammar
+    if choice:
+        seed = None if sampling.seed is None else sampling.seed + choice
+        sampling = dataclasses.replace(sampling, seed=seed)
+    n_predict = server.config.n_predict
+    return GenerateRequest(
+        id=secrets.token_hex(12),
+        tokens=tokens,
+        sink=sink,
+        sampling=sampling,
+        # the engine stops at the slot's context; None: nothing else stops it
+        max_tokens=gen.max_tokens if gen.max_tokens is not None else (n_predict if n_predict >= 0 else None),
+        stop=gen.stop,
+        ignore_eos=gen.ignore_eos,
+        tenant=server.tenant(key, gen.tenant_hint),
+        reuse_prefix=gen.cache_prompt,
+        cache_key=gen.cache_key,
+        keep_s=gen.keep_s,
+        boundaries=tuple(boundaries),
+        logprobs=gen.logprobs,
+        sibling_of=sibling_of,
+        deadline=server.deadline(gen.timeout),
+    )
+
+
+async def _started(sub: Submission, request: Request, endpoint: str) -> Event:
+    try:
+        return await sub.started(request.receive)
+    except ClientGone:
+        log.info("%s: the client disconnected while the request waited; it was aborted", endpoint)
+        raise

@@ -1,0 +1,121 @@
+"""Planning: what a request needs before it is submitted.
+
+A chat-shaped request (chat completions, Responses, and any API converted to chat messages)
+becomes a `ChatPlan`: the rendered prompt, the tools offered, the grammar that constrains the
+output, the reasoning budget, and the checkpoint boundaries where agent histories diverge. A
+completion prompt becomes its tokens. Planning runs on the tokenize pool (`Warmslot.offload`):
+schema conversion, template rendering and grammar checks can take a while.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warmslot.slots import GrammarSpec
+from warmslot.slots.reasoning_budget import ReasoningBudget
+
+from ..chat import Prompt, prompt_opens_reasoning
+from ..errors import InvalidRequest
+from ..gbnf.response_format import json_schema_grammar
+from ..gbnf.tools import tool_call_grammar
+from ..output.parser import OutputParser
+from ..protocol import ChatParams, ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from ..reasoning import budget_spec
+from ..state import Warmslot
+
+
+@dataclass(slots=True)
+class ChatPlan:
+    """What a chat request needs before it is submitted."""
+
+    prompt: Prompt
+    tools: list[dict] | None  # the tools offered to the model (None: no tool calls)
+    opens_reasoning: bool  # the prompt leaves a think block open
+    grammar: GrammarSpec | None
+    budget: ReasoningBudget | None = None  # --reasoning-budget
+
+    @property
+    def boundaries(self) -> list[int]:
+        return checkpoint_boundaries(self.prompt)
+
+    def parser(self, server: Warmslot) -> OutputParser:
+        """A fresh output parser for one choice of this plan's reply."""
+        return OutputParser(
+            format=server.tool_format,
+            reasoning=server.reasoning[0],
+            starts_in_reasoning=self.opens_reasoning,
+            tools_enabled=self.tools is not None,
+            tools=self.tools,
+        )
+
+
+def check_n(server: Warmslot, n: int) -> None:
+    if n > server.config.max_n:
+        raise InvalidRequest(f"'n' must be at most {server.config.max_n} (--max-n)", param="n")
+
+
+def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPlan:
+    """Validate the tools, build the prompt and the grammar (on the tokenize pool)."""
+    tools = validate_tools(params.tools) if params.tools is not None else []
+    choice = validate_tool_choice(params.tool_choice, tools)
+    offered = tools if tools and choice.mode != "none" else None
+    # NOTE: tool_choice "none" still renders the tools (only the grammar and the parsing turn
+    # off), as llama-server and vLLM do: the prompt, and so the cached prefix, stays the same
+    prompt = server.builder.build(params.messages, tools or None, extra=params.template_kwargs)
+    reasoning = server.reasoning[0]
+    opens = prompt_opens_reasoning(prompt.text)
+    grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens)
+    spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
+    return ChatPlan(prompt, offered, reasoning and opens, grammar, spec)
+
+
+def _grammar(
+    server: Warmslot, params: ChatParams, tools: list[dict] | None, choice: ToolChoice, reasoning: bool, opens: bool
+) -> GrammarSpec | None:
+    """The grammar that constrains the output (tool_choice, response_format), if any."""
+    spec = None
+    if tools:
+        spec = tool_call_grammar(
+            tools, choice, server.tool_format, parallel_tool_calls=params.parallel_tool_calls,
+            reasoning=reasoning, starts_in_reasoning=opens,
+        )
+    response = parse_response_format(params.response_format)
+    if response is not None:
+        json_spec = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)
+        if spec is not None and not spec.lazy:
+            raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
+        spec = json_spec if spec is None else spec
+    return spec
+
+
+def checkpoint_boundaries(prompt: Prompt) -> list[int]:
+    """Where agent histories diverge: the end of the system text itself (a turn that drops
+    the tools, such as a summary turn, still reuses the system prompt), the end of the
+    system+tools prefix (the content start of the first non-system message), the start of
+    every user or tool message, and the start of the generation prompt (templates often
+    render the previous turn's generation prompt differently once the reply is in the
+    history, e.g. adding an empty think block)."""
+    out = [prompt.system_end] if prompt.system_end is not None else []
+    seen_non_system = False
+    for role, _glue, content in prompt.messages:
+        if role != "system" and not seen_non_system:
+            seen_non_system = True
+            out.append(content)
+        elif role in ("user", "tool"):
+            out.append(content)
+    if prompt.generation_start is not None:
+        out.append(prompt.generation_start)
+    return sorted({b for b in out if 0 < b < len(prompt.tokens)})
+
+
+def completion_tokens(server: Warmslot, prompt: str | list[int], param: str) -> list[int]:
+    """A completion prompt's tokens (on the tokenize pool for a text)."""
+    tokens = server.builder.tokenizer.prompt(prompt) if isinstance(prompt, str) else list(prompt)
+    if not tokens:
+        raise InvalidRequest("the prompt has no tokens", param=param)
+    return tokens
+
+
+def echo_text(server: Warmslot, prompt: str | list[int], tokens: list[int]) -> str:
+    """What `echo` puts before a choice's text: the prompt as sent, or its tokens' text."""
+    return prompt if isinstance(prompt, str) else server.engine.vocab.detokenize(tokens)
