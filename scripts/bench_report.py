@@ -23,10 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
-from gpu_bench.report_multiagent import multiagent_section  # noqa: E402
-from gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
+from scripts.gpu_bench.report_multiagent import multiagent_section  # noqa: E402
+from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
 
 WARMSLOT = "warmslot"
 LLAMA_SERVER = "llama-server"
