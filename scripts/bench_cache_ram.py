@@ -21,12 +21,11 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_common as bc  # noqa: E402
-import server_process as sp  # noqa: E402
-
-sys.path.insert(0, str(bc.REPO_ROOT))
+from scripts import bench_common as bc  # noqa: E402
+from scripts import server_process as sp  # noqa: E402
 from warmslot.server.config import parse_size  # noqa: E402
 
 

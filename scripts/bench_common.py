@@ -1,14 +1,14 @@
-"""Shared helpers for the benchmark scripts: streamed requests, statistics, machine info, JSON.
+"""Shared helpers for the benchmark scripts: statistics, machine and build info, JSON output,
+Prometheus text.
 
 The same code drives warmslot (`python -m warmslot.server`) and llama-server: both are
-started by `server_process.ServerProcess`, sent identical streamed OpenAI requests, and
-stopped again. Nothing here imports llama_cpp: the benchmark driver only speaks HTTP (httpx),
-so it never competes with the servers for the CPU beyond reading their streams.
+started by `scripts.server_process.ServerProcess`, sent identical streamed OpenAI requests
+(`scripts.bench_client`), and stopped again. Nothing here imports llama_cpp.
 
 Typical use:
 
-    from bench_common import stream_request
-    from server_process import ServerProcess, warmslot_command
+    from scripts.bench_client import stream_request
+    from scripts.server_process import ServerProcess, warmslot_command
 
     cmd = warmslot_command(model, ["-np", "1", "-c", "4096"])
     with ServerProcess("warmslot", cmd) as srv:
@@ -29,165 +29,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from server_process import DEFAULT_LLAMA_SERVER, REPO_ROOT
-
-
-# -- requests -------------------------------------------------------------------------------
-
-
-@dataclass
-class StreamResult:
-    """Client-side timing of one streamed request (all times in seconds)."""
-
-    ok: bool
-    status: int
-    error: str | None = None
-    t_start: float = 0.0  # perf_counter when the request was sent
-    ttft_s: float | None = None  # request sent -> first chunk carrying a token
-    total_s: float | None = None  # request sent -> end of the stream
-    decode_s: float | None = None  # first token chunk -> last token chunk
-    token_chunks: int = 0  # chunks that carried generated text
-    prompt_tokens: int | None = None  # from usage, when the server reports it
-    completion_tokens: int | None = None  # from usage, else token_chunks
-    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
-    decode_tps: float | None = None  # (completion_tokens - 1) / decode_s
-    finish_reason: str | None = None
-    text: str = ""
-    usage: dict | None = None
-    timings: dict | None = None  # llama-server's `timings` object, if any
-    chunk_times: list[float] = field(default_factory=list)  # offsets from t_start of token chunks
-
-    def summary(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("chunk_times")
-        d.pop("t_start")
-        return d
-
-
-def _chunk_piece(choice: dict) -> str | None:
-    """The generated text a streamed choice carries (completions or chat), or None."""
-    if "text" in choice:
-        return choice.get("text") or None
-    delta = choice.get("delta") or {}
-    parts = []
-    for key in ("content", "reasoning_content"):
-        if delta.get(key):
-            parts.append(delta[key])
-    for call in delta.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        parts.append((fn.get("name") or "") + (fn.get("arguments") or ""))
-    piece = "".join(parts)
-    return piece or None
-
-
-def stream_request(
-    base_url: str,
-    path: str,
-    body: dict,
-    *,
-    client: httpx.Client | None = None,
-    timeout: float = 600.0,
-    headers: dict[str, str] | None = None,
-    keep_chunk_times: bool = True,
-) -> StreamResult:
-    """POST `body` with stream=true and time the server-sent events as they arrive.
-
-    Works for /v1/completions and /v1/chat/completions on both servers. Asks for usage in the
-    stream (stream_options.include_usage) so that token counts come from the server; if none
-    arrives, completion_tokens falls back to the number of chunks that carried text.
-    """
-    body = {**body, "stream": True}
-    body.setdefault("stream_options", {"include_usage": True})
-    own = client is None
-    client = client or httpx.Client(timeout=timeout)
-    res = StreamResult(ok=False, status=0)
-    text: list[str] = []
-    t_first = t_last = None
-    try:
-        res.t_start = t0 = time.perf_counter()
-        with client.stream("POST", base_url.rstrip("/") + path, json=body, headers=headers, timeout=timeout) as r:
-            res.status = r.status_code
-            if r.status_code != 200:
-                r.read()
-                res.error = r.text[:2000]
-                return res
-            for line in r.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                now = time.perf_counter()
-                try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError:
-                    continue
-                if "error" in chunk and not chunk.get("choices"):
-                    res.error = json.dumps(chunk["error"])[:2000]
-                    return res
-                got_token = False
-                for choice in chunk.get("choices") or []:
-                    piece = _chunk_piece(choice)
-                    if piece is not None:
-                        text.append(piece)
-                        got_token = True
-                    if choice.get("finish_reason"):
-                        res.finish_reason = choice["finish_reason"]
-                if got_token:
-                    res.token_chunks += 1
-                    if t_first is None:
-                        t_first = now
-                    t_last = now
-                    if keep_chunk_times:
-                        res.chunk_times.append(now - t0)
-                if chunk.get("usage"):
-                    res.usage = chunk["usage"]
-                if chunk.get("timings"):
-                    res.timings = chunk["timings"]
-        t_end = time.perf_counter()
-    except httpx.HTTPError as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
-        return res
-    finally:
-        if own:
-            client.close()
-    res.ok = True
-    res.text = "".join(text)
-    res.total_s = t_end - t0
-    if t_first is not None:
-        res.ttft_s = t_first - t0
-        res.decode_s = t_last - t_first
-    if res.usage:
-        res.prompt_tokens = res.usage.get("prompt_tokens")
-        res.completion_tokens = res.usage.get("completion_tokens")
-        details = res.usage.get("prompt_tokens_details") or {}
-        res.cached_tokens = details.get("cached_tokens")
-    if res.completion_tokens is None:
-        res.completion_tokens = res.token_chunks
-    if res.timings and res.prompt_tokens is None and "prompt_n" in res.timings:  # llama-server's own counts
-        res.prompt_tokens = res.timings["prompt_n"] + res.timings.get("cache_n", 0)
-    if res.decode_s and res.completion_tokens and res.completion_tokens > 1:
-        res.decode_tps = (res.completion_tokens - 1) / res.decode_s
-    return res
-
-
-def get_json(base_url: str, path: str, timeout: float = 10.0) -> Any:
-    """GET a JSON endpoint; None when it fails (e.g. an endpoint one server lacks)."""
-    try:
-        r = httpx.get(base_url.rstrip("/") + path, timeout=timeout)
-        if r.status_code == 200:
-            return r.json()
-    except (httpx.HTTPError, ValueError):
-        pass
-    return None
+from scripts.server_process import DEFAULT_LLAMA_SERVER, REPO_ROOT
 
 
 # -- statistics -----------------------------------------------------------------------------
@@ -480,13 +326,3 @@ def parse_prometheus(text: str) -> dict[str, float]:
             continue
     return out
 
-
-def get_text(base_url: str, path: str, timeout: float = 10.0) -> str | None:
-    """GET a text endpoint (e.g. /metrics); None when it fails."""
-    try:
-        r = httpx.get(base_url.rstrip("/") + path, timeout=timeout)
-        if r.status_code == 200:
-            return r.text
-    except httpx.HTTPError:
-        pass
-    return None

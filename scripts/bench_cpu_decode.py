@@ -36,12 +36,15 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_common as bc
-import cpu_contention
-import server_process as sp
 import httpx
+
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts import bench_common as bc  # noqa: E402
+from scripts import cpu_contention  # noqa: E402
+from scripts import server_process as sp  # noqa: E402
+from scripts.bench_client import stream_request  # noqa: E402
 
 PROMPT = (
     "The lighthouse keeper kept a careful log of every ship that passed the rocky point. "
@@ -140,8 +143,8 @@ def run_server(name: str, a: argparse.Namespace, model: str, round_no: int) -> d
     runs = []
     with sp.ServerProcess(name, cmd, log_path=log_path) as srv, httpx.Client(timeout=600) as client:
         print(f"[round {round_no}] {name} ready in {srv.load_s:.1f}s", flush=True)
-        warm = bc.stream_request(srv.url, "/v1/completions", request_body(a, base), client=client,
-                                 keep_chunk_times=False)
+        warm = stream_request(srv.url, "/v1/completions", request_body(a, base), client=client,
+                           keep_chunk_times=False)
         if not warm.ok:
             raise RuntimeError(f"{name} warm-up failed ({warm.status}): {warm.error}\n{srv.output_tail()}")
         for rep in range(a.reps):
@@ -153,8 +156,8 @@ def run_server(name: str, a: argparse.Namespace, model: str, round_no: int) -> d
                     idle = cpu_contention.wait_for_idle([srv.pgid], threshold=a.idle_threshold, timeout=a.idle_timeout,
                                             log=lambda m: print(m, flush=True))
                 with cpu_contention.CpuMonitor([srv.pgid]) as cpu:
-                    r = bc.stream_request(srv.url, "/v1/completions", request_body(a, base + 1 + rep),
-                                          client=client, keep_chunk_times=False)
+                    r = stream_request(srv.url, "/v1/completions", request_body(a, base + 1 + rep),
+                                       client=client, keep_chunk_times=False)
                 if not r.ok:
                     raise RuntimeError(f"{name} request failed ({r.status}): {r.error}\n{srv.output_tail()}")
                 foreign = (cpu.result or {}).get("foreign")

@@ -27,12 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import httpx
 
-import httpx  # noqa: E402
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_common as bc  # noqa: E402
-import server_process as sp  # noqa: E402
+from scripts import bench_common as bc  # noqa: E402
+from scripts import server_process as sp  # noqa: E402
+from scripts.bench_client import stream_request  # noqa: E402
 
 WARMSLOT, LLAMA_SERVER = "warmslot", "llama-server"
 WORDS = ("river stone quiet lantern harbor maple signal copper orbit meadow velvet canyon ember "
@@ -68,7 +70,7 @@ def run_server(name: str, a: argparse.Namespace, model: str, round_no: int) -> l
             time.sleep(a.pause)
             body = {"model": "bench", "messages": convs[conv], "max_tokens": 1, "temperature": 0.0, "stream": True,
                     "stream_options": {"include_usage": True}}
-            r = bc.stream_request(srv.url, "/v1/chat/completions", body, client=client, keep_chunk_times=False)
+            r = stream_request(srv.url, "/v1/chat/completions", body, client=client, keep_chunk_times=False)
             if not r.ok:
                 raise RuntimeError(f"{name}: request failed ({r.status}): {r.error}")
             computed = r.prompt_tokens - (r.cached_tokens or 0)

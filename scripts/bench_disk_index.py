@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_common as bc  # noqa: E402
-
-sys.path.insert(0, str(bc.REPO_ROOT))
+from scripts import bench_common as bc  # noqa: E402
+from scripts.page_cache import drop_page_cache  # noqa: E402
 from warmslot.cache.checkpoints import Checkpoint  # noqa: E402
 from warmslot.cache.disk import DiskCache, Meta  # noqa: E402
 from warmslot.cache.disk import format as fmt  # noqa: E402
@@ -45,15 +45,6 @@ def write_entries(directory: Path, n: int, n_tokens: int, state_bytes: int) -> i
         meta = Meta(FINGERPRINT, f"tenant{i % 8}", n_tokens, time.time() - i, None)
         total += fmt.write(str(directory), f"{i:032x}{fmt.SUFFIX}", meta, tokens, state, ck).file_bytes
     return total
-
-
-def drop_page_cache(directory: Path) -> None:
-    for p in directory.iterdir():
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def time_open(directory: Path, budget: int, cold: bool) -> tuple[float, int]:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_common as bc  # noqa: E402
-
-sys.path.insert(0, str(bc.REPO_ROOT))
+from scripts import bench_common as bc  # noqa: E402
+from scripts.page_cache import drop_page_cache  # noqa: E402
 from warmslot.cache.checkpoints import Checkpoint  # noqa: E402
 from warmslot.cache.disk import Meta  # noqa: E402
 from warmslot.cache.disk import format as fmt  # noqa: E402
@@ -50,14 +50,6 @@ def write_entry(directory: Path, state_mib: int, n_checkpoints: int, checkpoint_
     name = f"{0:032x}{fmt.SUFFIX}"
     fmt.write(str(directory), name, meta, tokens, state, checkpoints)
     return directory / name
-
-
-def drop_page_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def time_read(path: Path, **kwargs) -> tuple[float, int]:

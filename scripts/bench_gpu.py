@@ -8,9 +8,10 @@ of gpu_bench/cli.py); the pieces of the benchmark live in scripts/gpu_bench/.
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_bench.cli import main  # noqa: E402
+from scripts.gpu_bench.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

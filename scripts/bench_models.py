@@ -74,7 +74,11 @@ from typing import Any
 
 import gguf
 import numpy as np
-from vocab import VocabUnavailable, qwen35_vocab
+
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from scripts.vocab import VocabUnavailable, qwen35_vocab  # noqa: E402
 
 VOCAB_NAME = "ggml-vocab-qwen35.gguf"
 SPEC_KEY = "warmslot.bench.spec"

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_common as bc  # noqa: E402
-import server_process as sp  # noqa: E402
+from scripts import bench_common as bc  # noqa: E402
+from scripts import server_process as sp  # noqa: E402
 
 WORDS = "the agent reads the file then calls a tool with json arguments and waits for the result of the build".split()
 

@@ -23,10 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
-from gpu_bench.report_multiagent import multiagent_section  # noqa: E402
-from gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
+from scripts.gpu_bench.report_multiagent import multiagent_section  # noqa: E402
+from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
 
 WARMSLOT = "warmslot"
 LLAMA_SERVER = "llama-server"
@@ -341,13 +343,38 @@ def restore_section(w: dict[str, Any]) -> tuple[str, float | None]:
 # -- plots -----------------------------------------------------------------------------------
 
 
-def plot_agent(w: dict[str, Any], path: Path, title: str) -> bool:
+def _pyplot():
+    """matplotlib's pyplot drawing to files, or None where matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _ttft_axes(ax, xlabel: str) -> None:
+    """Integer x, log TTFT y, a grid and the legend: how both TTFT plots look."""
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _save(plt, fig, path: Path) -> bool:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_agent(w: dict[str, Any], path: Path, title: str) -> bool:
+    plt = _pyplot()
+    if plt is None:
         return False
     servers = w.get("servers") or {}
     modes = [m for m in ("echo", "rerender", "nocache")
@@ -363,26 +390,14 @@ def plot_agent(w: dict[str, Any], path: Path, title: str) -> bool:
             turns = [t for t in m["turns"] if t.get("ok") and t.get("ttft_s") is not None]
             ax.plot([t["turn"] for t in turns], [t["ttft_s"] * 1000 for t in turns], style, ms=3, label=server)
         ax.set_title(f"{mode}")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.set_xlabel("turn")
-        ax.set_ylabel("TTFT (ms)")
-        ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _ttft_axes(ax, "turn")
     fig.suptitle(f"{title}: agent replay, TTFT per turn")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, path)
 
 
 def plot_alternating(w: dict[str, Any], path: Path, title: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return False
     servers = w.get("servers") or {}
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -399,17 +414,9 @@ def plot_alternating(w: dict[str, Any], path: Path, title: str) -> bool:
         return False
     ax.axvline(3.5, color="grey", lw=0.8, ls="--")
     ax.text(3.6, ax.get_ylim()[1], "returns ->", va="top", fontsize=8, color="grey")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlabel("request (A, B, C, A, B, C, ...)")
-    ax.set_ylabel("TTFT (ms)")
-    ax.set_yscale("log")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _ttft_axes(ax, "request (A, B, C, A, B, C, ...)")
     ax.set_title(f"{title}: alternating conversations on one slot, TTFT per request")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(plt, fig, path)
 
 
 # -- the report ------------------------------------------------------------------------------

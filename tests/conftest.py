@@ -1,24 +1,20 @@
 """Shared fixtures: tiny models per memory kind, the default model, the Qwen3.5 vocabulary.
 
 pytest imports this module before any test module, so it is where llama_cpp gets imported
-ahead of numpy (see slots/llama_api.py's docstring), once for the whole run. It also puts
-scripts/ on sys.path: the tests use its stdlib-only modules (server processes, the
-vocabulary file) and test the benchmark scripts.
+ahead of numpy (see slots/llama_api.py's docstring), once for the whole run. The tests import
+the harness they share with the benchmarks (server processes, the vocabulary file) and the
+benchmark scripts they test from the `scripts` package at the repository root.
 """
 
 import llama_cpp  # noqa: F401,I001  -- llama_cpp must be imported before numpy
 
 import logging
 import pathlib
-import sys
 
 import pytest
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-from tests.tiny_models import KINDS, write_tiny_model  # noqa: E402
-from vocab import VocabUnavailable, qwen35_vocab as fetch_qwen35_vocab  # noqa: E402
+from scripts.vocab import VocabUnavailable, qwen35_vocab as fetch_qwen35_vocab
+from tests.tiny_models import KINDS, write_tiny_model
 
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from server_process import ServerProcess, warmslot_command
+from scripts.server_process import ServerProcess, warmslot_command
 from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, Result, SamplingParams
 
 # Small batches keep the sliding-window cache small enough that long prompts evict it.

@@ -9,7 +9,7 @@ import time
 
 import uvicorn
 
-from server_process import free_port
+from scripts.server_process import free_port
 from warmslot.server.app import create_app
 from warmslot.server.config import parse_config
 

@@ -10,10 +10,11 @@ import ctypes
 import pathlib
 import struct
 
-import bench_models
 import llama_cpp
 import numpy as np
 import pytest
+
+from scripts import bench_models
 
 pytestmark = pytest.mark.model
 

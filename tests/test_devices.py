@@ -20,8 +20,8 @@ import time
 import llama_cpp
 import pytest
 
+from scripts.server_process import REPO_ROOT, free_port
 from tests.helpers import generate, random_tokens, tiny_engine
-from server_process import REPO_ROOT, free_port
 from warmslot.slots.capacity import DeviceMemory, device_memory
 from warmslot.slots.native_log import NativeLog, record_buffers
 from warmslot.server.config import parse_config

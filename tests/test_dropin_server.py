@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from server_process import warmslot_command
+from scripts.server_process import warmslot_command
 from tests.helpers import tiny_engine, warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]

@@ -8,15 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpu_bench import LLAMA_SERVER, WARMSLOT
-from gpu_bench.cli import parse_args
-from gpu_bench.plot import nice_ticks, svg_chart
-from gpu_bench.profiling import parse_collapsed, summarise_profile
-from gpu_bench.report_multiagent import multiagent_section
-from gpu_bench.report_throughput import plot_throughput, throughput_section
-from gpu_bench.servers import Run, counters_delta, state_counters
-from gpu_bench.workload_multiagent import multiagent_ctx, summarise_agents
-from gpu_bench.workload_throughput import Variant, VariantError, parse_variants, run_variants, summarise_requests
+from scripts.gpu_bench import LLAMA_SERVER, WARMSLOT
+from scripts.gpu_bench.cli import parse_args
+from scripts.gpu_bench.plot import nice_ticks, svg_chart
+from scripts.gpu_bench.profiling import parse_collapsed, summarise_profile
+from scripts.gpu_bench.report_multiagent import multiagent_section
+from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section
+from scripts.gpu_bench.servers import Run, counters_delta, state_counters
+from scripts.gpu_bench.workload_multiagent import multiagent_ctx, summarise_agents
+from scripts.gpu_bench.workload_throughput import Variant, VariantError, parse_variants, run_variants, summarise_requests
 
 PROFILE = pathlib.Path(__file__).parent / "data" / "pyspy-raw-warmslot.txt"
 
@@ -187,7 +187,7 @@ def test_multiagent_report_ratios():
 
 
 def test_without_py_spy_the_run_notes_it_and_the_report_says_so(monkeypatch, tmp_path):
-    import gpu_bench.profiling as profiling
+    import scripts.gpu_bench.profiling as profiling
 
     monkeypatch.setattr(profiling, "find_py_spy", lambda *interpreters: None)
     profiler, note = profiling.record_profile(123, 5, 100, tmp_path / "p.txt", "/venv/bin/python")
@@ -198,7 +198,8 @@ def test_without_py_spy_the_run_notes_it_and_the_report_says_so(monkeypatch, tmp
 
 
 def test_disk_workload_arguments_and_window_rate(tmp_path):
-    from gpu_bench.workload_disk import _rate_in_window, drop_page_cache, filesystem_of
+    from scripts.gpu_bench.workload_disk import _rate_in_window, filesystem_of
+    from scripts.page_cache import drop_page_cache
 
     a = parse_args(["-m", "x.gguf", "--out", "o.json", "--workloads", "disk", "--disk-tokens", "1500", "--spill-ram", "200KiB"])
     assert a.workloads == ["disk"] and (a.disk_tokens, a.spill_ram, a.spill_requests) == (1500, "200KiB", 8)

@@ -143,6 +143,6 @@ def test_an_unknown_quant_fails_with_the_choices(hub, tmp_path):
 
 def warmslot_server_hf(env: dict[str, str], *args: str):
     """A warmslot server whose model comes from -hf (no -m)."""
-    from server_process import ServerProcess
+    from scripts.server_process import ServerProcess
 
     return ServerProcess("warmslot-hf", [*WARMSLOT, "-t", "2", "-np", "1", "-c", "1024", *args], env=env, ready_timeout=180)

@@ -19,7 +19,7 @@ import time
 import httpx
 import pytest
 
-from server_process import ServerProcess, start_together, warmslot_command
+from scripts.server_process import ServerProcess, start_together, warmslot_command
 
 pytestmark = pytest.mark.server
 

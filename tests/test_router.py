@@ -18,7 +18,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from server_process import ServerProcess, free_port, start_together, vllm_router_command, warmslot_command
+from scripts.server_process import ServerProcess, free_port, start_together, vllm_router_command, warmslot_command
 
 pytestmark = pytest.mark.server
 

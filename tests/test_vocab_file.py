@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-import vocab
+from scripts import vocab
 
 CONTENT = b"GGUF not really a vocabulary"
 

@@ -69,8 +69,8 @@ import time
 import traceback
 from pathlib import Path
 
-import bench_common as bc
-import server_process as sp
+from scripts import bench_common as bc
+from scripts import server_process as sp
 
 from . import LLAMA_SERVER, SERVERS
 from .agent import TOOLS

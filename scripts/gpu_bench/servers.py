@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import bench_common as bc
-import server_process as sp
+from scripts import bench_common as bc
+from scripts import server_process as sp
+from scripts.bench_client import get_json, get_text
 
 from . import LLAMA_SERVER, WARMSLOT
 from .client import request_record, sampling_body, stream
@@ -149,7 +150,7 @@ class Served:
             run.log(f"{self.server} ready in {self.proc.load_s:.1f}s on {self.proc.url}")
             self._warmup()
             if self.server == LLAMA_SERVER:
-                caps = (bc.get_json(self.url, "/props") or {}).get("chat_template_caps")
+                caps = (get_json(self.url, "/props") or {}).get("chat_template_caps")
                 self.info["chat_template_caps"] = caps
                 if caps and caps.get("supports_tools") is False and run.a.tools_in == "api" and run.a.n_tools:
                     self.info["warning"] = (
@@ -158,7 +159,7 @@ class Served:
                         "template that renders tools, or --tools-in text")
                     run.log("WARNING: " + self.info["warning"])
             if run.model_meta is None and self.server == WARMSLOT:
-                models = bc.get_json(self.proc.url, "/v1/models") or {}
+                models = get_json(self.proc.url, "/v1/models") or {}
                 data = models.get("data") or [{}]
                 run.model_meta = data[0].get("meta")
         except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
@@ -190,7 +191,7 @@ class Served:
     def scrape(self) -> dict[str, Any]:
         """The server's /metrics (parsed, selected) and /slots (summarised)."""
         out: dict[str, Any] = {}
-        text = bc.get_text(self.url, "/metrics")
+        text = get_text(self.url, "/metrics")
         if text:
             m = bc.parse_prometheus(text)
             out["metrics"] = {k: v for k, v in m.items()
@@ -199,14 +200,14 @@ class Served:
                                                "warmslot_decode", "warmslot_generated", "warmslot_engine",
                                                "warmslot_time_to_first_token_seconds_sum",
                                                "warmslot_time_to_first_token_seconds_count", "llamacpp:"))}
-        slots = bc.get_json(self.url, "/slots")
+        slots = get_json(self.url, "/slots")
         if slots is not None:
             out["slots"] = summarise_slots(slots)
         return out
 
     def counters(self) -> dict[str, float]:
         """Generation counters of /metrics (warmslot's engine decode time, llama-server's predicted time)."""
-        text = bc.get_text(self.url, "/metrics") or ""
+        text = get_text(self.url, "/metrics") or ""
         m = bc.parse_prometheus(text) if text else {}
         keys = ("warmslot_decode_tokens_total", "warmslot_decode_seconds_total", "warmslot_generated_tokens_total",
                 "llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total", "llamacpp:n_decode_total")
@@ -214,7 +215,7 @@ class Served:
 
     def state_counters(self) -> dict[str, float]:
         """state_counters() of the server's /metrics now ({} when it has none)."""
-        text = bc.get_text(self.url, "/metrics") or ""
+        text = get_text(self.url, "/metrics") or ""
         return state_counters(bc.parse_prometheus(text)) if text else {}
 
     def __exit__(self, *exc) -> None:

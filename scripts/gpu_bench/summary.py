@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from . import WARMSLOT
 

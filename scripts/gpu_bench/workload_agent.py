@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from . import LLAMA_SERVER, WARMSLOT
 from .agent import Agent, tool_sizes

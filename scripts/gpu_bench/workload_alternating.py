@@ -7,7 +7,7 @@ import random
 import time
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from . import WARMSLOT
 from .agent import Agent

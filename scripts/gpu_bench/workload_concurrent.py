@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from .agent import Agent, tool_sizes
 from .client import request_record, sampling_body, stream

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from .client import request_record, sampling_body, stream
 from .servers import Run, Served, round_up

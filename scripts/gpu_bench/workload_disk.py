@@ -32,7 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
+from scripts.bench_client import get_text
+from scripts.page_cache import drop_page_cache
 
 from . import WARMSLOT
 from .agent import Agent
@@ -70,23 +72,6 @@ def agent_conversation(run: Run, target_tokens: int, url: str) -> tuple[list[dic
     return messages, tools, pair(turn), n
 
 
-def drop_page_cache(directory: Path) -> int:
-    """Evict the directory's files from the page cache (they are fsynced, so their pages are
-    clean and DONTNEED drops them). Returns the bytes advised."""
-    n = 0
-    for p in directory.iterdir():
-        if not p.is_file():
-            continue
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            n += os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-    return n
-
-
 def filesystem_of(path: Path) -> dict[str, Any]:
     """The mount holding `path` (device, type): the restore must read a real disk, not tmpfs."""
     best: tuple[str, str, str] = ("", "", "")
@@ -108,7 +93,7 @@ def _metric(m: dict[str, float], name: str) -> float:
 
 
 def disk_metrics(srv: Served) -> dict[str, float]:
-    text = bc.get_text(srv.url, "/metrics") or ""
+    text = get_text(srv.url, "/metrics") or ""
     m = bc.parse_prometheus(text) if text else {}
     return {k: v for k, v in m.items() if k.startswith("warmslot_disk_cache") or k.startswith("warmslot_prompt_tokens_total")}
 
@@ -197,7 +182,7 @@ def wait_for_decoding(srv: Served, finished: threading.Event, timeout: float = 1
     """Until a slot generates (warmslot's /metrics), so the requests land on a decoding stream."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not finished.is_set():
-        m = bc.parse_prometheus(bc.get_text(srv.url, "/metrics") or "")
+        m = bc.parse_prometheus(get_text(srv.url, "/metrics") or "")
         if m.get("warmslot_slots{state=decode}", 0) >= 1:
             return
         time.sleep(0.05)

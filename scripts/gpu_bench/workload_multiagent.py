@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from .agent import Agent
 from .client import request_record, sampling_body, stream

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import bench_common as bc
+from scripts import bench_common as bc
 
 from . import SERVERS, WARMSLOT
 from .client import request_record, stream
