@@ -61,8 +61,8 @@ class Parts:
 
 
 def load_parts(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
-    """Load the model and build the engine's parts. `wake(fn)`
-    runs fn on the engine thread (the disk tier's reads report back through it)."""
+    """Load the model and build the engine's parts. `wake(fn)` runs fn on the engine thread
+    (the disk tier's reads report back through it)."""
     with record_buffers() as buffers:
         parts = _load(cfg, stats, progress, buffers, wake)
     parts.info = _with_capacity(parts, cfg, buffers)

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from .llama_api import MemoryKind
 
 if TYPE_CHECKING:
-    from .capacity import Capacity, DeviceMemory
     from warmslot.cache.prompt_cache import PromptCache
 
+    from .capacity import Capacity, DeviceMemory
     from .context_size import ContextChoice
     from .llama_api import Context
     from .slot import Slot
