@@ -37,7 +37,7 @@ class PromptLimits:
     def check(self, tokens: Sequence[int]) -> EngineError | None:
         """A prompt must leave its slot room for one generated token: the one place the
         context limit is checked for a prompt (generation stops at the same limit in
-        `Engine._on_token`)."""
+        `Postprocess.on_token`)."""
         n_prompt = len(tokens)
         if n_prompt >= self.n_ctx_seq:
             return EngineError(ErrorKind.CONTEXT, f"the prompt has {n_prompt} tokens; a slot holds {self.n_ctx_seq}")

@@ -11,10 +11,11 @@ Nothing outside this thread touches the context. The HTTP side talks to the engi
 `submit`, `abort` and `call`, which only put messages into the inbox.
 
 Its collaborators, each in its own module: `Admission` (the inbox and the requests waiting
-for a slot, queue limits, rejections), `Outbox` (events back to the requests, the end of a
-request), `Lifecycle` (deadlines and draining, through the `Running` contract), and the parts
-`load_parts` builds once the model is loaded: `router` (where a prompt comes from),
-`prefixes` (applies that), `memory` (moves sequence state) and `layout` (the KV layout).
+for a slot, queue limits, rejections), `Postprocess` (the token path after a decode),
+`Outbox` (events back to the requests, the end of a request), `Lifecycle` (deadlines and
+draining, through the `Running` contract), and the parts `load_parts` builds once the model
+is loaded: `router` (where a prompt comes from), `prefixes` (applies that), `memory` (moves
+sequence state) and `layout` (the KV layout).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from .layout import KvLayout
 from .lifecycle import Lifecycle
 from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .loader import load_parts
-from .logprobs import token_logprob
 from .memory import SlotMemory
 from .outbox import Outbox
+from .postprocess import Postprocess
 from .parallel_sampling import BatchSampler
 from .prefix import Prefixes
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, Reuse
@@ -82,10 +83,10 @@ class Engine:
         self.router: Router | None = None  # decides where a request's prompt comes from
         self.prefixes: Prefixes | None = None  # applies that decision
         self.sampling: BatchSampler | None = None
+        self.post: Postprocess | None = None  # the token path after each decode
         self._batch: Batch | None = None
         self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
-        self._deferred: list[tuple[Slot, int, Any]] = []  # checkpoints to take after flushing
         self._thread: threading.Thread | None = None
         # collaborators: the queue in front of the slots, the events back to the requests,
         # and deadlines and draining
@@ -217,7 +218,8 @@ class Engine:
                     slot.active.req.sink.push([Event(error=error)])
                     slot.active = None
                 self.memory.clear(slot)
-        self._deferred.clear()
+        if self.post is not None:
+            self.post.drop_checkpoints()
         self.outbox.flush(self.slots)
 
     def _load(self) -> None:
@@ -235,6 +237,7 @@ class Engine:
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
         self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
+        self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)
         self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab), self.slots)
         self._publish()
 
@@ -279,7 +282,7 @@ class Engine:
             self.outbox.flush(self.slots)
         if self.memory.fork_pending:
             self.memory.settle_fork(self._batch)
-        self._take_deferred_checkpoints()
+        self.post.take_checkpoints()
         if not self._has_work():
             self.outbox.flush(self.slots)  # nothing will run next: do not hold events back
         self.stats.step_seconds += time.monotonic() - t0
@@ -364,7 +367,7 @@ class Engine:
             sampler.close()  # the request never became active
             raise
         if reuse.cached == len(req.tokens):
-            self._prompt_done_from_logits(route.target, plan.logits)
+            self.post.prompt_done_from_logits(route.target, plan.logits)
 
     def _activate(self, slot: Slot, req: GenerateRequest, sampler: Sampler, reuse: Reuse) -> None:
         keep = reuse.cached
@@ -433,87 +436,13 @@ class Engine:
                 slot.tokens.append(slot.active.pending)
                 slot.active.pending = None
                 to_sample.append(entry)
-            elif self._after_prefill(slot, entry):
+            elif self.post.after_prefill(slot, entry):
                 to_sample.append(entry)
         tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
         for entry, token in zip(to_sample, tokens):
-            self._on_token(entry.slot, token, entry.out_index)
+            self.post.on_token(entry.slot, token, entry.out_index)
         self.stats.filler_tokens += n_filler
         self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode, time.monotonic() - t0)
-
-    def _after_prefill(self, slot: Slot, entry: BatchEntry) -> bool:
-        """Account a prefill chunk. True when the prompt is complete and a token is to be
-        sampled from the chunk's last logits."""
-        active = slot.active
-        slot.tokens.extend(active.prompt[entry.start : entry.start + entry.n])
-        n = slot.n_past
-        if n < len(active.prompt):
-            if active.cuts and active.cuts[0] == n:
-                active.cuts.pop(0)
-                self._deferred.append((slot, n, None))
-            return False
-        # the prompt is in memory: its last token's logits are at out_index
-        logits = self.ctx.logits(entry.out_index)
-        if active.req.return_prompt_logits:
-            active.event().prompt_logits = logits
-        self._deferred.append((slot, n, logits))
-        active.prefill_done = True
-        if active.req.max_tokens == 0:
-            self.outbox.finish(slot, FinishReason.LENGTH)
-            return False
-        return True
-
-    def _prompt_done_from_logits(self, slot: Slot, logits) -> None:
-        """The whole prompt was reused with its saved last-token logits: sample from those."""
-        active = slot.active
-        self.stats.logits_reused += 1
-        if active.req.return_prompt_logits:
-            active.event().prompt_logits = logits.copy()
-        active.prefill_done = True
-        if active.req.max_tokens == 0:
-            self.outbox.finish(slot, FinishReason.LENGTH)
-            return
-        self._on_token(slot, active.sampler.sample_logits(logits), logits)
-
-    def _on_token(self, slot: Slot, token: int, row) -> None:
-        """A sampled token; `row` is the batch output it was sampled from, or saved logits."""
-        active = slot.active
-        now = time.monotonic()
-        if not active.generated:
-            active.first_token_at = now
-            self.stats.ttft.observe(now - active.req.submitted)
-        else:
-            self.stats.itl.observe(now - active.last_token_at)
-        active.last_token_at = now
-        active.generated.append(token)
-        event = active.event()
-        if self.model.is_eog(token) and not active.req.ignore_eos:
-            self.outbox.finish(slot, FinishReason.STOP)
-            return
-        event.tokens.append(token)
-        if active.req.logprobs is not None:
-            logits = self.ctx.logits(row) if isinstance(row, int) else row
-            event.logprobs.append(token_logprob(logits, active.req.sampling.logit_bias, token, active.req.logprobs))
-        event.text += active.text.feed(self.model.token_piece(token, special=False))
-        if active.text.stopped_by is not None:
-            self.outbox.finish(slot, FinishReason.STOP)
-        elif self._out_of_room(active, slot):
-            self.outbox.finish(slot, FinishReason.LENGTH)
-        else:
-            active.pending = token
-
-    def _out_of_room(self, active: Active, slot: Slot) -> bool:
-        """max_tokens reached, or the next token would not fit the slot's context."""
-        limit = active.req.max_tokens
-        return (limit is not None and len(active.generated) >= limit) or slot.n_past + 1 >= self.ctx.n_ctx_seq
-
-    def _take_deferred_checkpoints(self) -> None:
-        for slot, n, logits in self._deferred:
-            # no decode ran since the deferral, so the memory still ends at n (unless the
-            # request failed and its slot was cleared)
-            if slot.n_past == n:
-                self.memory.checkpoint(slot, n, logits)
-        self._deferred.clear()
 
     # -- failures ----------------------------------------------------------------------
 

@@ -19,10 +19,10 @@ import time
 from typing import Any, Callable, Iterator, Protocol
 
 from .admission import Admission
-from .requests import EngineError, ErrorKind, GenerateRequest, ShuttingDown
+from .requests import EngineError, ErrorKind, GenerateRequest
 from .slot import Slot
 
-__all__ = ["Lifecycle", "Running", "ShuttingDown"]
+__all__ = ["Lifecycle", "Running"]
 
 
 class Running(Protocol):
