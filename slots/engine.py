@@ -133,6 +133,7 @@ class Engine:
         return self.lifecycle.draining
 
     def n_unfinished(self) -> int:
+        """Requests submitted and not finished (as of the last step)."""
         return self.lifecycle.n_unfinished()
 
     def snapshot(self, *, detail: bool = False, timeout: float = 10.0, visible: Callable[[str], bool] | None = None) -> EngineSnapshot | None:
