@@ -38,7 +38,7 @@ def setup_logging(level: str) -> None:
 
 def list_devices(rpc_servers: tuple[str, ...]) -> int:
     """--list-devices: llama-server's listing (RPC servers' devices included), then exit."""
-    from warmslot.slots.llama_api import LlamaError, placement
+    from warmslot.slots import LlamaError, placement
 
     try:
         placement.add_rpc_servers(rpc_servers)
@@ -51,7 +51,7 @@ def list_devices(rpc_servers: tuple[str, ...]) -> int:
 
 def check_rpc(rpc_servers: tuple[str, ...]) -> str | None:
     """Why --rpc cannot work in this build, before anything loads (None: it may)."""
-    from warmslot.slots.llama_api import placement
+    from warmslot.slots import placement
 
     return placement.RPC_BUILD_HINT if rpc_servers and not placement.supports_rpc() else None
 

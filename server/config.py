@@ -7,10 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from warmslot.slots import SamplingParams
-from warmslot.slots.engine import EngineConfig
-from warmslot.slots.llama_api import placement
-from warmslot.slots.loader import physical_memory
+from warmslot.slots import EngineConfig, SamplingParams, physical_memory, placement
 
 from .output.markers import FORMATS
 from .version import version_text

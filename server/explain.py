@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from warmslot.slots import Usage
-from warmslot.slots.requests import Reuse
+from warmslot.slots import Reuse, Usage
 
 from .chat import Prompt
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Sequence
 
-from warmslot.slots import Vocab
-from warmslot.slots.logprobs import TokenLogprob
+from warmslot.slots import TokenLogprob, Vocab
 
 # JSON has no -inf: a token the logit bias banned reports this, as OpenAI does
 FLOOR = -9999.0

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from warmslot.cache.disk import REASONS
-from warmslot.slots.stats import PROMPT_SOURCES, CopyCause
+from warmslot.slots import PROMPT_SOURCES, CopyCause
 
 from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
 

@@ -11,8 +11,7 @@ field the thoughts go to: after N tokens of thinking `</think>` is forced.
 
 from __future__ import annotations
 
-from warmslot.slots import Vocab
-from warmslot.slots.reasoning_budget import ReasoningBudget
+from warmslot.slots import ReasoningBudget, Vocab
 
 from .chat import detect_reasoning
 from .errors import InvalidRequest

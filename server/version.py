@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-from warmslot.slots.llama_api import ggml_build
+from warmslot.slots import ggml_build
 
 
 def _package_version(name: str) -> str:

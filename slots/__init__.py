@@ -1,16 +1,35 @@
-"""The engine: one thread that owns the llama context and runs N slots with continuous batching."""
+"""The engine: one thread that owns the llama context and runs N slots with continuous batching.
+
+This package's namespace is the engine's one import surface for the HTTP side: `server/`
+imports from `warmslot.slots`, never from its submodules.
+"""
 
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
-from .engine import Engine, EngineConfig, NotReady, QueueFull, Rejected
+from . import slot_files
+from .config import EngineConfig
+from .context_size import physical_memory
+from .embeddings import InputTooLong
+from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
-from .lifecycle import ShuttingDown
-from .llama_api import MemoryKind, check_grammar
-from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, QueueSink, Result, Source, Usage
+from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
+from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, placement
+from .logprobs import TokenLogprob
+from .reasoning_budget import ReasoningBudget
+from .requests import (
+    EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, QueueSink, Rejected, Result, Reuse,
+    ShuttingDown, Source, Usage,
+)
 from .sampling import SamplingParams
 from .snapshot import EngineInfo, EngineSnapshot
+from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab
 
 __all__ = [
+    "PRIMITIVE_RULES",
+    "PROMPT_SOURCES",
+    "RESERVED_NAMES",
+    "STRING_FORMAT_RULES",
+    "CopyCause",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -22,16 +41,27 @@ __all__ = [
     "GenerateRequest",
     "GrammarError",
     "GrammarSpec",
+    "InputTooLong",
+    "LlamaError",
     "MemoryKind",
     "NotReady",
+    "Placement",
     "QueueFull",
     "QueueSink",
+    "ReasoningBudget",
     "Rejected",
     "Result",
+    "Reuse",
     "SamplingParams",
+    "SchemaConverter",
     "ShuttingDown",
     "Source",
+    "TokenLogprob",
     "Usage",
     "Vocab",
     "check_grammar",
+    "ggml_build",
+    "physical_memory",
+    "placement",
+    "slot_files",
 ]

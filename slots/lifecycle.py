@@ -1,8 +1,9 @@
 """A request's life beyond its tokens: deadlines, and draining the engine for a shutdown.
 
-`Lifecycle` is a part of the `Engine` (a mixin): the engine calls `_expire_deadlines` once
-per step; the HTTP side calls `drain` and `end_running` (any thread), which only set a flag
-and put a message into the inbox, like `abort`.
+`Lifecycle` works on the engine through a declared contract, `Running` (what it may do to
+running requests), and on the queue through `Admission`. The engine calls `expire_deadlines`
+once per step on its thread; the HTTP side calls `drain` and `end_running` (any thread),
+which only set a flag and put a message into the inbox, like `abort`.
 
 - A request whose `deadline` (time.monotonic()) passes ends with a TIMEOUT error, whether it
   waits for a slot or runs; its slot is free for the next request in the same step.
@@ -13,73 +14,79 @@ and put a message into the inbox, like `abort`.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import time
+from typing import Any, Callable, Iterator, Protocol
 
-from .requests import EngineError, ErrorKind, FinishReason, GenerateRequest, NotReady
+from .admission import Admission
+from .requests import EngineError, ErrorKind, GenerateRequest
+from .slot import Slot
+
+__all__ = ["Lifecycle", "Running"]
 
 
-class ShuttingDown(NotReady):
-    """The engine is draining for a shutdown and takes no new requests."""
+class Running(Protocol):
+    """What the lifecycle may do to the engine's running requests (the engine provides it)."""
+
+    def call(self, fn: Callable[[Any], Any]) -> concurrent.futures.Future:
+        """Any thread: run fn(engine) on the engine thread between steps."""
+
+    def running(self) -> Iterator[Slot]:
+        """Engine thread: the slots that serve a request."""
+
+    def end(self, slot: Slot, error: EngineError) -> None:
+        """Engine thread: end the slot's request with `error`; the slot is free at once, the
+        request hears of it at the next `deliver` (or the end of the step)."""
+
+    def deliver(self) -> None:
+        """Engine thread: hand every pending event to its request now."""
+
+    def n_running(self) -> int:
+        """Any thread: requests holding a slot, as of the last step."""
 
 
 class Lifecycle:
-    """Deadlines and draining; mixed into `Engine`, whose thread runs the underscore methods."""
+    def __init__(self, engine: Running, admission: Admission) -> None:
+        self._engine = engine
+        self._admission = admission
 
-    _draining = False
-
-    # -- any thread ----------------------------------------------------------------------
+    # -- any thread ------------------------------------------------------------------------
 
     def drain(self) -> concurrent.futures.Future:
         """Take no new requests and fail the waiting ones; running requests go on."""
-        with self._cv:
-            self._draining = True
-        return self.call(lambda engine: engine._fail_waiting(lambda req: _shutdown_error()))
+        self._admission.close()
+        return self._engine.call(lambda engine: self._admission.fail_waiting(lambda req: _shutdown_error()))
 
     def end_running(self) -> concurrent.futures.Future:
         """End every running (and waiting) request with a SHUTDOWN error."""
         def end(engine) -> None:
-            engine._fail_waiting(lambda req: _shutdown_error())
-            for slot in engine.slots:
-                if slot.active is not None:
-                    engine._finish(slot, FinishReason.STOP, _shutdown_error())
-            engine._flush()
+            self._admission.fail_waiting(lambda req: _shutdown_error())
+            for slot in list(self._engine.running()):
+                self._engine.end(slot, _shutdown_error())
+            self._engine.deliver()
 
-        return self.call(end)
+        return self._engine.call(end)
 
     @property
     def draining(self) -> bool:
-        return self._draining
+        return self._admission.draining
 
     def n_unfinished(self) -> int:
         """Requests submitted and not finished (from the view published after the last step)."""
-        snap = self.snapshot()
-        running = sum(1 for s in snap.slots if s.state != "idle") if snap is not None else 0
-        return running + self.queue_depth
+        return self._engine.n_running() + self._admission.n_queued
 
-    # -- the engine thread ---------------------------------------------------------------
+    # -- the engine thread -----------------------------------------------------------------
 
-    def _expire_deadlines(self) -> None:
+    def expire_deadlines(self) -> None:
         now = time.monotonic()
-        for slot in self.slots:
-            active = slot.active
-            if active is not None and active.req.deadline is not None and now >= active.req.deadline:
-                self._finish(slot, FinishReason.STOP, _timeout_error(active.req))
-        if any(req.deadline is not None and now >= req.deadline for req in self._waiting):
-            self._fail_waiting(lambda req: _timeout_error(req) if req.deadline is not None and now >= req.deadline else None)
-
-    def _fail_waiting(self, error_for) -> None:
-        """Fail every waiting request for which `error_for(req)` gives an error."""
-        kept: collections.deque[GenerateRequest] = collections.deque()
-        for req in self._waiting:
-            error = error_for(req)
-            if error is None:
-                kept.append(req)
-                continue
-            self._dequeued()
-            self._reject(req, error)
-        self._waiting = kept
+        for slot in list(self._engine.running()):
+            req = slot.active.req
+            if req.deadline is not None and now >= req.deadline:
+                self._engine.end(slot, _timeout_error(req))
+        if any(req.deadline is not None and now >= req.deadline for req in self._admission.waiting):
+            self._admission.fail_waiting(
+                lambda req: _timeout_error(req) if req.deadline is not None and now >= req.deadline else None
+            )
 
 
 def _timeout_error(req: GenerateRequest) -> EngineError:
@@ -89,4 +96,3 @@ def _timeout_error(req: GenerateRequest) -> EngineError:
 
 def _shutdown_error() -> EngineError:
     return EngineError(ErrorKind.SHUTDOWN, "the server is shutting down; retry on another instance or later")
-

@@ -17,6 +17,7 @@ from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
 from .capacity import Capacity, buffers_by_device, device_memory
+from .config import EngineConfig
 from .context_size import ContextChoice, available_ram, choose_context, device_budget, physical_memory, ram_budget
 from .embeddings import Embedder
 from .layout import KvLayout, plan_layout
@@ -59,9 +60,9 @@ class Parts:
     embedder: Embedder | None = None
 
 
-def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
-    """Load the model and build the engine's parts (`cfg` is an EngineConfig). `wake(fn)`
-    runs fn on the engine thread (the disk tier's reads report back through it)."""
+def load_parts(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
+    """Load the model and build the engine's parts. `wake(fn)` runs fn on the engine thread
+    (the disk tier's reads report back through it)."""
     with record_buffers() as buffers:
         parts = _load(cfg, stats, progress, buffers, wake)
     parts.info = _with_capacity(parts, cfg, buffers)
@@ -69,7 +70,7 @@ def load_parts(cfg, stats: EngineStats, progress: Callable[[float], None], wake=
     return parts
 
 
-def _context_choice(cfg, model: Model, on_gpu: bool) -> ContextChoice:
+def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool) -> ContextChoice:
     """--ctx-size, or for 0 the training context if it fits the memory the server can see."""
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     devices = gpu_memory() if on_gpu and cfg.n_ctx <= 0 else []
@@ -83,7 +84,7 @@ def _context_choice(cfg, model: Model, on_gpu: bool) -> ContextChoice:
     return choice
 
 
-def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, wake) -> Parts:
+def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake) -> Parts:
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
     model = Model(
@@ -182,7 +183,7 @@ def _load(cfg, stats: EngineStats, progress: Callable[[float], None], buffers, w
     return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk, embedder)
 
 
-def _with_capacity(parts: Parts, cfg, buffers: list[tuple[str, str, int]]) -> EngineInfo:
+def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str, int]]) -> EngineInfo:
     """The engine's info with its capacity table, from what llama.cpp allocated."""
     info = parts.info
     recurrent = buffers_by_device(buffers, "RS")

@@ -14,7 +14,7 @@ from typing import Callable
 from warmslot.cache.checkpoints import Checkpoint
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
-from .llama_api import Context, MemoryKind, Model
+from .llama_api import Batch, Context, MemoryKind, Model
 from .reuse import ReusePlan, plan_reuse
 from .slot import Slot
 from .stats import CopyCause, EngineStats
@@ -119,6 +119,20 @@ class SlotMemory:
         target.tenant = donor.tenant
         target.keep_s = donor.keep_s
         target.prompt_end = 0
+
+    def settle_fork(self, batch: Batch) -> None:
+        """A fork between streams is copied by llama.cpp at the next decode, and no decode
+        ran after it (its request finished or left at once). Run a one-token decode into the
+        target so the copy happens before anything writes either sequence, then cut the
+        token (or, on memory that cannot be cut, drop the target's contents)."""
+        target = self.fork_target
+        pos = target.n_past
+        batch.clear()
+        batch.add((self.model.bos if self.model.bos >= 0 else 0,), pos, target.id, logits_last=False)
+        rc = self.ctx.decode(batch)
+        self.fork_pending = False
+        if rc != 0 or not self.ctx.seq_rm(target.id, pos, -1):
+            self.clear(target)
 
     def save(self, slot: Slot, cause: CopyCause) -> CacheEntry | None:
         """Copy the slot's contents and checkpoints into the prompt cache (unless an entry

@@ -59,6 +59,10 @@ class NotReady(Exception):
     """The model is still loading (or failed to load)."""
 
 
+class ShuttingDown(NotReady):
+    """The engine is draining for a shutdown and takes no new requests."""
+
+
 class Rejected(Exception):
     """The request can never run (a prompt that does not fit a slot, token ids outside the
     vocabulary); `error` says why."""

@@ -15,14 +15,17 @@ import hashlib
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .llama_api import MemoryKind
 
 if TYPE_CHECKING:
+    from warmslot.cache.prompt_cache import PromptCache
+
     from .capacity import Capacity, DeviceMemory
     from .context_size import ContextChoice
-    from .engine import Engine
+    from .llama_api import Context
+    from .slot import Slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,19 +130,22 @@ def tenant_hash(tenant: str) -> str:
     return hashlib.blake2b(tenant.encode(), digest_size=4).hexdigest() if tenant else ""
 
 
-def take_snapshot(engine: "Engine", *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
-    """Describe the engine. Runs on the engine thread (it reads slots and the cache).
+def take_snapshot(
+    slots: "Sequence[Slot]", cache: "PromptCache | None", ctx: "Context", queue_depth: int,
+    *, detail: bool, visible: Callable[[str], bool] | None = None,
+) -> EngineSnapshot:
+    """Describe the engine's slots, queue and prompt cache. Runs on the engine thread (it
+    reads slots and the cache).
 
     `visible(tenant)` says whose slots and cache entries may be described in detail (None:
     everyone's). Another tenant's slot shows its id and state only, its entries not at all:
     a content hash, a length or a checkpoint offset could confirm a guess of its prompt."""
     now = time.monotonic()
     shown = visible or (lambda tenant: True)
-    slots = tuple(
+    views = tuple(
         _slot_view(slot, now, detail) if shown(slot.tenant) else SlotView(slot.id, slot.state.value, 0, "", "", 0, 0.0, redacted=True)
-        for slot in engine.slots
+        for slot in slots
     )
-    cache = engine.cache
     cache_view = None
     if cache is not None:
         entries = ()
@@ -150,12 +156,12 @@ def take_snapshot(engine: "Engine", *, detail: bool, visible: Callable[[str], bo
                 for e in reversed(list(cache.entries())) if shown(e.tenant)
             )
         cache_view = CacheView(cache.budget, cache.nbytes, cache.n_entries, entries)
-    host = engine.ctx.host
+    host = ctx.host
     return EngineSnapshot(
-        memory=engine.ctx.memory_kind.value,
-        n_ctx=engine.ctx.n_ctx,
-        slots=slots,
-        queue_depth=engine.queue_depth,
+        memory=ctx.memory_kind.value,
+        n_ctx=ctx.n_ctx,
+        slots=views,
+        queue_depth=queue_depth,
         cache=cache_view,
         pinned_bytes=host.allocated_bytes,
         pinned_free_bytes=host.free_bytes,

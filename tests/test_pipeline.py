@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from tests.fake_engine import FakeEngine, fail, reply
-from tests.helpers import free_port
+from scripts.server_process import free_port
 from warmslot.server.app import create_app
 from warmslot.server.config import parse_config
 from warmslot.slots import FinishReason

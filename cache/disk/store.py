@@ -505,11 +505,10 @@ class DiskCache:
         tmp = os.path.join(self.directory, f".{LRU_FILE}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
-            try:
-                fmt._write_all(fd, memoryview(json.dumps({"version": 1, "last_used": times}).encode()))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            with os.fdopen(fd, "wb") as f:  # a buffered file writes all of it
+                f.write(json.dumps({"version": 1, "last_used": times}).encode())
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("disk cache: saving the last-use times failed: %s", exc)

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from warmslot.slots.json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
+from warmslot.slots import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 
 from .limits import MAX_SCHEMA_VISITS, SchemaTooLarge, count
 from .numbers import integer_range, number_range, numeric_bounds

@@ -12,8 +12,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
-from warmslot.slots import FinishReason, Usage
-from warmslot.slots.logprobs import TokenLogprob
+from warmslot.slots import FinishReason, TokenLogprob, Usage
 
 from ..output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmslot.slots import GrammarSpec
-from warmslot.slots.reasoning_budget import ReasoningBudget
+from warmslot.slots import GrammarSpec, ReasoningBudget
 
 from ..chat import Prompt, prompt_opens_reasoning
 from ..errors import InvalidRequest

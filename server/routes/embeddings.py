@@ -16,7 +16,7 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from warmslot.slots.embeddings import InputTooLong
+from warmslot.slots import InputTooLong
 
 from ..errors import ApiError, InvalidRequest
 from ..state import Warmslot, open_request

@@ -14,10 +14,10 @@ and `slots/__init__.py` imports this package first.
 
 import llama_cpp  # noqa: F401,I001  (must precede numpy, see above)
 
-from .backend import Device, cuda_host_allocator, devices, ggml_build, gpu_memory, init_backend, supports_gpu_offload, system_info
+from .backend import Device, LlamaError, cuda_host_allocator, devices, ggml_build, gpu_memory, init_backend, supports_gpu_offload, system_info
 from .context import Batch, Context, ContextParams, default_threads
 from .placement import Placement
-from .model import KV_TYPE_BYTES, KV_TYPES, LlamaError, MemoryKind, Model, ModelInfo, classify_memory
+from .model import KV_TYPE_BYTES, KV_TYPES, MemoryKind, Model, ModelInfo, classify_memory
 from .sampler import GrammarError, GrammarSpec, Sampler, check_grammar, trigger_tokens
 
 __all__ = [

@@ -17,6 +17,10 @@ log = logging.getLogger("warmslot.llama")
 _native = NativeLog()
 
 
+class LlamaError(RuntimeError):
+    """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
+
+
 @llama_cpp.llama_log_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     _native.write(level, text.decode("utf-8", errors="replace"))

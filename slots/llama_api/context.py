@@ -12,8 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from ..host_buffers import HostBuffers
-from .backend import cuda_host_allocator
-from .model import FLASH_ATTN, KV_TYPES, PARTIAL_ONLY, LlamaError, Model, classify_memory
+from .backend import LlamaError, cuda_host_allocator
+from .model import FLASH_ATTN, KV_TYPES, PARTIAL_ONLY, Model, classify_memory
 
 @dataclass(slots=True)
 class ContextParams:

@@ -9,7 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from .context import Batch, default_threads
-from .model import FLASH_ATTN, LlamaError, Model
+from .backend import LlamaError
+from .model import FLASH_ATTN, Model
 
 POOLING = {
     "none": llama_cpp.LLAMA_POOLING_TYPE_NONE,

@@ -10,14 +10,12 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from .backend import init_backend
-
-if TYPE_CHECKING:
-    from .placement import Placement
+from .backend import LlamaError, init_backend
+from .placement import Placement, PlacementParams
 
 log = logging.getLogger("warmslot.llama")
 
@@ -64,10 +62,6 @@ KV_TYPE_BYTES = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
     "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32,
 }
-
-
-class LlamaError(RuntimeError):
-    """llama.cpp refused an operation (a model that does not load, a context it cannot make)."""
 
 
 def load_mode(use_mmap: bool, use_mlock: bool) -> int:
@@ -140,8 +134,6 @@ class Model:
         params.use_extra_bufts = repack is not False
         self._placement = None
         if placement is not None:
-            from .placement import PlacementParams  # not at the top: placement imports this module
-
             self._placement = PlacementParams(placement)  # the arrays params point to
             self._placement.apply(params)
         self._progress_cb = None

@@ -23,8 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable
 
-from .backend import ggml_library, init_backend
-from .model import LlamaError
+from .backend import LlamaError, ggml_library, init_backend
 
 log = logging.getLogger("warmslot.llama")
 

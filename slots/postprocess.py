@@ -1,0 +1,110 @@
+"""After a decode: the token path of every request in the batch.
+
+`Postprocess` accounts a prefill chunk (`after_prefill`), takes a sampled token into the
+request's event (`on_token`: end of generation, logprobs, text with stop strings, max_tokens
+and the slot's context), and ends what ends through the `Outbox`. Checkpoints due at a chunk's
+end are remembered and taken after the events are flushed (`take_checkpoints`), when no
+decode has run since. Engine thread only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .llama_api import Context, Model
+from .logprobs import token_logprob
+from .memory import SlotMemory
+from .outbox import Outbox
+from .requests import FinishReason
+from .scheduler import BatchEntry
+from .slot import Active, Slot
+from .stats import EngineStats
+
+
+class Postprocess:
+    def __init__(self, model: Model, ctx: Context, memory: SlotMemory, outbox: Outbox, stats: EngineStats) -> None:
+        self._model = model
+        self._ctx = ctx
+        self._memory = memory
+        self._outbox = outbox
+        self._stats = stats
+        self._deferred: list[tuple[Slot, int, Any]] = []  # checkpoints to take after flushing
+
+    def drop_checkpoints(self) -> None:
+        """Forget the checkpoints due (their slots were reset)."""
+        self._deferred.clear()
+
+    def after_prefill(self, slot: Slot, entry: BatchEntry) -> bool:
+        """Account a prefill chunk. True when the prompt is complete and a token is to be
+        sampled from the chunk's last logits."""
+        active = slot.active
+        slot.tokens.extend(active.prompt[entry.start : entry.start + entry.n])
+        n = slot.n_past
+        if n < len(active.prompt):
+            if active.cuts and active.cuts[0] == n:
+                active.cuts.pop(0)
+                self._deferred.append((slot, n, None))
+            return False
+        # the prompt is in memory: its last token's logits are at out_index
+        logits = self._ctx.logits(entry.out_index)
+        if active.req.return_prompt_logits:
+            active.event().prompt_logits = logits
+        self._deferred.append((slot, n, logits))
+        active.prefill_done = True
+        if active.req.max_tokens == 0:
+            self._outbox.finish(slot, FinishReason.LENGTH)
+            return False
+        return True
+
+    def prompt_done_from_logits(self, slot: Slot, logits) -> None:
+        """The whole prompt was reused with its saved last-token logits: sample from those."""
+        active = slot.active
+        self._stats.logits_reused += 1
+        if active.req.return_prompt_logits:
+            active.event().prompt_logits = logits.copy()
+        active.prefill_done = True
+        if active.req.max_tokens == 0:
+            self._outbox.finish(slot, FinishReason.LENGTH)
+            return
+        self.on_token(slot, active.sampler.sample_logits(logits), logits)
+
+    def on_token(self, slot: Slot, token: int, row) -> None:
+        """A sampled token; `row` is the batch output it was sampled from, or saved logits."""
+        active = slot.active
+        now = time.monotonic()
+        if not active.generated:
+            active.first_token_at = now
+            self._stats.ttft.observe(now - active.req.submitted)
+        else:
+            self._stats.itl.observe(now - active.last_token_at)
+        active.last_token_at = now
+        active.generated.append(token)
+        event = active.event()
+        if self._model.is_eog(token) and not active.req.ignore_eos:
+            self._outbox.finish(slot, FinishReason.STOP)
+            return
+        event.tokens.append(token)
+        if active.req.logprobs is not None:
+            logits = self._ctx.logits(row) if isinstance(row, int) else row
+            event.logprobs.append(token_logprob(logits, active.req.sampling.logit_bias, token, active.req.logprobs))
+        event.text += active.text.feed(self._model.token_piece(token, special=False))
+        if active.text.stopped_by is not None:
+            self._outbox.finish(slot, FinishReason.STOP)
+        elif self._out_of_room(active, slot):
+            self._outbox.finish(slot, FinishReason.LENGTH)
+        else:
+            active.pending = token
+
+    def _out_of_room(self, active: Active, slot: Slot) -> bool:
+        """max_tokens reached, or the next token would not fit the slot's context."""
+        limit = active.req.max_tokens
+        return (limit is not None and len(active.generated) >= limit) or slot.n_past + 1 >= self._ctx.n_ctx_seq
+
+    def take_checkpoints(self) -> None:
+        for slot, n, logits in self._deferred:
+            # no decode ran since the deferral, so the memory still ends at n (unless the
+            # request failed and its slot was cleared)
+            if slot.n_past == n:
+                self._memory.checkpoint(slot, n, logits)
+        self._deferred.clear()
