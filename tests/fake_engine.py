@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from types import SimpleNamespace
 from typing import Callable
 
@@ -94,8 +95,9 @@ def fail(after: int, kind: ErrorKind = ErrorKind.TIMEOUT, message: str = "the re
 class FakeEngine:
     """Answers each submitted request on a thread of its own with the events `script` gives."""
 
-    def __init__(self, script: Script | None = None, n_ctx_slot: int = 4096) -> None:
+    def __init__(self, script: Script | None = None, n_ctx_slot: int = 4096, delay_s: float = 0.0) -> None:
         self.script = script or reply("Hello", " world")
+        self.delay_s = delay_s  # between two events of a request
         self.vocab = FakeVocab()
         self.info = SimpleNamespace(
             n_vocab=FakeVocab.n_vocab, n_ctx_slot=n_ctx_slot, chat_template=None, arch="fake", fingerprint="f" * 16,
@@ -130,3 +132,4 @@ class FakeEngine:
                 if req.id in self.aborted:
                     break
                 req.sink.push([ev])
+                time.sleep(self.delay_s)

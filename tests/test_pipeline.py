@@ -160,3 +160,23 @@ def _reject_context(engine: FakeEngine):
         raise Rejected(EngineError(ErrorKind.CONTEXT, "too long"))
 
     return submit
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_the_client_leaves_is_aborted_and_logged(caplog, stream):
+    body = dict(BODIES["/v1/chat/completions"], stream=stream)
+    with FakeServer(FakeEngine(reply(*["word "] * 200), delay_s=0.02)) as s, caplog.at_level("INFO", logger="warmslot.server"):
+        if stream:
+            with httpx.stream("POST", s.url + "/v1/chat/completions", json=body, timeout=30) as r:
+                assert next(r.iter_lines()).startswith("data:")
+            # leaving the block closed the connection mid-stream
+        else:
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(s.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
+        deadline = time.monotonic() + 10
+        while not (s.engine.submitted and s.engine.submitted[0].id in s.engine.aborted):
+            assert time.monotonic() < deadline, "the request was not aborted"
+            time.sleep(0.02)
+        while "chat: the client disconnected" not in caplog.text:
+            assert time.monotonic() < deadline, "the disconnect was not logged"
+            time.sleep(0.02)
