@@ -62,6 +62,11 @@ class Generation:
         """End every choice still running (idempotent)."""
         self.sub.abort()
 
+    def stop_watching(self) -> None:
+        """Leave the client to a streaming response, which watches for disconnects itself
+        (two readers of the ASGI channel could take each other's disconnect)."""
+        self.sub.stop_watching()
+
     # -- the stream -----------------------------------------------------------------------
 
     async def events(self) -> AsyncIterator[StreamEvent]:
@@ -72,7 +77,6 @@ class Generation:
         has_calls = [False] * n
         usages = [None] * n
         reasoning: list[str] = []
-        self.sub.stop_watching()  # a streaming response watches the client itself
         async for i, ev in self.sub.events():
             pending[i] += ev.logprobs
             for out in self._outputs(i, ev):

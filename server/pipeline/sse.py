@@ -64,4 +64,5 @@ async def stream(generation: Generation, renderer: Renderer) -> AsyncIterator[Ss
 
 
 def sse_response(generation: Generation, renderer: Renderer) -> EventSourceResponse:
+    generation.stop_watching()
     return EventSourceResponse(stream(generation, renderer), headers=generation.headers, ping=PING_S)

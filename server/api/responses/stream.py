@@ -35,6 +35,7 @@ class _Item:
         self.name = name
         self.text: list[str] = []
         self.logprobs: list = []
+        self.cut = False  # a function call the token limit cut: never passed off as whole
 
     def body(self, status: str, with_logprobs: bool) -> dict[str, Any]:
         text = "".join(self.text)
@@ -76,6 +77,8 @@ class ResponseEvents:
             return self.feed(event.out, lp)
         if isinstance(event, ChoiceEnd):
             self._truncated = event.truncated
+            if event.cut_call is not None and event.cut_call in self._calls:
+                self._calls[event.cut_call].cut = True
             return []
         assert isinstance(event, End)
         finished = self.finish(usage_body(event.usage, event.reasoning_tokens), "max_output_tokens" if self._truncated else None)
@@ -124,6 +127,8 @@ class ResponseEvents:
         text = "".join(item.text)
         where = dict(item_id=item.id, output_index=item.index)
         out = []
+        if item.cut:  # its arguments never closed: announced as incomplete, and left out of the output
+            return [self.event("response.output_item.done", output_index=item.index, item=item.body("incomplete", False))]
         if item.kind == "function_call":
             out.append(self.event("response.function_call_arguments.done", **where, name=item.name, arguments=text))
         elif item.kind == "reasoning":
@@ -137,10 +142,11 @@ class ResponseEvents:
         return out
 
     def output(self) -> list[dict]:
-        """The finished items (a message item when nothing else was produced)."""
+        """The finished items (a message item when nothing else was produced); a cut call is
+        not one of them."""
         if not self.items:
             self.items.append(_Item("message", 0))
-        return [item.body("completed", self._with_logprobs) for item in self.items]
+        return [item.body("completed", self._with_logprobs) for item in self.items if not item.cut]
 
     def finish(self, usage: dict, incomplete: str | None) -> list[dict]:
         out = self._close()
