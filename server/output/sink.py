@@ -46,12 +46,22 @@ class TrimSink:
 class EventSink:
     """Collects the events of one feed/finish call, shared by all parsing stages."""
 
-    def __init__(self, id_factory: Callable[[], str], hold_ws: bool) -> None:
+    def __init__(
+        self,
+        id_factory: Callable[[], str],
+        hold_ws: bool,
+        check: Callable[[str, str], bool] = lambda name, arguments: True,
+    ) -> None:
         self.events: list[Event] = []
         self.content_sink = TrimSink(hold_ws)
         self.reasoning_sink = TrimSink(hold_ws=True, strip_leading=True)
         self._id_factory = id_factory
+        self.valid = check  # (name, arguments text) -> whether the call stands
         self.calls = 0
+        self.open_index: int | None = None  # the call whose arguments are being streamed
+        self.failed: list[int] = []  # calls sent in part that did not close into valid arguments
+        self._open_name = ""
+        self._open_arguments: list[str] = []
 
     def content(self, text: str) -> None:
         text = self.content_sink.add(text)
@@ -67,8 +77,21 @@ class EventSink:
         self.reasoning_sink.end(keep_held=False)
         self.content_sink.cut()
 
-    def open_call(self, name: str, call_id: str | None = None, arguments: str = "") -> int:
-        """Start call number `calls`; whitespace around it is dropped from content."""
+    def open_call(self, name: str, call_id: str | None = None) -> int:
+        """Start call number `calls`, whose arguments follow as the model writes them
+        (`arguments`) until `close_call` or `abandon_call`; whitespace around it is dropped
+        from content."""
+        assert self.open_index is None, "one call is streamed at a time"
+        index = self._new_call(name, call_id, "")
+        self.open_index, self._open_name, self._open_arguments = index, name, []
+        return index
+
+    def whole_call(self, name: str, call_id: str | None, arguments: str) -> int:
+        """A call read whole, its arguments already checked with `valid`."""
+        assert self.open_index is None, "one call is streamed at a time"
+        return self._new_call(name, call_id, arguments)
+
+    def _new_call(self, name: str, call_id: str | None, arguments: str) -> int:
         self.content_sink.cut()
         index = self.calls
         self.calls += 1
@@ -76,8 +99,27 @@ class EventSink:
         return index
 
     def arguments(self, index: int, text: str) -> None:
+        """More of the open call's arguments: only text the model wrote, never a closer."""
+        assert index == self.open_index
         if text:
+            self._open_arguments.append(text)
             self.events.append(ToolCallDelta(index, None, None, text))
+
+    def close_call(self, index: int) -> None:
+        """The model closed the open call's arguments: the call stands if they are valid."""
+        assert index == self.open_index
+        if not self.valid(self._open_name, "".join(self._open_arguments)):
+            self.failed.append(index)
+        self._end_open()
+
+    def abandon_call(self, index: int) -> None:
+        """The open call will not close (its JSON broke, its block ended, the output ended)."""
+        assert index == self.open_index
+        self.failed.append(index)
+        self._end_open()
+
+    def _end_open(self) -> None:
+        self.open_index, self._open_name, self._open_arguments = None, "", []
 
     def end(self) -> None:
         """End of output: held trailing content whitespace survives only without calls."""
