@@ -452,6 +452,18 @@ def test_valid_calls_match_and_parse_back(fmt):
         assert not matches(grammar_for(fmt, parallel_tool_calls=False).grammar, both)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_named_function_is_called_exactly_once(fmt):
+    """instructor's named tool_choice came back with the same call twice and "length"."""
+    weather, _, separator = CALLS[fmt]
+    named = grammar_for(fmt, "function", "get_weather")
+    assert matches(named.grammar, weather)
+    if separator is not None:
+        twice = weather + separator + weather
+        assert matches(grammar_for(fmt, "required").grammar, twice), "required allows more calls"
+        assert not matches(named.grammar, twice)
+
+
 def test_json_format_accepts_a_list_when_parallel():
     spec = grammar_for("json")
     text = '[{"name": "ping", "arguments": {}}, {"name": "count", "arguments": {"q": 1}}]'
