@@ -93,6 +93,10 @@ def log_once_through_root() -> None:
     propagate as well, so under the server's logging (a handler on the root logger) each one
     printed twice. Where the root logger has a handler, the library's own one goes.
     """
+    import importlib
+
+    importlib.import_module("huggingface_hub.utils.logging")  # its import adds the handler
+
     if not logging.getLogger().handlers:
         return
     library = logging.getLogger("huggingface_hub")

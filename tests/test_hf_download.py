@@ -162,7 +162,9 @@ def test_hub_retry_warnings_print_once():
         from warmslot.server import hub
 
         def unreachable(repo, token):
-            logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+            from huggingface_hub.utils import _http  # where the retries are logged
+
+            _http.logger.warning("Retrying in 1s [Retry 1/5].")
             raise hub.HubError("offline")
 
         hub._repo_files = unreachable
