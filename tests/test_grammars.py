@@ -1174,3 +1174,25 @@ def test_grammars_past_the_compile_limits_are_refused_before_llama_cpp():
     assert "rules" in check_grammar(None, GrammarSpec(rules))
     literal = 'root ::= "(((" [(] "{99999999}" \n'  # structure inside literals and classes does not count
     assert measure(literal).nesting == 0 and measure(literal).repetitions == 0
+
+
+def test_open_strings_and_arrays_stop_at_their_caps():
+    """A string or array whose schema leaves its length open is capped (OPEN_STRING_CHARS,
+    OPEN_ARRAY_ITEMS), and the capped rule stays small enough for llama.cpp."""
+    from warmslot.server.gbnf.converter import _capped
+    from warmslot.server.gbnf.limits import OPEN_ARRAY_ITEMS, OPEN_STRING_CHARS
+
+    for low, high in ((0, 2500), (3, 2003), (1200, 4000)):
+        run = Gbnf(f'root ::= {_capped("x", low, high)}\nx ::= "a"')
+        for n in {0, 1, low - 1, low, 999, 1000, 1001, 1999, 2000, 2001, high - 1, high, high + 1}:
+            if n >= 0:
+                assert run.matches("a" * n) == (low <= n <= high), (low, high, n)
+    for schema in ({"type": "string"}, {"type": "string", "minLength": 2}, {"type": "array"},
+                   {"type": "array", "items": {"type": "integer"}, "minItems": 1}, {}):
+        grammar = schema_grammar(schema)
+        assert grammar_is_valid(grammar), schema
+        assert "*" not in grammar.split("object ::=")[0] + "".join(
+            line for line in grammar.splitlines() if line.startswith(("string", "array", "root")))
+    text = Gbnf(schema_grammar({"type": "string", "minLength": 2}))
+    assert text.matches('"' + "a" * OPEN_STRING_CHARS + '"') and not text.matches('"' + "a" * (OPEN_STRING_CHARS + 1) + '"')
+    assert OPEN_ARRAY_ITEMS == 10_000
