@@ -34,11 +34,20 @@ def run_chunks(chunks, fmt="hermes", **options):
     return run_parser(chunks, fmt, **options)[1]
 
 
+def kept(parser, events, stream_arguments):
+    """What a client keeps of a stream: its deltas, less the calls sent in part that failed."""
+    return collect(events, drop=parser.failed if stream_arguments else ())
+
+
 def streamed_message(chunks, fmt="hermes", **options):
-    """What a client keeps of a stream: its deltas, less the calls the parser names as failed."""
-    parser, events = run_parser(chunks, fmt, **options)
-    check_call_deltas(events, parser.failed)
-    return collect(events, drop=parser.failed)
+    """The stream's message, the same whether arguments stream or calls are held whole."""
+    messages = []
+    for stream_arguments in (False, True):
+        parser, events = run_parser(chunks, fmt, stream_arguments=stream_arguments, **options)
+        check_call_deltas(events, parser.failed if stream_arguments else ())
+        messages.append(kept(parser, events, stream_arguments))
+    assert messages[0] == messages[1], chunks
+    return messages[0]
 
 
 def check_call_deltas(events, failed=()):
@@ -101,7 +110,7 @@ def test_hermes_content_before_several_calls():
 
 def test_hermes_arguments_stream_before_the_call_closes():
     text = f"<tool_call>\n{WEATHER}\n</tool_call>"
-    parser = make()
+    parser = make(stream_arguments=True)
     fragments_before_close = []
     for i, ch in enumerate(text):
         for event in parser.feed(ch):
@@ -305,7 +314,7 @@ def test_mistral_named_form_with_and_without_call_id():
 
 
 def test_mistral_named_form_streams_arguments():
-    events = run_chunks(list('[TOOL_CALLS]f[ARGS]{"a": "bcdef"}'), "mistral")
+    events = run_chunks(list('[TOOL_CALLS]f[ARGS]{"a": "bcdef"}'), "mistral", stream_arguments=True)
     fragments = [e for e in events if isinstance(e, ToolCallDelta) and e.id is None]
     assert len(fragments) > 3
 
@@ -514,11 +523,14 @@ def test_a_call_cut_anywhere_is_never_passed_off_as_whole(name):
         assert all(json.loads(call.arguments) == {"answer": "Sunny, 21 C"} for call in whole.tool_calls), prefix
         if args_end is not None and size < args_end:
             assert whole.tool_calls == [] and whole.content == "", prefix
-        streamed, events = run_parser(list(prefix), fmt, truncated=True, tools=FINAL_ANSWER)
-        sent = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
-        assert ARGUMENTS_TEXT.startswith(sent) or sent == ARGUMENTS_TEXT, (prefix, sent)
-        assert collect(events, drop=streamed.failed) == whole, prefix
-        assert streamed.cut == parser.cut and streamed.cut_index == parser.cut_index
+        for stream_arguments in (False, True):
+            streamed, events = run_parser(list(prefix), fmt, truncated=True, tools=FINAL_ANSWER, stream_arguments=stream_arguments)
+            sent = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
+            assert ARGUMENTS_TEXT.startswith(sent) or sent == ARGUMENTS_TEXT, (prefix, sent)
+            if not stream_arguments:
+                assert sent in ("", ARGUMENTS_TEXT), "a held call is sent whole or not at all"
+            assert kept(streamed, events, stream_arguments) == whole, prefix
+            assert streamed.cut == parser.cut and streamed.cut_index == parser.cut_index
         if whole.tool_calls:
             assert not parser.cut and parser.cut_index is None and parser.failed == []
 
@@ -529,10 +541,12 @@ def test_a_call_cut_anywhere_is_never_passed_off_as_whole(name):
     ("mistral", '[TOOL_CALLS]final_answer[ARGS]{"answer": "Sun'),
 ])
 def test_a_streamed_call_cut_in_its_arguments_is_named_and_not_closed(fmt, text):
-    parser, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER)
+    parser, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER, stream_arguments=True)
     assert parser.cut and parser.cut_index == 0 and parser.failed == [0]
     sent = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
     assert text.endswith(sent) and sent.startswith("{"), "only the model's own text is sent"
+    held, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER)
+    assert events == [] and held.cut and held.cut_index == 0, "by default a cut call is never sent"
     assert make(fmt, tools=FINAL_ANSWER).parse_complete(text, truncated=True) == message("")
 
 
@@ -544,6 +558,15 @@ def test_a_streamed_call_cut_in_its_arguments_is_named_and_not_closed(fmt, text)
 def test_a_call_read_whole_and_cut_sends_nothing(fmt, text):
     parser, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER)
     assert events == [] and parser.cut and parser.cut_index is None
+
+
+def test_a_failed_call_leaves_no_gap_in_the_numbers():
+    bad = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": 5}}\n</tool_call>\n'
+    good = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "a"}}\n</tool_call>'
+    parser, events = run_parser(list(bad + good), tools=FINAL_ANSWER)
+    assert [e.index for e in events if isinstance(e, ToolCallDelta)] == [0]
+    assert collect(events) == make(tools=FINAL_ANSWER).parse_complete(bad + good)
+    assert len(collect(events).tool_calls) == 1
 
 
 def test_a_cut_second_call_keeps_the_first():
@@ -570,6 +593,7 @@ def test_a_call_left_open_by_a_stop_is_cut_too():
 def test_a_streamed_call_invalid_for_its_schema_fails(fmt, text):
     parser, events = run_parser(list(text), fmt, tools=FINAL_ANSWER)
     assert parser.failed == [0] and not parser.cut and parser.cut_index is None
+    assert not any(isinstance(e, ToolCallDelta) for e in events), "an invalid call is never sent"
     assert make(fmt, tools=FINAL_ANSWER).parse_complete(text).tool_calls == []
 
 
@@ -584,6 +608,6 @@ def test_a_whole_call_invalid_for_its_schema_is_content(fmt, text):
 
 def test_a_call_whose_json_breaks_fails_and_the_rest_is_content():
     text = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "a" oops}\n</tool_call>'
-    parser, events = run_parser(list(text), tools=FINAL_ANSWER)
+    parser, events = run_parser(list(text), tools=FINAL_ANSWER, stream_arguments=True)
     assert parser.failed == [0] and not parser.cut
     assert "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == '{"answer": "a" '

@@ -24,12 +24,14 @@ Tool-call formats (`FORMATS`):
 Text that could still be the start of a call marker is held back until decided; text of a
 call never reaches content. A call that turns out malformed before its name and arguments
 were recognised, or that is read whole and is not valid for its tool, comes back verbatim as
-content. For JSON calls the arguments are streamed as the model writes them (raw control
-characters inside strings written as escapes) and nothing is ever added to close them: a call
-stands only when its arguments closed in the model's own text and validate against its tool's
-parameters (`validation`). One that is cut short, breaks or is invalid is listed in the
-parser's `failed` (the one the end of output cut is its `cut_index`) and left out of the whole
-message; after a break the rest of the text becomes content.
+content. A call stands only when its arguments closed in the model's own text and validate
+against its tool's parameters (`validation`); nothing is ever added to close arguments the
+model left open (raw control characters inside strings are written as escapes). By default a
+call is sent whole once it stands, so a stream never carries part of a call that is then cut;
+with `stream_arguments` a JSON call's arguments are sent as the model writes them. One that is
+cut short, breaks or is invalid is listed in the parser's `failed` (the one the end of output
+cut is its `cut_index`) and is never part of the whole message; after a break the rest of the
+text becomes content.
 
 Modules: `markers` (marker texts and format names, importable on their own), `events`,
 `json_scanner` (JSON syntax, character by character), `sink` (where layers put events),

@@ -36,9 +36,15 @@ class OutputParser:
       tools: the request's OpenAI `tools`: a call stands only if its arguments are valid
         against its tool's parameters (`ArgumentsCheck`); XML string parameters stay text.
 
-    A call whose start was streamed but whose arguments did not close in the model's own text
-    and validate is listed in `failed`; the one the end of output cut is also `cut_index`.
-    Nothing is ever added to close arguments the model left open.
+      stream_arguments: send a JSON call's arguments as the model writes them. By default
+        each call is sent whole once its arguments closed in the model's own text and
+        validate: a client that gathers streamed fragments runs whatever call it was sent
+        (llama-index ran a call cut by max_tokens), so only whole calls are ever sent.
+
+    A call whose arguments did not close or validate is listed in `failed` (with
+    `stream_arguments`, these are calls already sent in part, to leave out of the whole
+    message); the one the end of output cut is `cut_index` (the number it had or would have
+    had). Nothing is ever added to close arguments the model left open.
 
     For Hermes formats a ``<tool_call>`` inside reasoning also ends the reasoning (Qwen3.5 may
     open its call without closing the think block).
@@ -53,13 +59,14 @@ class OutputParser:
         tools_enabled: bool = True,
         id_factory: Callable[[], str] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        stream_arguments: bool = False,
     ) -> None:
         if format not in FORMATS:
             raise ValueError(f"unknown tool call format {format!r}; expected one of {FORMATS}")
         self.format = format
         factory = id_factory or new_call_id
         parse_tools = tools_enabled and format != "none"
-        self._out = EventSink(factory, hold_ws=parse_tools, check=ArgumentsCheck(tools))
+        self._out = EventSink(factory, hold_ws=parse_tools, check=ArgumentsCheck(tools), hold_calls=not stream_arguments)
         self._layer = self._make_layer(format if parse_tools else "none", factory, tools)
         self._reasoning_ends = (THINK_CLOSE,)
         if parse_tools and format in HERMES_FORMATS:
@@ -95,7 +102,7 @@ class OutputParser:
 
     @property
     def failed(self) -> list[int]:
-        """Calls whose start was sent that never became whole: cut, broken or invalid."""
+        """Calls that never became whole (cut, broken or invalid); see `stream_arguments`."""
         return list(self._out.failed)
 
     @property
@@ -150,7 +157,7 @@ class OutputParser:
         """Parse a whole output at once: identical to streaming it and aggregating the calls
         that became whole (`failed` left out)."""
         events = self.feed(text) + self.finish(truncated)
-        return collect(events, drop=self._out.failed)
+        return collect(events, drop=() if self._out.hold_calls else self._out.failed)
 
     def _route(self, text: str) -> None:
         if self._mode == "content":

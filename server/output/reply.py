@@ -1,9 +1,9 @@
 """What a reply's parsed output means: the streamed and the whole-reply views of one rule.
 
 A reply cut inside a tool call must never pass a call that did not close as a whole one. The
-streamed view sends only text the model wrote and ends with the parser's `cut` and
-`cut_index` (the call to name as incomplete; `failed` lists every call sent in part that did
-not become whole); the whole view keeps only the calls that closed and validate.
+streamed view sends each call whole once it closed and validates, and ends with the parser's
+`cut` and `cut_index` (the number of the call the end of output cut, never sent); the whole
+view keeps the same calls.
 """
 
 from __future__ import annotations
