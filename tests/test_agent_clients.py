@@ -199,15 +199,15 @@ def test_a_call_cut_by_max_tokens_is_never_run(url):
 
 
 def test_pydantic_ai_agent_with_one_tool_returns_valid_output(url):
-    from pydantic import BaseModel
+    from pydantic import BaseModel, Field
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
     from pydantic_ai.usage import UsageLimits
 
-    class Weather(BaseModel):
-        city: str
-        summary: str
+    class Weather(BaseModel):  # bounded, so the forced output call closes within max_tokens
+        city: str = Field(max_length=20)
+        summary: str = Field(max_length=40)
 
     calls: list[str] = []
     model = OpenAIChatModel("default", provider=OpenAIProvider(base_url=url + "/v1", api_key="unused"))
