@@ -70,6 +70,7 @@ def download(spec: str, filename: str | None = None, token: str | None = None) -
     """The local path of the model `spec` names, downloaded into the Hub cache if needed."""
     import huggingface_hub
 
+    log_once_through_root()
     model = HubModel.parse(spec)
     try:
         name = filename or choose_file(_repo_files(model.repo, token), model.quant)
@@ -83,6 +84,24 @@ def download(spec: str, filename: str | None = None, token: str | None = None) -
         raise HubError(f"cannot get {spec}{' ' + filename if filename else ''} from Hugging Face: {exc}") from exc
     log.info("model %s/%s: %s", model.repo, name, paths[0])
     return paths[0]
+
+
+def log_once_through_root() -> None:
+    """Let huggingface_hub's records (its retry warnings) print once.
+
+    The library gives its root logger a handler of its own when imported and lets records
+    propagate as well, so under the server's logging (a handler on the root logger) each one
+    printed twice. Where the root logger has a handler, the library's own one goes.
+    """
+    import importlib
+
+    importlib.import_module("huggingface_hub.utils.logging")  # its import adds the handler
+
+    if not logging.getLogger().handlers:
+        return
+    library = logging.getLogger("huggingface_hub")
+    for handler in list(library.handlers):
+        library.removeHandler(handler)
 
 
 def _repo_files(repo: str, token: str | None) -> list[str]:

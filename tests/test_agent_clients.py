@@ -1,6 +1,9 @@
 """Agent frameworks against the real server on the default model: litellm (openai/ provider),
 langchain-openai (bind_tools and streaming) and the OpenAI Agents SDK (its Chat Completions
 model) each run a tool-call loop, and the second turn reuses the first turn's prompt.
+instructor (TOOLS mode), smolagents' ToolCallingAgent, llama-index's FunctionAgent and
+pydantic-ai each run to completion with a reply that validates, and a call cut by max_tokens
+is never run.
 
 Kept short (two model turns each, few tokens): a forced tool call samples through a grammar,
 which is slow on a 262K-token vocabulary and two CPU cores."""
@@ -111,3 +114,114 @@ def test_openai_agents_sdk_tool_loop_reuses_the_prefix(url):
     assert calls and len(hooks.responses) == 2
     first, second = (r.usage for r in hooks.responses)
     assert second.input_tokens_details.cached_tokens >= first.input_tokens
+
+
+def test_instructor_extracts_with_a_named_tool_choice(url):
+    import instructor
+    from openai import OpenAI
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+
+    client = instructor.from_openai(OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0), mode=instructor.Mode.TOOLS)
+    person = client.chat.completions.create(
+        model="default", response_model=Person, max_retries=0, max_tokens=64, temperature=0,
+        messages=[{"role": "user", "content": "Extract: Jason is 25 years old."}],
+    )
+    assert isinstance(person, Person) and person.name
+
+
+def test_smolagents_tool_calling_agent_runs_to_an_answer(url):
+    from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+    calls: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city
+
+        Args:
+            city: the city
+        """
+        calls.append(city)
+        return RESULT
+
+    model = OpenAIServerModel(model_id="default", api_base=url + "/v1", api_key="unused", max_tokens=60, temperature=0)
+    agent = ToolCallingAgent(tools=[get_weather], model=model, max_steps=2, verbosity_level=0)
+    answer = agent.run(QUESTION)
+    assert answer is not None and str(answer).strip()
+    assert all(isinstance(city, str) and city for city in calls)
+
+
+def llama_index_agent(url, max_tokens, calls):
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+    from llama_index.llms.openai_like import OpenAILike
+
+    def get_weather(city: str) -> str:
+        """Current weather for a city"""
+        calls.append(city)
+        return RESULT
+
+    llm = OpenAILike(model="default", api_base=url + "/v1", api_key="unused", is_chat_model=True,
+                     is_function_calling_model=True, context_window=4096, max_tokens=max_tokens, temperature=0,
+                     max_retries=0)
+    return FunctionAgent(tools=[FunctionTool.from_defaults(get_weather)], llm=llm, system_prompt=SYSTEM)
+
+
+async def run_llama_index(agent, question, iterations):
+    return await agent.run(question, max_iterations=iterations)  # a workflow starts inside a loop
+
+
+def test_llama_index_function_agent_runs_to_an_answer(url):
+    calls: list[str] = []
+    result = asyncio.run(run_llama_index(llama_index_agent(url, 60, calls), QUESTION, 3))
+    assert str(result).strip()
+    assert all(isinstance(city, str) and city for city in calls)
+
+
+def test_a_call_cut_by_max_tokens_is_never_run(url):
+    """llama-index ran get_weather({}) when the server closed a cut call into valid JSON."""
+    from llama_index.core.workflow.errors import WorkflowRuntimeError
+
+    calls: list[str] = []
+    # 22 tokens end the forced call at `{"city": "Paris` (23 close it): the old server
+    # closed that into {"city": "Paris"} and the agent ran the tool
+    agent = llama_index_agent(url, 22, calls)
+    agent.llm.additional_kwargs = {"tool_choice": "required"}
+    try:
+        asyncio.run(run_llama_index(agent, "Get the weather in Paris, France, Europe, with its full name spelled out.", 2))
+    except WorkflowRuntimeError:
+        pass  # the agent may give up after its iterations; the point is the tool
+    assert calls == [], "a call whose arguments never closed was run"
+
+
+def test_pydantic_ai_agent_with_one_tool_returns_valid_output(url):
+    from pydantic import BaseModel, Field
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.usage import UsageLimits
+
+    class Weather(BaseModel):  # bounded, so the forced output call closes within max_tokens
+        city: str = Field(max_length=20)
+        summary: str = Field(max_length=40)
+
+    calls: list[str] = []
+    model = OpenAIChatModel("default", provider=OpenAIProvider(base_url=url + "/v1", api_key="unused"))
+    agent = Agent(model, output_type=Weather, system_prompt=SYSTEM, retries=0,
+                  model_settings={"max_tokens": 60, "temperature": 0, "parallel_tool_calls": False})
+
+    async def once(ctx, tool_def):  # after one call only the output tool is left: two requests
+        return None if calls else tool_def
+
+    @agent.tool_plain(prepare=once)
+    def get_weather(city: str) -> str:
+        """Current weather for a city"""
+        calls.append(city)
+        return RESULT
+
+    result = agent.run_sync(QUESTION, usage_limits=UsageLimits(request_limit=3))
+    assert isinstance(result.output, Weather) and result.output.city

@@ -452,6 +452,18 @@ def test_valid_calls_match_and_parse_back(fmt):
         assert not matches(grammar_for(fmt, parallel_tool_calls=False).grammar, both)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_named_function_is_called_exactly_once(fmt):
+    """instructor's named tool_choice came back with the same call twice and "length"."""
+    weather, _, separator = CALLS[fmt]
+    named = grammar_for(fmt, "function", "get_weather")
+    assert matches(named.grammar, weather)
+    if separator is not None:
+        twice = weather + separator + weather
+        assert matches(grammar_for(fmt, "required").grammar, twice), "required allows more calls"
+        assert not matches(named.grammar, twice)
+
+
 def test_json_format_accepts_a_list_when_parallel():
     spec = grammar_for("json")
     text = '[{"name": "ping", "arguments": {}}, {"name": "count", "arguments": {"q": 1}}]'
@@ -794,6 +806,15 @@ def integer_samples(rng: random.Random, first: int | None, last: int | None) -> 
     return samples
 
 
+def within_open_digit_cap(value, first, last):
+    """Whether `value` has few enough digits for an open side of the range (16, or the bound's)."""
+    if value >= 0 and last is None:
+        return len(str(value)) <= max(16, len(str(max(first or 0, 0))))
+    if value < 0 and first is None:
+        return len(str(-value)) <= max(16, len(str(-last if last is not None and last < 0 else 1)))
+    return True
+
+
 def test_integer_bounds_allow_exactly_the_integers_in_range():
     rng = random.Random(20240611)
     unsatisfiable = 0
@@ -809,12 +830,27 @@ def test_integer_bounds_allow_exactly_the_integers_in_range():
         parsed = Gbnf(grammar)
         for value in integer_samples(rng, first, last):
             expected = (first is None or value >= first) and (last is None or value <= last)
+            expected = expected and within_open_digit_cap(value, first, last)
             assert parsed.matches(str(value)) == expected, (schema, value)
         inside = first if first is not None else last
         assert parsed.matches(str(inside))
         for text in ("0" + str(abs(inside)), "-0", "00", "+" + str(inside), f"{inside}.0", f"{inside}e0", "-", ""):
             assert not parsed.matches(text), (schema, text)
     assert unsatisfiable < 35
+
+
+def test_an_open_side_keeps_the_plain_digit_bound():
+    """hermes-agent's `timeout` ({"type": "integer", "minimum": 1}) ran to 190 digits: an open
+    side is capped at 16 digits like a plain integer, numbers too."""
+    timeout = Gbnf(schema_grammar({"type": "integer", "minimum": 1}))
+    assert timeout.matches("1") and timeout.matches("9" * 16)
+    assert not timeout.matches("1" + "0" * 16) and not timeout.matches("0")
+    below = Gbnf(schema_grammar({"type": "integer", "maximum": 5}))
+    assert below.matches("-" + "9" * 16) and not below.matches("-" + "1" * 17) and not below.matches("6")
+    ratio = Gbnf(schema_grammar({"type": "number", "exclusiveMinimum": 0}))
+    assert ratio.matches("9" * 16 + ".5") and not ratio.matches("1" + "0" * 16) and not ratio.matches("0")
+    big = Gbnf(schema_grammar({"type": "integer", "minimum": 10**20}))
+    assert big.matches(str(10**20)) and big.matches("9" * 21) and not big.matches("1" + "0" * 21)
 
 
 def test_integer_range_examples():
@@ -824,10 +860,10 @@ def test_integer_range_examples():
     crossing = Gbnf(schema_grammar({"type": "integer", "exclusiveMinimum": -105, "exclusiveMaximum": 1200}))
     assert [n for n in range(-2000, 2000) if crossing.matches(str(n))] == list(range(-104, 1200))
     negative = Gbnf(schema_grammar({"type": "integer", "maximum": -7}))
-    assert negative.matches("-7") and negative.matches("-123456789012345678901234")
+    assert negative.matches("-7") and negative.matches("-" + "9" * 16) and not negative.matches("-1" + "0" * 16)
     assert not negative.matches("-6") and not negative.matches("0") and not negative.matches("-07")
     natural = Gbnf(schema_grammar({"type": "integer", "minimum": 0}))
-    assert natural.matches("0") and natural.matches("123456789012345678901234")
+    assert natural.matches("0") and natural.matches("9" * 16) and not natural.matches("1" + "0" * 16)
     assert not natural.matches("-1") and not natural.matches("-0") and not natural.matches("01")
     single = Gbnf(schema_grammar({"type": "integer", "minimum": 2**53, "maximum": 2**53}))
     assert single.matches(str(2**53)) and not single.matches(str(2**53 - 1)) and not single.matches(str(2**53 + 1))
@@ -1138,3 +1174,25 @@ def test_grammars_past_the_compile_limits_are_refused_before_llama_cpp():
     assert "rules" in check_grammar(None, GrammarSpec(rules))
     literal = 'root ::= "(((" [(] "{99999999}" \n'  # structure inside literals and classes does not count
     assert measure(literal).nesting == 0 and measure(literal).repetitions == 0
+
+
+def test_open_strings_and_arrays_stop_at_their_caps():
+    """A string or array whose schema leaves its length open is capped (OPEN_STRING_CHARS,
+    OPEN_ARRAY_ITEMS), and the capped rule stays small enough for llama.cpp."""
+    from warmslot.server.gbnf.converter import _capped
+    from warmslot.server.gbnf.limits import OPEN_ARRAY_ITEMS, OPEN_STRING_CHARS
+
+    for low, high in ((0, 2500), (3, 2003), (1200, 4000)):
+        run = Gbnf(f'root ::= {_capped("x", low, high)}\nx ::= "a"')
+        for n in {0, 1, low - 1, low, 999, 1000, 1001, 1999, 2000, 2001, high - 1, high, high + 1}:
+            if n >= 0:
+                assert run.matches("a" * n) == (low <= n <= high), (low, high, n)
+    for schema in ({"type": "string"}, {"type": "string", "minLength": 2}, {"type": "array"},
+                   {"type": "array", "items": {"type": "integer"}, "minItems": 1}, {}):
+        grammar = schema_grammar(schema)
+        assert grammar_is_valid(grammar), schema
+        assert "*" not in grammar.split("object ::=")[0] + "".join(
+            line for line in grammar.splitlines() if line.startswith(("string", "array", "root")))
+    text = Gbnf(schema_grammar({"type": "string", "minLength": 2}))
+    assert text.matches('"' + "a" * OPEN_STRING_CHARS + '"') and not text.matches('"' + "a" * (OPEN_STRING_CHARS + 1) + '"')
+    assert OPEN_ARRAY_ITEMS == 10_000

@@ -146,3 +146,32 @@ def warmslot_server_hf(env: dict[str, str], *args: str):
     from scripts.server_process import ServerProcess
 
     return ServerProcess("warmslot-hf", [*WARMSLOT, "-t", "2", "-np", "1", "-c", "1024", *args], env=env, ready_timeout=180)
+
+
+def test_hub_retry_warnings_print_once():
+    """huggingface_hub's loggers have a handler of their own and propagate to the root one:
+    under the server's logging each retry warning printed twice."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        import logging, sys
+        logging.basicConfig(stream=sys.stderr, format="%(message)s")
+        import huggingface_hub
+        from warmslot.server import hub
+
+        def unreachable(repo, token):
+            from huggingface_hub.utils import _http  # where the retries are logged
+
+            _http.logger.warning("Retrying in 1s [Retry 1/5].")
+            raise hub.HubError("offline")
+
+        hub._repo_files = unreachable
+        try:
+            hub.download("org/repo:Q4_K_M")
+        except hub.HubError:
+            pass
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stderr.count("Retrying in 1s") == 1, done.stderr

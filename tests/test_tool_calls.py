@@ -21,16 +21,38 @@ def make(fmt="hermes", **options):
     return OutputParser(fmt, id_factory=counter_ids(), **options)
 
 
-def run_chunks(chunks, fmt="hermes", **options):
+def run_parser(chunks, fmt="hermes", truncated=False, **options):
+    """The parser after streaming `chunks`, and the events it gave."""
     parser = make(fmt, **options)
     events = []
     for chunk in chunks:
         events += parser.feed(chunk)
-    return events + parser.finish()
+    return parser, events + parser.finish(truncated)
 
 
-def check_call_deltas(events):
-    """Streamed call deltas are OpenAI-shaped and their fragments join into valid JSON."""
+def run_chunks(chunks, fmt="hermes", **options):
+    return run_parser(chunks, fmt, **options)[1]
+
+
+def kept(parser, events, stream_arguments):
+    """What a client keeps of a stream: its deltas, less the calls sent in part that failed."""
+    return collect(events, drop=parser.failed if stream_arguments else ())
+
+
+def streamed_message(chunks, fmt="hermes", **options):
+    """The stream's message, the same whether arguments stream or calls are held whole."""
+    messages = []
+    for stream_arguments in (False, True):
+        parser, events = run_parser(chunks, fmt, stream_arguments=stream_arguments, **options)
+        check_call_deltas(events, parser.failed if stream_arguments else ())
+        messages.append(kept(parser, events, stream_arguments))
+    assert messages[0] == messages[1], chunks
+    return messages[0]
+
+
+def check_call_deltas(events, failed=()):
+    """Streamed call deltas are OpenAI-shaped and the fragments of every call that stands join
+    into valid JSON."""
     seen: dict[int, list[str]] = {}
     for event in events:
         if not isinstance(event, ToolCallDelta):
@@ -45,19 +67,17 @@ def check_call_deltas(events):
     message = collect(events)
     for index, fragments in seen.items():
         assert "".join(fragments) == message.tool_calls[index].arguments
-        assert isinstance(json.loads(message.tool_calls[index].arguments), dict)
+        if index not in failed:
+            assert isinstance(json.loads(message.tool_calls[index].arguments), dict)
 
 
 def assert_stream_equivalent(text, expected, fmt="hermes", **options):
     """Whole, char-by-char and every two-chunk split all give `expected`."""
     assert make(fmt, **options).parse_complete(text) == expected
-    char_events = run_chunks(list(text), fmt, **options)
-    check_call_deltas(char_events)
-    assert collect(char_events) == expected
+    assert streamed_message(list(text), fmt, **options) == expected
     for cut in range(1, len(text)):
-        events = run_chunks([text[:cut], text[cut:]], fmt, **options)
-        check_call_deltas(events)
-        assert collect(events) == expected, f"split at {cut}: {text[:cut]!r} | {text[cut:]!r}"
+        got = streamed_message([text[:cut], text[cut:]], fmt, **options)
+        assert got == expected, f"split at {cut}: {text[:cut]!r} | {text[cut:]!r}"
 
 
 def message(content=None, reasoning=None, calls=()):
@@ -90,7 +110,7 @@ def test_hermes_content_before_several_calls():
 
 def test_hermes_arguments_stream_before_the_call_closes():
     text = f"<tool_call>\n{WEATHER}\n</tool_call>"
-    parser = make()
+    parser = make(stream_arguments=True)
     fragments_before_close = []
     for i, ch in enumerate(text):
         for event in parser.feed(ch):
@@ -128,11 +148,9 @@ def test_hermes_unterminated_call_before_arguments_is_content():
     assert_stream_equivalent(text, message(text))
 
 
-def test_hermes_call_cut_inside_arguments_is_closed_and_rest_is_content():
-    text = '<tool_call>\n{"name": "f", "arguments": {"q": "abc", "n": 1'
-    assert_stream_equivalent(text, message(calls=[("call_0", "f", '{"q": "abc", "n": 1}')]))
-    text = '<tool_call>\n{"name": "f", "arguments": {"q": "abc", "li'
-    assert_stream_equivalent(text, message(', "li', calls=[("call_0", "f", '{"q": "abc"}')]))
+def test_hermes_call_cut_inside_arguments_is_never_closed():
+    for text in ('<tool_call>\n{"name": "f", "arguments": {"q": "abc", "n": 1', '<tool_call>\n{"name": "f", "arguments": {"q": "abc", "li'):
+        assert_stream_equivalent(text, message(""))
 
 
 def test_hermes_call_without_closing_tag_is_complete():
@@ -296,7 +314,7 @@ def test_mistral_named_form_with_and_without_call_id():
 
 
 def test_mistral_named_form_streams_arguments():
-    events = run_chunks(list('[TOOL_CALLS]f[ARGS]{"a": "bcdef"}'), "mistral")
+    events = run_chunks(list('[TOOL_CALLS]f[ARGS]{"a": "bcdef"}'), "mistral", stream_arguments=True)
     fragments = [e for e in events if isinstance(e, ToolCallDelta) and e.id is None]
     assert len(fragments) > 3
 
@@ -306,9 +324,9 @@ def test_mistral_malformed_is_content():
         assert_stream_equivalent(text, message(text), "mistral")
 
 
-def test_mistral_cut_call_is_closed():
+def test_mistral_cut_call_is_never_closed():
     text = '[TOOL_CALLS]f[ARGS]{"a": [1, 2'
-    assert_stream_equivalent(text, message(calls=[("call_0", "f", '{"a": [1, 2]}')]), "mistral")
+    assert_stream_equivalent(text, message(""), "mistral")
 
 
 # --------------------------------------------------------------------------- json
@@ -357,9 +375,7 @@ def test_random_inputs_never_raise_and_stream_identically(fmt, reasoning):
         text = "".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(1, 14)))
         whole = make(fmt, **options).parse_complete(text)
         for chunks in [list(text)] + [[text[:cut], text[cut:]] for cut in range(1, len(text))]:
-            events = run_chunks(chunks, fmt, **options)
-            check_call_deltas(events)
-            assert collect(events) == whole, (text, chunks)
+            assert streamed_message(chunks, fmt, **options) == whole, (text, chunks)
 
 
 def test_text_after_an_abandoned_marker_is_read_again():
@@ -469,3 +485,129 @@ def test_output_cut_inside_the_closing_tag_of_a_complete_call_is_not_content():
         message = OutputParser("hermes").parse_complete(text)
         assert message.content is None, (cut, message)
         assert [(c.name, c.arguments) for c in message.tool_calls] == [("x", '{"a": 1}')]
+
+
+# --------------------------------------------------------------------------- cut and invalid calls
+
+FINAL_ANSWER = [{"type": "function", "function": {
+    "name": "final_answer",
+    "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+}}]
+
+# One whole call per format, with where its arguments start in the text.
+WHOLE_CALLS = {
+    "hermes": '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "Sunny, 21 C"}}\n</tool_call>',
+    "hermes_xml": "<tool_call>\n<function=final_answer>\n<parameter=answer>\nSunny, 21 C\n</parameter>\n</function>\n</tool_call>",
+    "llama3": '<|python_tag|>{"name": "final_answer", "parameters": {"answer": "Sunny, 21 C"}}',
+    "mistral": '[TOOL_CALLS]final_answer[ARGS]{"answer": "Sunny, 21 C"}',
+    "mistral_array": '[TOOL_CALLS][{"name": "final_answer", "arguments": {"answer": "Sunny, 21 C"}}]',
+    "json": '{"name": "final_answer", "arguments": {"answer": "Sunny, 21 C"}}',
+}
+ARGUMENTS_TEXT = '{"answer": "Sunny, 21 C"}'
+
+
+def format_of(name):
+    return "mistral" if name == "mistral_array" else name
+
+
+@pytest.mark.parametrize("name", sorted(WHOLE_CALLS))
+def test_a_call_cut_anywhere_is_never_passed_off_as_whole(name):
+    """Every prefix of a call, cut by max_tokens: the whole reply has the call only once its
+    arguments closed, and the stream never sends argument text the model did not write."""
+    text, fmt = WHOLE_CALLS[name], format_of(name)
+    args_end = text.index(ARGUMENTS_TEXT) + len(ARGUMENTS_TEXT) if ARGUMENTS_TEXT in text else None
+    for size in range(1, len(text)):
+        prefix = text[:size]
+        parser = make(fmt, tools=FINAL_ANSWER)
+        whole = parser.parse_complete(prefix, truncated=True)
+        assert all(json.loads(call.arguments) == {"answer": "Sunny, 21 C"} for call in whole.tool_calls), prefix
+        if args_end is not None and size < args_end:
+            assert whole.tool_calls == [] and whole.content == "", prefix
+        for stream_arguments in (False, True):
+            streamed, events = run_parser(list(prefix), fmt, truncated=True, tools=FINAL_ANSWER, stream_arguments=stream_arguments)
+            sent = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
+            assert ARGUMENTS_TEXT.startswith(sent) or sent == ARGUMENTS_TEXT, (prefix, sent)
+            if not stream_arguments:
+                assert sent in ("", ARGUMENTS_TEXT), "a held call is sent whole or not at all"
+            assert kept(streamed, events, stream_arguments) == whole, prefix
+            assert streamed.cut == parser.cut and streamed.cut_index == parser.cut_index
+        if whole.tool_calls:
+            assert not parser.cut and parser.cut_index is None and parser.failed == []
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("hermes", '<tool_call>\n{"name": "final_answer", "arguments": {"answer":'),
+    ("llama3", '{"name": "final_answer", "parameters": {"answer": "Sun'),
+    ("mistral", '[TOOL_CALLS]final_answer[ARGS]{"answer": "Sun'),
+])
+def test_a_streamed_call_cut_in_its_arguments_is_named_and_not_closed(fmt, text):
+    parser, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER, stream_arguments=True)
+    assert parser.cut and parser.cut_index == 0 and parser.failed == [0]
+    sent = "".join(e.arguments for e in events if isinstance(e, ToolCallDelta))
+    assert text.endswith(sent) and sent.startswith("{"), "only the model's own text is sent"
+    held, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER)
+    assert events == [] and held.cut and held.cut_index == 0, "by default a cut call is never sent"
+    assert make(fmt, tools=FINAL_ANSWER).parse_complete(text, truncated=True) == message("")
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("hermes_xml", "<tool_call>\n<function=final_answer>\n<parameter=answer>\nSun"),
+    ("json", '{"name": "final_answer", "arguments": {"answer": "Sun'),
+    ("mistral", '[TOOL_CALLS][{"name": "final_answer", "arguments": {"answer": "Sun'),
+])
+def test_a_call_read_whole_and_cut_sends_nothing(fmt, text):
+    parser, events = run_parser([text], fmt, truncated=True, tools=FINAL_ANSWER)
+    assert events == [] and parser.cut and parser.cut_index is None
+
+
+def test_a_failed_call_leaves_no_gap_in_the_numbers():
+    bad = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": 5}}\n</tool_call>\n'
+    good = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "a"}}\n</tool_call>'
+    parser, events = run_parser(list(bad + good), tools=FINAL_ANSWER)
+    assert [e.index for e in events if isinstance(e, ToolCallDelta)] == [0]
+    assert collect(events) == make(tools=FINAL_ANSWER).parse_complete(bad + good)
+    assert len(collect(events).tool_calls) == 1
+
+
+def test_a_cut_second_call_keeps_the_first():
+    first = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "a"}}\n</tool_call>\n'
+    text = first + '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "b'
+    parser = make(tools=FINAL_ANSWER)
+    parsed = parser.parse_complete(text, truncated=True)
+    assert [c.arguments for c in parsed.tool_calls] == ['{"answer": "a"}']
+    assert parser.cut_index == 1 and parser.failed == [1]
+
+
+def test_a_call_left_open_by_a_stop_is_cut_too():
+    parser = make(tools=FINAL_ANSWER)
+    parsed = parser.parse_complete('<tool_call>\n{"name": "final_answer", "arguments": {"answer": "Su')
+    assert parsed.tool_calls == [] and parser.cut and parser.cut_index == 0
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("hermes", '<tool_call>\n{"name": "final_answer", "arguments": {"answer": 5}}\n</tool_call>'),
+    ("hermes", '<tool_call>\n{"name": "final_answer", "arguments": {}}\n</tool_call>'),
+    ("llama3", '{"name": "final_answer", "parameters": {"reply": "x"}}'),
+    ("mistral", '[TOOL_CALLS]final_answer[ARGS]{"answer": null}'),
+])
+def test_a_streamed_call_invalid_for_its_schema_fails(fmt, text):
+    parser, events = run_parser(list(text), fmt, tools=FINAL_ANSWER)
+    assert parser.failed == [0] and not parser.cut and parser.cut_index is None
+    assert not any(isinstance(e, ToolCallDelta) for e in events), "an invalid call is never sent"
+    assert make(fmt, tools=FINAL_ANSWER).parse_complete(text).tool_calls == []
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("hermes_xml", "<tool_call>\n<function=final_answer>\n<parameter=reply>\nx\n</parameter>\n</function>\n</tool_call>"),
+    ("json", '{"name": "final_answer", "arguments": {"answer": 5}}'),
+    ("mistral", '[TOOL_CALLS][{"name": "final_answer", "arguments": {"answer": 5}}]'),
+])
+def test_a_whole_call_invalid_for_its_schema_is_content(fmt, text):
+    assert_stream_equivalent(text, message(text), fmt, tools=FINAL_ANSWER)
+
+
+def test_a_call_whose_json_breaks_fails_and_the_rest_is_content():
+    text = '<tool_call>\n{"name": "final_answer", "arguments": {"answer": "a" oops}\n</tool_call>'
+    parser, events = run_parser(list(text), tools=FINAL_ANSWER, stream_arguments=True)
+    assert parser.failed == [0] and not parser.cut
+    assert "".join(e.arguments for e in events if isinstance(e, ToolCallDelta)) == '{"answer": "a" '

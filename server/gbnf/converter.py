@@ -9,7 +9,7 @@ from typing import Any
 
 from warmslot.slots import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 
-from .limits import MAX_SCHEMA_VISITS, SchemaTooLarge, count
+from .limits import MAX_SCHEMA_VISITS, OPEN_ARRAY_ITEMS, OPEN_STRING_CHARS, SchemaTooLarge, count
 from .numbers import integer_range, number_range, numeric_bounds
 from .text import gbnf_literal
 
@@ -30,6 +30,9 @@ class _SchemaConverter(SchemaConverter):
       repetitions (`_counted`), which llama.cpp accepts for any count; the library's nested
       optionals exceed llama.cpp's repetition limit from about 2000 on. ``minItems``/``maxItems``
       also apply to arrays without ``items``.
+    - A string or array whose schema leaves its length open stops at `OPEN_STRING_CHARS`
+      characters or `OPEN_ARRAY_ITEMS` items (or its minimum, if larger), untyped values
+      included, so that sampling cannot run away (`_capped` keeps such a rule small).
     - Visits are counted: past `MAX_SCHEMA_VISITS` the conversion stops (`SchemaTooLarge`),
       since a type list or an ``allOf`` of references visits a subschema once per use, which
       multiplies with every level. A type named twice in a list is visited once.
@@ -41,6 +44,23 @@ class _SchemaConverter(SchemaConverter):
 
     def _format_literal(self, literal: str) -> str:
         return gbnf_literal(literal)
+
+    def _add_primitive(self, name: str, rule: Any) -> str:
+        # the rule goes in before its dependencies: "value" refers back to "array"
+        if rule is PRIMITIVE_RULES["string"]:  # also under another name (a root string)
+            added = self._add_rule(name, f'"\\"" {_capped("char", 0, OPEN_STRING_CHARS)} "\\"" space')
+            dependency = "char"
+        elif rule is PRIMITIVE_RULES["array"]:
+            # a repeated group must be a rule of its own: llama.cpp refuses the inline one here
+            more = _capped(self._add_rule("array-more", '"," space value'), 0, OPEN_ARRAY_ITEMS - 1)
+            items = self._add_rule("array-items", f"value {more}")  # a `(...)?` of it is refused
+            added = self._add_rule(name, f'"[" space {items}? "]" space')
+            dependency = "value"
+        else:
+            return super()._add_primitive(name, rule)
+        if dependency not in self._rules:
+            self._add_primitive(dependency, PRIMITIVE_RULES[dependency])
+        return added
 
     def visit(self, schema: dict[str, Any], name: str) -> str:
         self.visits += 1
@@ -77,13 +97,15 @@ class _SchemaConverter(SchemaConverter):
             if low is None and high is None:
                 return super().visit(schema, name)
             char = self._add_primitive("char", PRIMITIVE_RULES["char"])
-            body = _counted(char, low or 0, high, f"minLength/maxLength of {json.dumps(schema)}")
+            what = f"minLength/maxLength of {json.dumps(schema)}"
+            if high is None:
+                body = _capped(char, low or 0, max(low or 0, OPEN_STRING_CHARS))
+            else:
+                body = _counted(char, low or 0, high, what)
             return self._add_rule(rule_name, " ".join(part for part in ('"\\""', body, '"\\"" space') if part))
         items = schema.get("items", {})
         if kind == "array" and "prefixItems" not in schema and isinstance(items, dict):
             low, high = count(schema, "minItems"), count(schema, "maxItems")
-            if low is None and high is None:
-                return super().visit(schema, name)
             if "items" in schema:
                 item = self.visit(items, f"{name}{'-' if name else ''}item")
             else:
@@ -91,12 +113,21 @@ class _SchemaConverter(SchemaConverter):
             what = f"minItems/maxItems of {json.dumps(schema)}"
             more = f'("," space {item})'
             low = low or 0
+
+            def rest(first: int) -> str:
+                if high is None:  # a repeated group must be a rule of its own for llama.cpp
+                    separated = self._add_rule(f"{rule_name}-more", f'"," space {item}')
+                    return _capped(separated, first, max(first, OPEN_ARRAY_ITEMS - 1))
+                return _counted(more, first, high - 1, what)
+
             if low:
-                body = f"{item} {_counted(more, low - 1, None if high is None else high - 1, what)}"
+                body = f"{item} {rest(low - 1)}"
             elif high == 0:
                 body = ""
+            elif high is None:  # llama.cpp refuses `(...)?` around the capped run: a rule of its own
+                body = self._add_rule(f"{rule_name}-items", f"{item} {rest(0)}") + "?"
             else:
-                body = f"({item} {_counted(more, 0, None if high is None else high - 1, what)})?"
+                body = f"({item} {rest(0)})?"
             return self._add_rule(rule_name, " ".join(part for part in ('"[" space', body, '"]" space') if part))
         return super().visit(schema, name)
 
@@ -137,6 +168,27 @@ def _counted(item: str, low: int, high: int | None, what: str) -> str:
             optional = f"({piece} {optional} | {shorter})" if optional else f"({piece} | {shorter})"
         parts.append(optional)
     return " ".join(parts)
+
+
+def _capped(item: str, low: int, high: int) -> str:
+    """GBNF for `item` repeated `low` to `high` times where `high` is an open side's cap.
+
+    `_counted` writes ``high - low`` optional units, each a rule for llama.cpp; for a cap of
+    100,000 that is 0.05 s and 22 MB per rule. Here the optional part is whole pieces of
+    `_REPEAT_PIECE` then a shorter tail, with counts below k pieces and from k pieces on as two
+    branches, so no count matches twice and the rule is about three pieces long.
+    """
+    extra = high - low
+    if extra < 2 * _REPEAT_PIECE:
+        return _counted(item, low, high, "")
+    # every repetition in a group of its own: llama.cpp multiplies the counts of the
+    # repetitions within one sequence and refuses a product from 2000 on
+    pieces, tail = divmod(extra, _REPEAT_PIECE)
+    piece = f"({item}{{{_REPEAT_PIECE}}})"
+    below = f"({piece}{{0,{pieces - 1}}}) ({item}{{0,{_REPEAT_PIECE - 1}}})"
+    full = f"({piece}{{{pieces}}})" + (f" ({item}{{0,{tail}}})" if tail else "")
+    fixed = _counted(item, low, low, "")
+    return f"{'(' + fixed + ') ' if fixed else ''}({below} | {full})"
 
 
 def schema_to_gbnf(schema: dict[str, Any]) -> str:

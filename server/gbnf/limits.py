@@ -38,6 +38,11 @@ MAX_BOUND_SIGNIFICANT_DIGITS = 40
 # visits a subschema once per use, which multiplies with every level.
 MAX_SCHEMA_VISITS = 20_000
 
+# Where a schema leaves a string's length or an array's item count open, the grammar stops
+# there (a plain string or array, or one with only a minimum), so sampling cannot run away.
+OPEN_STRING_CHARS = 100_000
+OPEN_ARRAY_ITEMS = 10_000
+
 COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems")
 BOUND_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 # Keywords whose values are JSON data, not schemas.

@@ -92,29 +92,34 @@ def _same_length(low: str, high: str) -> list[list[tuple[int, int]]]:
     return sequences
 
 
+# The digits of a plain integer in llama-cpp-python's converter ("integral-part": 1 to 16); an
+# integer or number range open on one side keeps that bound on its open side.
+OPEN_RANGE_DIGITS = 16
+
+
 def natural_range(low: int, high: int | None) -> list[str]:
     """GBNF alternatives matching exactly the numerals of the integers from `low` to `high`.
 
-    ``0 <= low``; `high` None means no upper bound. Numerals are written without leading zeros
-    ("0" itself excepted). Numerals of one length compare as strings, so the range is cut into
-    one piece per length (the first from `low`, the last up to `high`, those between from
-    10^(n-1) to 10^n - 1), each spelled by `_same_length`; with no upper bound every numeral
-    longer than `low`'s is allowed as ``[1-9] [0-9]{n,}``, however many digits it has.
-    An empty range gives no alternatives.
+    ``0 <= low``; `high` None means no upper bound in the schema: the grammar then stops at
+    `OPEN_RANGE_DIGITS` digits (or `low`'s own count, if larger), as a plain integer does, so
+    that sampling cannot run away on digits. Numerals are written without leading zeros ("0"
+    itself excepted). Numerals of one length compare as strings, so the range is cut into one
+    piece per length (the first from `low`, the last up to `high`, those between from
+    10^(n-1) to 10^n - 1), each spelled by `_same_length`. An empty range gives no alternatives.
 
     For example [7, 123]: ``[7-9] | [1-9] [0-9] | "1" [0-1] [0-9] | "12" [0-3]``.
     """
-    if high is not None and high < low:
+    if high is None:
+        high = 10 ** max(OPEN_RANGE_DIGITS, len(str(low))) - 1
+    if high < low:
         return []
     width = len(str(low))
-    top = width if high is None else len(str(high))
+    top = len(str(high))
     alternatives = []
     for size in range(width, top + 1):
         start = low if size == width else 10 ** (size - 1)
-        end = high if high is not None and size == top else 10**size - 1
+        end = high if size == top else 10**size - 1
         alternatives += [_render_digits(sequence) for sequence in _same_length(str(start), str(end))]
-    if high is None:
-        alternatives.append(f"[1-9] [0-9]{{{width},}}")
     return alternatives
 
 

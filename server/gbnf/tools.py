@@ -64,8 +64,9 @@ def tool_call_grammar(
     """The grammar that enforces `choice` over validated `tools` in tool-call `format`.
 
     "auto": lazy, triggered where a call starts, covering the call(s) from there to the end.
-    "required" / a named function: not lazy; the whole reply is one or more calls (exactly one
-    without `parallel_tool_calls`), after an optional think block when the model reasons.
+    "required": not lazy; the whole reply is one or more calls (exactly one without
+    `parallel_tool_calls`), the reply free to end after each, after an optional think block
+    when the model reasons. A named function: the same, with exactly one call, then the end.
     "none", no tools, or the "none" format: None.
     """
     if format not in FORMATS:
@@ -83,7 +84,10 @@ def tool_call_grammar(
     # a forced Hermes call is written exactly as the tool prompt and the renderer write it,
     # so that a history echoing the call back re-tokenizes to the same prefix
     builder = _hermes_canonical if format == "hermes" and not lazy else _FORMAT_BUILDERS[format]
-    body = builder(grammar, selected, parallel_tool_calls)
+    # a named function is called exactly once, so the reply ends after it: otherwise a small
+    # model may repeat the same call until max_tokens
+    parallel = parallel_tool_calls and choice.mode != "function"
+    body = builder(grammar, selected, parallel)
     if lazy:
         grammar.add("root", body)
         patterns, tokens = _TRIGGERS[format]

@@ -23,15 +23,19 @@ Tool-call formats (`FORMATS`):
 
 Text that could still be the start of a call marker is held back until decided; text of a
 call never reaches content. A call that turns out malformed before its name and arguments
-were recognised comes back verbatim as content. For JSON calls the arguments are streamed as
-their raw text arrives, but only up to points where closing the open strings and brackets
-yields valid JSON; if such a call is cut short or breaks, the arguments are closed at the last
-such point and the rest of the text becomes content. So the concatenated argument fragments
-of every call always equal its final ``arguments`` and always parse as JSON. Raw control
-characters inside JSON strings are written as escapes.
+were recognised, or that is read whole and is not valid for its tool, comes back verbatim as
+content. A call stands only when its arguments closed in the model's own text and validate
+against its tool's parameters (`validation`); nothing is ever added to close arguments the
+model left open (raw control characters inside strings are written as escapes). By default a
+call is sent whole once it stands, so a stream never carries part of a call that is then cut;
+with `stream_arguments` a JSON call's arguments are sent as the model writes them. One that is
+cut short, breaks or is invalid is listed in the parser's `failed` (the one the end of output
+cut is its `cut_index`) and is never part of the whole message; after a break the rest of the
+text becomes content.
 
 Modules: `markers` (marker texts and format names, importable on their own), `events`,
 `json_scanner` (JSON syntax, character by character), `sink` (where layers put events),
-`json_calls` (call objects and a streaming reader of one), one module per format (`hermes`,
+`validation` (arguments against the tool's schema), `json_calls` (call objects and a streaming
+reader of one), one module per format (`hermes`,
 `llama3`, `mistral`, `json_reply` with the plain layer) and `parser`.
 """

@@ -62,8 +62,9 @@ def dump_arguments(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def collect(events: Iterable[Event]) -> ParsedMessage:
-    """Aggregate a stream of events into a message (content is None when empty and calls exist)."""
+def collect(events: Iterable[Event], drop: Iterable[int] = ()) -> ParsedMessage:
+    """Aggregate a stream of events into a message (content is None when empty and calls
+    exist); the calls numbered in `drop` (those that never became whole) are left out."""
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, ToolCall] = {}
@@ -78,7 +79,8 @@ def collect(events: Iterable[Event]) -> ParsedMessage:
             calls[event.index] = ToolCall(event.id or "", event.name or "", event.arguments)
     text = "".join(content)
     thought = "".join(reasoning)
-    tool_calls = [calls[i] for i in sorted(calls)]
+    dropped = set(drop)
+    tool_calls = [calls[i] for i in sorted(calls) if i not in dropped]
     return ParsedMessage(
         content=text if text or not tool_calls else None,
         reasoning_content=thought or None,

@@ -191,17 +191,17 @@ class HermesLayer:
     def _end_call(self, closed: bool) -> None:
         if self._kind == "json":
             assert self._reader is not None
-            self._reader.finish()
+            self._reader.finish(at_end=not closed)
             if self._reader.status == "failed":
                 self._not_a_call(closed)
                 return
             self._after_reader()
         if self._kind == "xml":
             call = _parse_xml_call("".join(self._body), self._schemas)
-            if call is None:
+            if call is None or not self._out.valid(*call):
                 self._not_a_call(closed)
                 return
-            self._out.open_call(call[0], None, call[1])
+            self._out.whole_call(call[0], None, call[1])
         elif self._kind == "trailing":
             trailing = "".join(self._trailing)
             if not closed and HERMES_CLOSE.startswith(trailing.strip(WHITESPACE)):

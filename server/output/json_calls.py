@@ -73,10 +73,12 @@ class JsonCallReader:
     """Reads one ``{"name": ..., "arguments": {...}}`` object (also ``"parameters"``).
 
     When the object starts with the name followed by an object of arguments, the call is
-    announced as soon as the arguments begin and they are streamed. Otherwise the object is
-    held until it is complete and then read whole. `status` becomes "ended" (a call was
-    emitted; `rest` is the input after it, possibly junk) or "failed" (no call; `raw` is the
-    text consumed, `rest` what followed the failing character).
+    announced as soon as the arguments begin and they are streamed as the model writes them;
+    the sink judges the call when they close (or records it failed when they break). Otherwise
+    the object is held until it is complete and then read whole, and it is a call only if its
+    arguments are valid. `status` becomes "ended" (a call was emitted; `rest` is the input
+    after it, possibly junk) or "failed" (no call; `raw` is the text consumed, `rest` what
+    followed the failing character).
     """
 
     def __init__(self, out: EventSink) -> None:
@@ -102,11 +104,15 @@ class JsonCallReader:
         else:
             self._feed_header(text)
 
-    def finish(self) -> None:
+    def finish(self, at_end: bool = True) -> None:
+        """No more input for this object. Arguments still open stay open `at_end` of the
+        output (the parser names that call as cut); anywhere else the call failed."""
         if self._tail is not None:
             self.status = "ended"
         elif self._streamer is not None:
-            self._apply(self._streamer.finish())
+            if not at_end:
+                self._out.abandon_call(self._index)
+            self.status, self.rest = "ended", ""
         else:
             self.status = "failed"
 
@@ -148,11 +154,11 @@ class JsonCallReader:
             call = call_from_object(json.loads(self.raw, strict=False))
         except ValueError:
             call = None
-        if call is None:
+        if call is None or not self._out.valid(call[0], call[1]):
             self.status = "failed"
             return
         name, arguments, _ = call
-        self._out.open_call(name, None, arguments)
+        self._out.whole_call(name, None, arguments)
         self.status = "ended"
 
     def _feed_arguments(self, text: str) -> None:
@@ -162,9 +168,11 @@ class JsonCallReader:
     def _apply(self, step: ScanStep) -> None:
         self._out.arguments(self._index, step.fragment)
         if step.state == "done":
+            self._out.close_call(self._index)
             self._tail = JsonScanner.after_object_member()
             self._feed_tail(step.rest)
         elif step.state == "broken":
+            self._out.abandon_call(self._index)
             self.status, self.rest = "ended", step.rest
 
     def _feed_tail(self, text: str) -> None:

@@ -103,10 +103,10 @@ class JsonReplyLayer:
             calls = calls_from_json(json.loads("".join(self._raw), strict=False))
         except ValueError:
             calls = None
-        if calls is None:
+        if calls is None or not all(self._out.valid(name, arguments) for name, arguments, _ in calls):
             return self._give_up(rest)
         for name, arguments, call_id in calls:
-            self._out.open_call(name, keepable_id(call_id), arguments)
+            self._out.whole_call(name, keepable_id(call_id), arguments)
         self._raw = []
         self._buf = rest
         self._state = "after"

@@ -1,8 +1,8 @@
 """Character-level JSON syntax checking, and streaming of JSON argument objects.
 
-`JsonScanner` follows one JSON object or array a character at a time and knows, at every
-point, whether closing the open strings and brackets would give valid JSON. `ArgsStreamer`
-uses that to emit argument text only up to such points.
+`JsonScanner` follows one JSON object or array a character at a time. `ArgsStreamer` uses it
+to pass on argument text as the model writes it, and to tell where the object closes or breaks;
+it never adds text of its own to close an object the model left open.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ _LITERALS = {"t": "rue", "f": "alse", "n": "ull"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SIMPLE_ESCAPES = frozenset('"\\/bfnrt')
 _CONTROL_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_SAFE_STATES = frozenset(("str", "after", "obj_first", "arr_first", "done"))
 
 
 def _escape_control(ch: str) -> str:
@@ -31,7 +30,6 @@ class JsonScanner:
 
     `push` answers the text to output for the character (itself, or an escape for a raw
     control character inside a string) or None when the character cannot continue valid JSON.
-    `safe` tells whether the text so far becomes valid JSON by appending `closers()`.
     """
 
     __slots__ = ("stack", "state", "_literal", "_number", "_hex_left", "_top")
@@ -55,17 +53,6 @@ class JsonScanner:
     @property
     def done(self) -> bool:
         return self.state == "done"
-
-    @property
-    def safe(self) -> bool:
-        if self.state == "num":
-            return _NUMBER_RE.fullmatch(self._number) is not None
-        return self.state in _SAFE_STATES
-
-    def closers(self) -> str:
-        """Text that closes the open string and containers."""
-        tail = "".join("}" if c == "{" else "]" for c in reversed(self.stack))
-        return ('"' if self.state == "str" else "") + tail
 
     def push(self, ch: str) -> str | None:
         handler = getattr(self, "_on_" + self.state)
@@ -218,39 +205,24 @@ class JsonScanner:
 class ScanStep:
     """What an `ArgsStreamer` made of some input."""
 
-    fragment: str
-    state: str  # "open", "done" (value complete) or "broken" (closed early)
-    rest: str  # input after the value, or the unusable text when broken
+    fragment: str  # the model's text of the object (raw control characters escaped)
+    state: str  # "open", "done" (the object closed) or "broken" (it cannot continue)
+    rest: str  # input after the object, or from the character that broke it
 
 
 class ArgsStreamer:
-    """Streams the text of one JSON object, emitting only prefixes that closers can complete."""
+    """Streams the text of one JSON object as it arrives, up to where it closes or breaks."""
 
     def __init__(self) -> None:
         self._scanner = JsonScanner(top="{")
-        self._out_tail: list[str] = []
-        self._raw_tail: list[str] = []
-        self._heal = ""
 
     def feed(self, text: str) -> ScanStep:
         emitted: list[str] = []
         for i, ch in enumerate(text):
             out = self._scanner.push(ch)
             if out is None:
-                rest = "".join(self._raw_tail) + text[i:]
-                return ScanStep("".join(emitted) + self._heal, "broken", rest)
-            self._out_tail.append(out)
-            self._raw_tail.append(ch)
+                return ScanStep("".join(emitted), "broken", text[i:])
+            emitted.append(out)
             if self._scanner.done:
-                emitted.extend(self._out_tail)
                 return ScanStep("".join(emitted), "done", text[i + 1 :])
-            if self._scanner.safe:
-                emitted.extend(self._out_tail)
-                self._out_tail.clear()
-                self._raw_tail.clear()
-                self._heal = self._scanner.closers()
         return ScanStep("".join(emitted), "open", "")
-
-    def finish(self) -> ScanStep:
-        """The input ended inside the value: close it at the last safe point."""
-        return ScanStep(self._heal, "broken", "".join(self._raw_tail))

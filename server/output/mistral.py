@@ -43,9 +43,9 @@ class MistralLayer:
             pass
 
     def finish(self) -> None:
-        if self._state == "args":
-            assert self._streamer is not None
-            self._end_arguments(self._streamer.finish())
+        if self._state == "args":  # the output ended inside the arguments: the call stays open
+            self._reset_call()
+            self._state = "content"
         if self._state == "content":
             self._out.content(self._buf)
         else:
@@ -111,10 +111,10 @@ class MistralLayer:
         except ValueError:
             return self._fail()
         calls = calls_from_json(value) if isinstance(value, list) else None
-        if calls is None:
+        if calls is None or not all(self._out.valid(name, arguments) for name, arguments, _ in calls):
             return self._fail()
         for name, arguments, call_id in calls:
-            self._out.open_call(name, keepable_id(call_id), arguments)
+            self._out.whole_call(name, keepable_id(call_id), arguments)
         self._reset_call()
         self._state = "content"
         return True
@@ -186,6 +186,10 @@ class MistralLayer:
 
     def _end_arguments(self, step: ScanStep) -> None:
         self._out.arguments(self._index, step.fragment)
+        if step.state == "done":
+            self._out.close_call(self._index)
+        elif step.state == "broken":
+            self._out.abandon_call(self._index)
         if step.state != "open":
             self._buf = step.rest + self._buf
             self._reset_call()

@@ -11,6 +11,7 @@ from .llama3 import Llama3Layer
 from .markers import FORMATS, HERMES_FORMATS, HERMES_OPEN, THINK_CLOSE, THINK_OPEN, WHITESPACE, find_first_marker, partial_marker_len
 from .mistral import MistralLayer
 from .sink import EventSink
+from .validation import ArgumentsCheck
 
 
 class FormatLayer(Protocol):
@@ -32,7 +33,18 @@ class OutputParser:
       tools_enabled: when False no tool calls are recognised; everything is content.
       id_factory: makes call ids (default `new_call_id`); model-given ids are kept where the
         format carries them (Mistral).
-      tools: the request's OpenAI `tools`, used only to keep XML string parameters as text.
+      tools: the request's OpenAI `tools`: a call stands only if its arguments are valid
+        against its tool's parameters (`ArgumentsCheck`); XML string parameters stay text.
+
+      stream_arguments: send a JSON call's arguments as the model writes them. By default
+        each call is sent whole once its arguments closed in the model's own text and
+        validate: a client that gathers streamed fragments runs whatever call it was sent
+        (llama-index ran a call cut by max_tokens), so only whole calls are ever sent.
+
+    A call whose arguments did not close or validate is listed in `failed` (with
+    `stream_arguments`, these are calls already sent in part, to leave out of the whole
+    message); the one the end of output cut is `cut_index` (the number it had or would have
+    had). Nothing is ever added to close arguments the model left open.
 
     For Hermes formats a ``<tool_call>`` inside reasoning also ends the reasoning (Qwen3.5 may
     open its call without closing the think block).
@@ -47,13 +59,14 @@ class OutputParser:
         tools_enabled: bool = True,
         id_factory: Callable[[], str] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        stream_arguments: bool = False,
     ) -> None:
         if format not in FORMATS:
             raise ValueError(f"unknown tool call format {format!r}; expected one of {FORMATS}")
         self.format = format
         factory = id_factory or new_call_id
         parse_tools = tools_enabled and format != "none"
-        self._out = EventSink(factory, hold_ws=parse_tools)
+        self._out = EventSink(factory, hold_ws=parse_tools, check=ArgumentsCheck(tools), hold_calls=not stream_arguments)
         self._layer = self._make_layer(format if parse_tools else "none", factory, tools)
         self._reasoning_ends = (THINK_CLOSE,)
         if parse_tools and format in HERMES_FORMATS:
@@ -67,6 +80,7 @@ class OutputParser:
         self._buf = ""
         self._finished = False
         self.cut = False  # the output was cut inside a tool call or its markup (see finish)
+        self.cut_index: int | None = None  # the call the end of output cut (see finish)
 
     def _make_layer(
         self, format: str, factory: Callable[[], str], tools: list[dict[str, Any]] | None
@@ -87,6 +101,11 @@ class OutputParser:
         return self._mode in ("opening", "reasoning")
 
     @property
+    def failed(self) -> list[int]:
+        """Calls that never became whole (cut, broken or invalid); see `stream_arguments`."""
+        return list(self._out.failed)
+
+    @property
     def has_tool_calls(self) -> bool:
         """True once at least one tool call has been emitted."""
         return self._out.calls > 0
@@ -100,10 +119,14 @@ class OutputParser:
         return self._out.take()
 
     def finish(self, truncated: bool = False) -> list[Event]:
-        """End of output: flush everything held back. Unfinished calls become content, unless
-        the output was `truncated` (max_tokens): then what the format layer still held (a
-        call cut short, the start of a marker) is dropped, and `cut` says whether there was
-        any, so the markup of a cut call never reaches content."""
+        """End of output: flush everything held back.
+
+        A call whose arguments were being streamed is cut: `cut_index` names it, it joins
+        `failed`, and `cut` is set, whatever ended the output (max_tokens, a stop string, the
+        end of generation). Other unfinished call markup becomes content, unless the output was
+        `truncated` (max_tokens): then what the format layer still held (a call not yet
+        announced, the start of a marker) is dropped and `cut` is set too, so the markup of a
+        cut call never reaches content."""
         if self._finished:
             return []
         self._finished = True
@@ -116,18 +139,25 @@ class OutputParser:
         self._mode = "content"
         settled = len(self._out.events)
         self._layer.finish()
+        if self._out.open_index is not None:
+            self.cut_index = self._out.open_index
+            self._out.abandon_call(self.cut_index)
+            self.cut = True
         if truncated:
             held = self._out.events[settled:]
-            self.cut = bool(held)
-            self._out.events[settled:] = [e for e in held if not isinstance(e, ContentDelta)]
-            if self.cut:
-                self._out.content_sink.cut()  # the whitespace before the cut markup goes too
+            if any(isinstance(e, ContentDelta) for e in held):
+                self.cut = True
+                self._out.events[settled:] = [e for e in held if not isinstance(e, ContentDelta)]
+        if self.cut:
+            self._out.content_sink.cut()  # the whitespace before the cut markup goes too
         self._out.end()
         return self._out.take()
 
     def parse_complete(self, text: str, truncated: bool = False) -> ParsedMessage:
-        """Parse a whole output at once; identical to streaming it and aggregating."""
-        return collect(self.feed(text) + self.finish(truncated))
+        """Parse a whole output at once: identical to streaming it and aggregating the calls
+        that became whole (`failed` left out)."""
+        events = self.feed(text) + self.finish(truncated)
+        return collect(events, drop=() if self._out.hold_calls else self._out.failed)
 
     def _route(self, text: str) -> None:
         if self._mode == "content":

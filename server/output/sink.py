@@ -46,12 +46,29 @@ class TrimSink:
 class EventSink:
     """Collects the events of one feed/finish call, shared by all parsing stages."""
 
-    def __init__(self, id_factory: Callable[[], str], hold_ws: bool) -> None:
+    def __init__(
+        self,
+        id_factory: Callable[[], str],
+        hold_ws: bool,
+        check: Callable[[str, str], bool] = lambda name, arguments: True,
+        hold_calls: bool = True,
+    ) -> None:
         self.events: list[Event] = []
         self.content_sink = TrimSink(hold_ws)
         self.reasoning_sink = TrimSink(hold_ws=True, strip_leading=True)
         self._id_factory = id_factory
-        self.calls = 0
+        self.valid = check  # (name, arguments text) -> whether the call stands
+        # Hold a call's deltas until it closed and validated: a client that gathers streamed
+        # fragments (llama-index) runs whatever call it was sent, even one that never closed.
+        # Off, the arguments stream as the model writes them, and `failed` names the calls
+        # sent in part that did not become whole.
+        self.hold_calls = hold_calls
+        self.calls = 0  # calls sent (held ones count once released)
+        self.open_index: int | None = None  # the call whose arguments are being read
+        self.failed: list[int] = []  # calls that did not become whole (see hold_calls)
+        self._open_name = ""
+        self._open_arguments: list[str] = []
+        self._held: list[Event] = []
 
     def content(self, text: str) -> None:
         text = self.content_sink.add(text)
@@ -67,17 +84,57 @@ class EventSink:
         self.reasoning_sink.end(keep_held=False)
         self.content_sink.cut()
 
-    def open_call(self, name: str, call_id: str | None = None, arguments: str = "") -> int:
-        """Start call number `calls`; whitespace around it is dropped from content."""
+    def open_call(self, name: str, call_id: str | None = None) -> int:
+        """Start call number `calls`, whose arguments follow as the model writes them
+        (`arguments`) until `close_call` or `abandon_call`; whitespace around it is dropped
+        from content."""
+        assert self.open_index is None, "one call is streamed at a time"
+        index = self._new_call(name, call_id, "", held=self.hold_calls)
+        self.open_index, self._open_name, self._open_arguments = index, name, []
+        return index
+
+    def whole_call(self, name: str, call_id: str | None, arguments: str) -> int:
+        """A call read whole, its arguments already checked with `valid`."""
+        assert self.open_index is None, "one call is streamed at a time"
+        return self._new_call(name, call_id, arguments)
+
+    def _new_call(self, name: str, call_id: str | None, arguments: str, held: bool = False) -> int:
+        """A held call takes the next number but counts (and is sent) only once released."""
         self.content_sink.cut()
         index = self.calls
-        self.calls += 1
-        self.events.append(ToolCallDelta(index, call_id or self._id_factory(), name, arguments))
+        delta = ToolCallDelta(index, call_id or self._id_factory(), name, arguments)
+        if held:
+            self._held = [delta]
+        else:
+            self.calls += 1
+            self.events.append(delta)
         return index
 
     def arguments(self, index: int, text: str) -> None:
+        """More of the open call's arguments: only text the model wrote, never a closer."""
+        assert index == self.open_index
         if text:
-            self.events.append(ToolCallDelta(index, None, None, text))
+            self._open_arguments.append(text)
+            (self._held if self.hold_calls else self.events).append(ToolCallDelta(index, None, None, text))
+
+    def close_call(self, index: int) -> None:
+        """The model closed the open call's arguments: the call stands if they are valid."""
+        assert index == self.open_index
+        if not self.valid(self._open_name, "".join(self._open_arguments)):
+            self.failed.append(index)
+        elif self.hold_calls:
+            self.calls += 1
+            self.events.extend(self._held)
+        self._end_open()
+
+    def abandon_call(self, index: int) -> None:
+        """The open call will not close (its JSON broke, its block ended, the output ended)."""
+        assert index == self.open_index
+        self.failed.append(index)
+        self._end_open()
+
+    def _end_open(self) -> None:
+        self.open_index, self._open_name, self._open_arguments, self._held = None, "", [], []
 
     def end(self) -> None:
         """End of output: held trailing content whitespace survives only without calls."""

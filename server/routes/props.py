@@ -18,6 +18,9 @@ from ..errors import ModelNotFound
 from ..state import Warmslot, server_of
 from ..version import build_info, version_info
 
+# Every POST takes any `model` for the one loaded model; the README's examples use this name.
+DEFAULT_MODEL_NAME = "default"
+
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # what llama-server reports for "a random seed"
 
 
@@ -106,10 +109,11 @@ async def models(request: Request) -> Response:
 
 
 async def model(request: Request) -> Response:
-    """GET /v1/models/{id}: the model under its name or any alias; 404 otherwise."""
+    """GET /v1/models/{id}: the model under its name, any alias, or "default" (the name every
+    POST accepts for the loaded model); 404 otherwise."""
     server = server_of(request)
     wanted = request.path_params["model_id"]
     entry = model_entry(server)
-    if wanted != entry["id"] and wanted not in entry["aliases"]:
+    if wanted not in (entry["id"], DEFAULT_MODEL_NAME) and wanted not in entry["aliases"]:
         raise ModelNotFound(wanted)
     return JSONResponse(entry)
