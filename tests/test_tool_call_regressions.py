@@ -64,19 +64,22 @@ def test_a_call_cut_by_max_tokens_is_not_returned(url):
     choice = body["choices"][0]
     assert choice["finish_reason"] == "length"
     assert not choice["message"].get("tool_calls"), "a call whose arguments never closed is not a call"
+    assert choice["warmslot"] == {"incomplete_tool_call": 0}  # which call was cut
 
 
 def test_a_streamed_cut_call_is_never_sent(url):
     """The stream sent the cut call's start and then a made-up closing fragment; a client that
     gathers fragments (llama-index) ran it. Only whole calls are sent."""
-    arguments, finish = {}, None
+    arguments, finish, cut = {}, None, None
     for chunk in stream_chat(url, **WEATHER_IN_DETAIL):
         for choice in chunk.get("choices", []):
             finish = choice.get("finish_reason") or finish
+            cut = choice.get("warmslot", {}).get("incomplete_tool_call", cut)
             for call in choice["delta"].get("tool_calls") or []:
                 arguments[call["index"]] = arguments.get(call["index"], "") + call["function"].get("arguments", "")
     assert finish == "length"
     assert arguments == {}, "no fragment of a call that never closed was sent"
+    assert cut == 0, "the finish chunk names the call that was cut"
 
 
 def test_a_named_tool_choice_writes_one_call_and_ends(url):

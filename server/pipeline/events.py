@@ -28,9 +28,11 @@ class Finish(str, enum.Enum):
 
 
 def finish_of(reason: FinishReason | None, has_tool_calls: bool, cut: bool = False) -> Finish:
-    """LENGTH when max_tokens cut the reply, also inside a tool call (`cut`): a client must
-    not run a call that never closed. Calls that all closed before the cut are TOOL_CALLS."""
-    if reason is FinishReason.LENGTH and (cut or not has_tool_calls):
+    """LENGTH when max_tokens cut the reply, and whenever the output ended inside a tool call
+    (`cut`: by max_tokens, a stop string or end of generation): that call never closed, is
+    not among the calls, and a client must not take the reply as whole. Calls that all
+    closed before the token limit are TOOL_CALLS."""
+    if cut or (reason is FinishReason.LENGTH and not has_tool_calls):
         return Finish.LENGTH
     return Finish.TOOL_CALLS if has_tool_calls else Finish.STOP
 

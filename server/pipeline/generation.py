@@ -88,7 +88,7 @@ class Generation:
             if ev.finish is not None:
                 usages[i] = ev.usage
                 finish = finish_of(ev.finish, has_calls[i], self._cut(i))
-                yield ChoiceEnd(i, finish, ev.usage, pending[i], ev.finish is FinishReason.LENGTH)
+                yield ChoiceEnd(i, finish, ev.usage, pending[i], ev.finish is FinishReason.LENGTH, self._cut_call(i))
                 pending[i] = []
         usage = total_usage(usages, self.gen.n)
         self._log(usage)
@@ -101,6 +101,10 @@ class Generation:
 
     def _cut(self, i: int) -> bool:
         return self.parsers is not None and self.parsers[i].cut
+
+    def _cut_call(self, i: int) -> int | None:
+        """The number of the tool call the end of output cut (never sent, never returned)."""
+        return self.parsers[i].cut_index if self.parsers is not None else None
 
     # -- the whole reply --------------------------------------------------------------------
 
@@ -124,7 +128,7 @@ class Generation:
             text, end = "".join(texts[i]), ends[i]
             parsed = parse_reply(self.parsers[i], text, end.finish) if self.parsers is not None else None
             finish = finish_of(end.finish, bool(parsed and parsed.tool_calls), self._cut(i))
-            choices.append(ChoiceReply(i, text, parsed, logprobs[i], finish, end.usage, end.finish is FinishReason.LENGTH))
+            choices.append(ChoiceReply(i, text, parsed, logprobs[i], finish, end.usage, end.finish is FinishReason.LENGTH, self._cut_call(i)))
         usage = total_usage([c.usage for c in choices], self.gen.n)
         self._log(usage)
         reasoning = "".join(c.parsed.reasoning_content or "" for c in choices if c.parsed is not None)
