@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -27,6 +27,14 @@ from .llama_api.embedding import EmbeddingContext, model_pooling
 log = logging.getLogger("warmslot.embeddings")
 
 N_SEQ = 1  # inputs per llama_decode (see the NOTE above)
+
+
+class Job(Protocol):
+    """What the caller gives to follow and cancel one request's work (any thread)."""
+
+    def start(self) -> bool: ...
+
+    def cancelled(self) -> bool: ...
 
 
 class InputTooLong(ValueError):
@@ -66,13 +74,22 @@ class Embedder:
             if len(tokens) > self.n_ctx:
                 raise InputTooLong(i, len(tokens), self.n_ctx)
 
-    def embed(self, inputs: Sequence[Sequence[int]]) -> concurrent.futures.Future:
-        """A Future of one normalized float32 vector per input, in order."""
+    def embed(self, inputs: Sequence[Sequence[int]], *, job: "Job | None" = None) -> concurrent.futures.Future:
+        """A Future of one normalized float32 vector per input, in order. `job`: the worker
+        calls `job.start()` first (False: skip the work) and stops between inputs once
+        `job.cancelled()` (the Future's result is then incomplete; the waiter ignores it)."""
         self.check(inputs)
-        return self._pool.submit(self._embed, [list(t) for t in inputs])
+        return self._pool.submit(self._embed, [list(t) for t in inputs], job)
 
-    def _embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
-        return [_normalized(self._ctx.pooled([tokens])[0]) for tokens in inputs]
+    def _embed(self, inputs: list[list[int]], job: "Job | None") -> list[np.ndarray]:
+        if job is not None and not job.start():
+            return []
+        out = []
+        for tokens in inputs:
+            if job is not None and job.cancelled():
+                break
+            out.append(_normalized(self._ctx.pooled([tokens])[0]))
+        return out
 
     def close(self) -> None:
         self._pool.submit(self._ctx.close).result()
