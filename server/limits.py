@@ -20,6 +20,16 @@ def check_body_limits(server: "Warmslot", body: dict) -> None:
     config = server.config
     _check_count(body, "messages", config.max_messages, "--max-messages")
     _check_count(body, "tools", config.max_tools, "--max-tools")
+    n = body.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+        check_fanout(server, n, n_prompts=_n_prompts(body.get("prompt")))
+
+
+def _n_prompts(prompt) -> int:
+    """Prompts in a /v1/completions body: a list of texts or of token lists is a batch."""
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return len(prompt)
+    return 1
 
 
 def _check_count(body: dict, name: str, limit: int, flag: str) -> None:
@@ -30,13 +40,15 @@ def _check_count(body: dict, name: str, limit: int, flag: str) -> None:
 
 def check_fanout(server: "Warmslot", n_choices: int, *, n_prompts: int = 1) -> None:
     """A request of `n_choices` choices for each of `n_prompts` prompts becomes that many
-    engine requests, which all wait in one queue: more than --max-queue can never be taken,
-    so it is a 400 (a 503 would tell the client to retry in vain)."""
-    limit = server.config.engine.max_queue
+    engine requests: more than the slots and the queue together hold (--parallel plus
+    --max-queue) can never be taken, so it is a 400 (a 503 would tell the client to retry
+    in vain)."""
+    engine = server.config.engine
+    limit = engine.max_queue + engine.n_parallel
     total = n_choices * n_prompts
     if total > limit:
         raise InvalidRequest(
             f"'n' ({n_choices}) times the number of prompts ({n_prompts}) is {total} requests; "
-            f"the queue of this server holds at most {limit} (--max-queue)",
+            f"this server holds at most {limit} at once (--parallel plus --max-queue)",
             param="n" if n_prompts == 1 else "n, prompt",
         )

@@ -158,6 +158,9 @@ def _logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
         # int() would also take " 5 ", "1_0" and other scripts' digits: only plain ASCII digits
         if not (isinstance(key, str) and key.isascii() and key.isdigit()):
             raise InvalidRequest(f"'logit_bias' key {key!r} is not a token id", param="logit_bias")
+        # NOTE: the length first: int() of thousands of digits raises past Python's digit limit
+        if len(key.lstrip("0")) > len(str(n_vocab)):
+            raise InvalidRequest(f"'logit_bias' key {key[:20]!r}... is outside the vocabulary (0..{n_vocab - 1})", param="logit_bias")
         token = int(key)
         if not 0 <= token < n_vocab:
             raise InvalidRequest(f"'logit_bias' token {token} is outside the vocabulary (0..{n_vocab - 1})", param="logit_bias")
@@ -263,12 +266,13 @@ def parse_generation(
 
 
 MAX_TIMEOUT = 7 * 24 * 3600.0
+MIN_TIMEOUT = 0.001  # a shorter one could not even be measured
 
 
 def _timeout(body: dict) -> float | None:
-    value = _number(body, "timeout", None, 0.0, MAX_TIMEOUT)
-    if value is not None and value <= 0:
-        raise InvalidRequest("'timeout' must be a number of seconds above 0", param="timeout")
+    value = _number(body, "timeout", None, None, None)
+    if value is not None and not MIN_TIMEOUT <= value <= MAX_TIMEOUT:
+        raise InvalidRequest(f"'timeout' must be a number of seconds from {MIN_TIMEOUT} to {MAX_TIMEOUT:.0f}", param="timeout")
     return value
 
 
