@@ -142,6 +142,13 @@ class Warmslot:
         pool = self.tokenize_pool
         return await self.tokenize_queue.run(lambda job: pool.submit(job.call, fn, *args), request=request, deadline=deadline)
 
+    def close_queues(self) -> None:
+        """Shutting down: work waiting for (or running on) the tokenize pool and the
+        embeddings worker is given up, and its requests answer 503 `shutting_down`."""
+        self.tokenize_queue.close()
+        self.embed_queue.close()
+        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+
     # -- generation --------------------------------------------------------------------
 
     def submit(self, tokens: list[int], gen: GenerationParams, key: str, grammar=None, boundaries=()) -> Submission:

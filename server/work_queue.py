@@ -65,8 +65,20 @@ class WorkQueue:
         self.limit = limit
         self.waiting = 0  # jobs submitted and not started (nor given up)
         self._lock = threading.Lock()
+        self._closed = False
+        self._waiters: set[asyncio.Future] = set()  # one per run() in progress (event loop)
+
+    def close(self) -> None:
+        """The server shuts down (event loop): every job is given up, its waiter answers 503
+        `shutting_down`, and no new job is taken."""
+        self._closed = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _admit(self) -> Job:
+        if self._closed:
+            raise _shutting_down()
         with self._lock:
             if self.waiting >= self.limit():
                 raise Unavailable(
@@ -89,15 +101,21 @@ class WorkQueue:
             raise
         waiter = asyncio.wrap_future(future)
         watcher = asyncio.ensure_future(_disconnected(request.receive)) if request is not None else None
+        closing = asyncio.get_running_loop().create_future()
+        self._waiters.add(closing)
         try:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done, _ = await asyncio.wait({waiter, *([watcher] if watcher else [])}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            watched = {waiter, closing, *([watcher] if watcher else [])}
+            done, _ = await asyncio.wait(watched, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if waiter in done:
                 return waiter.result()
+            if closing in done:
+                raise _shutting_down()
             if watcher is not None and watcher in done:
                 raise ClientClosed(f"the client left while its request waited for the {self.name}")
             raise RequestTimeout(f"the request passed its deadline while it waited for the {self.name}")
         finally:
+            self._waiters.discard(closing)
             if watcher is not None:
                 watcher.cancel()
             if not waiter.done():
@@ -106,6 +124,10 @@ class WorkQueue:
                 waiter.cancel()
             elif waiter.cancelled():
                 job._give_up()
+
+
+def _shutting_down() -> Unavailable:
+    return Unavailable("the server is shutting down; retry on another instance or later", retry_after=1, code="shutting_down")
 
 
 async def _disconnected(receive) -> None:
