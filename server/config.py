@@ -136,7 +136,7 @@ _FLAGS = [
     (("-a", "--alias"), "alias", str, None, "model name to report in the API (default: the file name); several names separated by commas, the first is reported"),
     (("--api-key",), "api_key", str, None, "require this key (Authorization: Bearer KEY); several keys separated by commas"),
     (("--max-queue",), "max_queue", int, 64, "requests that may wait for a slot; more get 503 with Retry-After"),
-    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots (default: the first --api-key)"),
+    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots and reads /metrics (default: the first --api-key)"),
     (("--metrics-open",), "metrics_open", bool, False, "serve /metrics without a key even when --api-key is set (anyone who reaches the port reads the model path and the load)"),
     (("--max-body",), "max_body", "size", "8MiB", "largest request body; larger bodies get 413 (0: no limit); " + SIZE_HELP),
     (("--request-timeout",), "request_timeout", float, 0.0, "seconds a request may take from arrival to its last token; a request's own 'timeout' can only shorten it (0: no limit)"),
