@@ -27,6 +27,7 @@ from .llama_api.embedding import EmbeddingContext, model_pooling
 log = logging.getLogger("warmslot.embeddings")
 
 N_SEQ = 1  # inputs per llama_decode (see the NOTE above)
+CHUNK = 64  # tokens per decode of a generative model's input: its buffers hold that many tokens' logits
 
 
 class Job(Protocol):
@@ -60,11 +61,17 @@ class Embedder:
         self.pooling = choose_pooling(model, pooling)
         fa = "on" if flash_attn == "on" else "off"
 
+        # a generative model (no pooling of its own) is causal: its inputs go in chunks
+        chunk = CHUNK if model_pooling(model) in ("none", "rank") and self.pooling != "rank" else 0
+
         def make() -> EmbeddingContext:
-            return EmbeddingContext(model, n_ctx=n_ctx, n_seq=N_SEQ, pooling=self.pooling, n_threads=n_threads, flash_attn=fa)
+            return EmbeddingContext(
+                model, n_ctx=n_ctx, n_seq=N_SEQ, pooling=self.pooling, n_threads=n_threads, flash_attn=fa, chunk=chunk,
+            )
 
         self._ctx = self._pool.submit(make).result()
         self.n_ctx = self._ctx.n_ctx
+        self.memory_bytes = _memory_bound(model, self._ctx.n_ctx, chunk or self._ctx.n_ctx)
         self.n_embd = self._ctx.n_embd
         log.info("embeddings: %s pooling, inputs up to %d tokens, %d dimensions", self.pooling, self.n_ctx, self.n_embd)
 
@@ -94,6 +101,14 @@ class Embedder:
     def close(self) -> None:
         self._pool.submit(self._ctx.close).result()
         self._pool.shutdown(wait=True)
+
+
+def _memory_bound(model: Model, n_ctx: int, n_batch: int) -> int:
+    """About the most the embedding context takes: its f16 KV cache for `n_ctx` tokens, and
+    for `n_batch` tokens the outputs (logits and vectors) twice, once in the compute buffer
+    and once copied out."""
+    kv = (model.kv_bytes_per_token("f16", "f16") or 0) * n_ctx
+    return kv + 2 * n_batch * (model.info.n_vocab + model.info.n_embd) * 4
 
 
 def _normalized(vector: np.ndarray) -> np.ndarray:
