@@ -28,7 +28,6 @@ from .openapi import openapi_endpoint
 from .api.chat.route import chat_completions
 from .api.completions.route import completions
 from .api.responses import route as responses
-from .pipeline import ClientGone
 from .routes import embeddings, props, service, slot_files, worker
 from .state import Warmslot
 
@@ -51,10 +50,6 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
         err = ApiError(str(exc.detail))
         err.status = exc.status_code
     return JSONResponse(err.body(), status_code=err.status)
-
-
-async def _gone(request: Request, exc: ClientGone) -> Response:
-    return Response(status_code=499)
 
 
 def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
@@ -112,7 +107,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),
         ],
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, ClientGone: _gone},
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error},
     )
     app.state.warmslot = server
     app.state.metrics_registry = metrics.make_registry(server, request_counts)

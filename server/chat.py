@@ -35,8 +35,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from warmslot.slots import Vocab
 
-from .errors import InvalidRequest
+from .errors import ContextOverflow, InvalidRequest
 from .output.markers import HERMES_OPEN, MISTRAL_CALLS, PYTHON_TAG, THINK_CLOSE, THINK_OPEN
+from .tokenizer import Tokenizer
 
 log = logging.getLogger("warmslot.chat")
 
@@ -242,11 +243,15 @@ def inject_tools(messages: list[dict], tools: list[dict] | None) -> list[dict]:
         elif role == "tool":
             block = f"<tool_response>\n{msg.get('content') or ''}\n</tool_response>"
             if out and out[-1].get("_tool_merge"):
-                out[-1]["content"] += "\n" + block
+                out[-1]["_tool_merge"].append(block)
             else:
-                out.append({"role": "user", "content": block, "_index": msg["_index"], "_tool_merge": True})
+                out.append({"role": "user", "content": block, "_index": msg["_index"], "_tool_merge": [block]})
         else:
             out.append(msg)
+    for msg in out:  # NOTE: joined once; `+=` per result would be quadratic in their number
+        merged = msg.get("_tool_merge")
+        if merged is not None and len(merged) > 1:
+            msg["content"] = "\n".join(merged)
     return out
 
 
@@ -280,19 +285,22 @@ class Prompt:
         return found
 
 
-def split_segments(text: str, messages: Sequence[dict]) -> list[Segment]:
+def split_segments(text: str, messages: Sequence[dict], glue: re.Pattern | None = None) -> list[Segment]:
     """Cut rendered text at each message's content. Contents are found in order; a content
     the template changed beyond trimming stays inside the glue around it. A message that has
     only tool calls is anchored at the names of its calls (which only places the message for
-    diagnostics: tokens do not depend on how glue is cut)."""
+    diagnostics: tokens do not depend on how glue is cut). `glue` finds the template's own
+    special tokens: a content is never found inside one (a message "a" is not the "a" of
+    "<start_of_turn>")."""
     segments: list[Segment] = []
     cursor = 0
+    guarded = _Guard(text, glue)
     for msg in messages:
         for anchor in _anchors(msg):
-            start = text.find(anchor, cursor)
+            start = guarded.find(anchor, cursor)
             if start < 0:
                 anchor = anchor.strip()
-                start = text.find(anchor, cursor) if anchor else -1
+                start = guarded.find(anchor, cursor) if anchor else -1
             if start < 0:
                 continue
             if start > cursor:
@@ -303,6 +311,28 @@ def split_segments(text: str, messages: Sequence[dict]) -> list[Segment]:
         segments.append(Segment(text[cursor:], True))
     assert "".join(s.text for s in segments) == text
     return segments
+
+
+class _Guard:
+    """`str.find` that skips matches cutting through a special token of the template."""
+
+    def __init__(self, text: str, glue: re.Pattern | None) -> None:
+        self.text = text
+        spans = [m.span() for m in glue.finditer(text)] if glue is not None else []
+        self.starts = [a for a, _ in spans]
+        self.ends = [b for _, b in spans]
+
+    def find(self, anchor: str, cursor: int) -> int:
+        text = self.text
+        start = text.find(anchor, cursor)
+        while start >= 0 and (self._inside(start) or self._inside(start + len(anchor))):
+            start = text.find(anchor, start + 1)
+        return start
+
+    def _inside(self, char: int) -> bool:
+        """Whether `char` falls strictly inside a special token (cutting it)."""
+        i = bisect.bisect_right(self.starts, char) - 1
+        return i >= 0 and self.starts[i] < char < self.ends[i]
 
 
 def _anchors(msg: dict) -> list[str]:
@@ -324,66 +354,6 @@ def _anchors(msg: dict) -> list[str]:
     return anchors
 
 
-class Tokenizer:
-    """Tokenizes prompt pieces the way llama.cpp tokenizes a whole text, with LRU caches.
-
-    llama.cpp, when parsing special tokens, cuts a text around them and tokenizes the raw
-    fragments between them one by one. Doing the same piece by piece gives the tokens a
-    whole-text tokenization gives, while each piece's tokens can be cached: a growing
-    conversation only tokenizes what is new.
-    """
-
-    def __init__(self, vocab: Vocab, max_entries: int = 8192) -> None:
-        self.vocab = vocab
-        self._raw: OrderedDict[str, list[int]] = OrderedDict()
-        self._split: OrderedDict[str, list[tuple[int, str, int | None]]] = OrderedDict()
-        self._max = max_entries
-        self._lock = threading.Lock()
-
-    def raw(self, text: str) -> list[int]:
-        """Tokens of text without special tokens (text such as "<|im_start|>" stays text)."""
-        return self._cached(self._raw, text, lambda: self.vocab.tokenize(text, add_special=False, parse_special=False))
-
-    def split_specials(self, text: str) -> list[tuple[int, str, int | None]]:
-        """`text` cut around the special tokens in it: (offset, text, token id or None for raw)."""
-        return self._cached(self._split, text, lambda: self._find_specials(text))
-
-    def _find_specials(self, text: str) -> list[tuple[int, str, int | None]]:
-        parts: list[tuple[int, str, int | None]] = []
-        cursor = 0
-        for token in self.vocab.tokenize(text, add_special=False, parse_special=True):
-            if not self.vocab.is_special(token):
-                continue
-            piece = self.vocab.token_text(token)
-            at = text.find(piece, cursor) if piece else -1
-            if at < 0:
-                continue
-            if at > cursor:
-                parts.append((cursor, text[cursor:at], None))
-            parts.append((at, piece, token))
-            cursor = at + len(piece)
-        if cursor < len(text):
-            parts.append((cursor, text[cursor:], None))
-        return parts
-
-    def _cached(self, cache: OrderedDict, key: str, compute):
-        with self._lock:
-            hit = cache.get(key)
-            if hit is not None:
-                cache.move_to_end(key)
-                return hit
-        value = compute()
-        with self._lock:
-            cache[key] = value
-            if len(cache) > self._max:
-                cache.popitem(last=False)
-        return value
-
-    def prompt(self, text: str, *, add_bos: bool = True) -> list[int]:
-        """A plain text prompt (completions): BOS per the vocabulary, special tokens parsed."""
-        return self.vocab.tokenize(text, add_special=add_bos, parse_special=True)
-
-
 @dataclass(slots=True)
 class _Piece:
     start: int  # character offset in the rendered text
@@ -391,22 +361,42 @@ class _Piece:
     token: int | None  # a special token, or None for raw text
 
 
+class PromptTooLong(ContextOverflow):
+    """The prompt has more than `limit` tokens: the builder stopped once it had counted
+    `at_least` of them (the whole prompt has at least that many)."""
+
+    def __init__(self, at_least: int, limit: int) -> None:
+        super().__init__(at_least, limit)
+        self.at_least = at_least
+        self.limit = limit
+
+
 class PromptBuilder:
-    def __init__(self, template: ChatTemplate, vocab: Vocab) -> None:
+    """Renders and tokenizes chat prompts. Every step is linear in the size of the prompt
+    (a chat of 100,000 messages builds in about a second), and with `max_tokens` set the
+    builder stops as soon as the prompt is known to be longer, before rendering when the
+    text alone proves it (`PromptTooLong`)."""
+
+    def __init__(self, template: ChatTemplate, vocab: Vocab, *, max_tokens: int | None = None) -> None:
         self.template = template
         self.vocab = vocab
         self.tokenizer = Tokenizer(vocab)
+        self.max_tokens = max_tokens  # None: no limit
         self._generation_suffixes: dict[str, str | None] = {}
+        self._longest_piece: int | None = None
+        self._glue: re.Pattern | bool | None = None  # False: the template writes no special token
 
     def build(self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None) -> Prompt:
-        """Render and tokenize. Thread-safe; call it off the event loop (it runs ctypes)."""
+        """Render and tokenize. Thread-safe; call it off the event loop (it runs ctypes).
+        Raises PromptTooLong past `max_tokens`."""
+        self._check_text_bound(messages)
         indexed = [dict(m, _index=i) for i, m in enumerate(messages)]
         template_tools = tools
         if not self.template.supports_tools and (tools or any(m["role"] == "tool" or m.get("tool_calls") for m in indexed)):
             indexed = inject_tools(indexed, tools)
             template_tools = None
         text = self.template.render(indexed, template_tools, add_generation_prompt, extra)
-        segments = split_segments(text, indexed)
+        segments = split_segments(text, indexed, self._glue_pattern())
         generation_at = None
         suffix = self._generation_suffix(extra) if add_generation_prompt else None
         if suffix and text.endswith(suffix) and len(suffix) < len(text):
@@ -415,15 +405,21 @@ class PromptBuilder:
         pieces = self._pieces(segments)
         tokens: list[int] = []
         starts: list[int] = []
+        limit = self.max_tokens
         for piece in pieces:
             starts.append(len(tokens))
             tokens.extend((piece.token,) if piece.token is not None else self.tokenizer.raw(piece.text))
+            if limit is not None and len(tokens) > limit:
+                raise PromptTooLong(len(tokens), limit)
         shift = self._bos_prefix(tokens)
         if shift:
             tokens = [self.vocab.bos] + tokens
+        # NOTE: looked up once per prompt; per message, building was quadratic in messages
+        char_starts = [p.start for p in pieces]
+        ends: dict[int, list[int]] = {}
 
         def at(char: int) -> int:
-            return shift + self._token_index(pieces, starts, char)
+            return shift + self._token_index(pieces, char_starts, starts, char, ends)
 
         spans = _message_spans(messages, segments, at)
         system_end = _system_end(messages, segments)
@@ -432,33 +428,92 @@ class PromptBuilder:
             at(system_end) if system_end is not None else None,
         )
 
+    def _glue_pattern(self) -> re.Pattern | None:
+        """The special tokens the template writes (found in its source, plus BOS and EOS),
+        as one pattern."""
+        if self._glue is None:
+            source = self.template.source
+            texts = {self.template.bos_token, self.template.eos_token}
+            for token in self.vocab.tokenize(source, add_special=False, parse_special=True):
+                if self.vocab.is_special(token):
+                    texts.add(self.vocab.token_text(token))
+            texts.discard("")
+            ordered = sorted(texts, key=len, reverse=True)
+            self._glue = re.compile("|".join(map(re.escape, ordered))) if ordered else False
+        return self._glue or None
+
+    def _check_text_bound(self, messages: list[dict]) -> None:
+        """Before rendering: no token is longer than the vocabulary's longest piece, so the
+        messages' text alone gives a lower bound on the prompt's tokens."""
+        if self.max_tokens is None:
+            return
+        n_bytes = 0
+        for m in messages:
+            # NOTE: only user and tool text: templates may drop or rewrite the others (old
+            # reasoning, a system prompt they fold elsewhere), which would break the bound
+            content = m.get("content")
+            if m.get("role") in ("user", "tool") and isinstance(content, str):
+                n_bytes += len(content)  # characters: at most the bytes
+        longest = self._longest_piece
+        if longest is None:  # not known yet (see longest_piece): the token count decides
+            return
+        at_least = n_bytes // longest
+        if at_least > self.max_tokens:
+            raise PromptTooLong(at_least, self.max_tokens)
+
+    def longest_piece(self) -> int:
+        """Bytes of the vocabulary's longest token (computed once, n_vocab calls: a second or
+        so, which the server spends on a thread of its own after loading)."""
+        if self._longest_piece is None:
+            vocab = self.vocab
+            self._longest_piece = max(1, max((len(vocab.token_piece(t)) for t in range(vocab.n_vocab)), default=1))
+        return self._longest_piece
+
     def _pieces(self, segments: list[Segment]) -> list[_Piece]:
         """Special tokens of glue and assistant text, and the raw text between them merged."""
         pieces: list[_Piece] = []
+        raw: list[str] = []  # the texts of the raw piece being merged (joined once)
         offset = 0
         for seg in segments:
             parts = self.tokenizer.split_specials(seg.text) if seg.special else [(0, seg.text, None)]
             for rel, text, token in parts:
                 if token is None and pieces and pieces[-1].token is None:
-                    pieces[-1].text += text
-                else:
-                    pieces.append(_Piece(offset + rel, text, token))
+                    raw.append(text)
+                    continue
+                if raw:
+                    pieces[-1].text = "".join(raw)
+                pieces.append(_Piece(offset + rel, text, token))
+                raw = [text] if token is None else []
             offset += len(seg.text)
+        if raw:
+            pieces[-1].text = "".join(raw)
         return pieces
 
-    def _token_index(self, pieces: list[_Piece], starts: list[int], char: int) -> int:
-        """The token index where the character at `char` starts (exact at piece boundaries,
-        else the tokens of the raw text before it)."""
-        i = bisect.bisect_right([p.start for p in pieces], char) - 1
+    def _token_index(self, pieces: list[_Piece], char_starts: list[int], starts: list[int], char: int, ends: dict) -> int:
+        """The token index where the character at `char` starts: exact at piece boundaries;
+        inside raw text, the number of the piece's tokens that end at or before it. `ends`
+        caches each raw piece's token ends (so any number of lookups stays linear)."""
+        i = bisect.bisect_right(char_starts, char) - 1
         if i < 0:
             return 0
         piece = pieces[i]
         inside = char - piece.start
         if inside == 0 or piece.token is not None:
             return starts[i] + (1 if inside and piece.token is not None else 0)
-        n = len(self.tokenizer.raw(piece.text[:inside]))
-        limit = starts[i + 1] if i + 1 < len(starts) else starts[i] + len(self.tokenizer.raw(piece.text))
-        return min(starts[i] + n, limit)
+        if i not in ends:
+            ends[i] = self._char_ends(self.tokenizer.raw(piece.text))
+        limit = starts[i + 1] if i + 1 < len(starts) else starts[i] + len(ends[i])
+        return min(starts[i] + bisect.bisect_right(ends[i], inside), limit)
+
+    def _char_ends(self, tokens: list[int]) -> list[int]:
+        """Where each token's text ends, in characters of the text they came from (a
+        character counts with the token that holds its first byte)."""
+        out = []
+        n = 0
+        for token in tokens:
+            n += sum(1 for b in self.vocab.token_piece(token, special=False) if b & 0xC0 != 0x80)
+            out.append(n)
+        return out
 
     def _generation_suffix(self, extra: dict | None) -> str | None:
         """The text the template adds for the generation prompt (e.g. "<|im_start|>assistant\\n"),

@@ -102,6 +102,9 @@ class ServerConfig:
     request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
     shutdown_timeout: float = 30.0  # seconds running requests get to finish after SIGTERM
     slot_save_path: str | None = None  # POST /slots/{id}?action=save|restore reads and writes files here
+    slot_save_size: int = 4 << 30  # bytes the files in slot_save_path may take in all
+    max_messages: int = 10000  # messages (or input items) in one request; more get 400
+    max_tools: int = 256  # tools in one request; more get 400
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
@@ -130,7 +133,7 @@ _FLAGS = [
     (("-a", "--alias"), "alias", str, None, "model name to report in the API (default: the file name); several names separated by commas, the first is reported"),
     (("--api-key",), "api_key", str, None, "require this key (Authorization: Bearer KEY); several keys separated by commas"),
     (("--max-queue",), "max_queue", int, 64, "requests that may wait for a slot; more get 503 with Retry-After"),
-    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots (default: the first --api-key)"),
+    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots and reads /metrics (default: the first --api-key)"),
     (("--metrics-open",), "metrics_open", bool, False, "serve /metrics without a key even when --api-key is set (anyone who reaches the port reads the model path and the load)"),
     (("--max-body",), "max_body", "size", "8MiB", "largest request body; larger bodies get 413 (0: no limit); " + SIZE_HELP),
     (("--request-timeout",), "request_timeout", float, 0.0, "seconds a request may take from arrival to its last token; a request's own 'timeout' can only shorten it (0: no limit)"),
@@ -144,6 +147,9 @@ _FLAGS = [
     (("--cache-disk",), "cache_disk", str, None, "directory of the disk tier: prompt-cache entries evicted from RAM, and those worth keeping at shutdown, are written there and survive restarts (created owner-only; default: off)"),
     (("--cache-disk-size",), "cache_disk_size", str, "auto", "byte budget of --cache-disk (auto: half the free space, at most 64GiB); " + SIZE_HELP),
     (("--slot-save-path",), "slot_save_path", str, None, "directory for POST /slots/{id}?action=save|restore|erase and its 'filename' (as llama-server's); it must exist"),
+    (("--slot-save-size",), "slot_save_size", "size", "4GiB", "most bytes the files in --slot-save-path may take; a save past it gets 507 (without --api-key, slot files are off unless --slot-save-path is given); " + SIZE_HELP),
+    (("--max-messages",), "max_messages", int, 10000, "most messages in one chat request; more get 400 naming 'messages' (0: no limit)"),
+    (("--max-tools",), "max_tools", int, 256, "most tools in one request; more get 400 naming 'tools' (0: no limit)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
@@ -251,6 +257,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         parser.error("--parallel must be at least 1")
     if a.max_n < 1 or a.responses_store < 1:
         parser.error("--max-n and --responses-store must be at least 1")
+    if a.max_messages < 0 or a.max_tools < 0:
+        parser.error("--max-messages and --max-tools must be 0 (no limit) or more")
     if a.cache_disk and a.cache_ram <= 0:
         parser.error("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
     if a.slot_save_path and not os.path.isdir(a.slot_save_path):
@@ -326,6 +334,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         request_timeout=max(0.0, a.request_timeout),
         shutdown_timeout=max(0.0, a.shutdown_timeout),
         slot_save_path=a.slot_save_path,
+        slot_save_size=a.slot_save_size,
+        max_messages=a.max_messages,
+        max_tools=a.max_tools,
         max_n=a.max_n,
         responses_store=a.responses_store,
     )

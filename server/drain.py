@@ -6,6 +6,8 @@
 3. When they have all finished, or --shutdown-timeout has passed, the rest end with an
    OpenAI-shaped error (a stream gets an error event and [DONE]).
 4. uvicorn then stops listening, lets the last responses go out and exits with status 0.
+5. Prompt building and embeddings that wait or run end at step 1 with 503; whatever still
+   keeps the process alive --shutdown-timeout plus 5 s after the signal is not waited for.
 
 A second signal exits at once, as uvicorn does.
 
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import threading
 import time
 
 import uvicorn
@@ -29,6 +33,17 @@ from .state import Warmslot
 log = logging.getLogger("warmslot.server")
 
 POLL_S = 0.05
+EXIT_GRACE_S = 5.0  # past --shutdown-timeout: the process exits, whatever still runs
+
+
+def _exit_now() -> None:
+    """The drain, uvicorn or a worker thread did not let the process end in time.
+
+    NOTE: Python joins every thread pool's workers at exit, so one stuck in llama.cpp (a
+    tokenization, an embedding) would keep a drained process alive: it is not waited for."""
+    log.warning("shutting down: still running %.0f s past --shutdown-timeout; exiting now", EXIT_GRACE_S)
+    logging.shutdown()
+    os._exit(0)
 
 
 class DrainingServer(uvicorn.Server):
@@ -58,10 +73,14 @@ class DrainingServer(uvicorn.Server):
     def _start_drain(self) -> None:
         if self._drain_task is None:
             self._drain_task = self._loop.create_task(self.drain())
+            watchdog = threading.Timer(self.drain_timeout + EXIT_GRACE_S, _exit_now)
+            watchdog.daemon = True
+            watchdog.start()
 
     async def drain(self) -> None:
         server, engine = self.warmslot, self.warmslot.engine
         server.draining = True
+        server.close_queues()  # prompt building and embeddings that wait or run end now
         if not server.ready:
             self.should_exit = True
             return

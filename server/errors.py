@@ -131,6 +131,14 @@ class RequestTimeout(ApiError):
         super().__init__(message, code="request_timeout", headers={"x-should-retry": "false"})
 
 
+class ClientClosed(ApiError):
+    """499 (nginx's "client closed request"): the client left; nothing reaches it, the
+    status only shows in the access log and the request counters."""
+
+    status = 499
+    type = "client_closed_request"
+
+
 class ServerError(ApiError):
     status = 500
     type = "server_error"

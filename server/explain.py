@@ -10,6 +10,8 @@ log line per request.
 
 from __future__ import annotations
 
+import enum
+
 from typing import Any
 
 from warmslot.slots import Reuse, Usage
@@ -55,7 +57,7 @@ def explanation(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> di
 def header(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> dict[str, str]:
     if reuse is None:
         return {}
-    parts = [f"source={reuse.source}", f"cached={reuse.cached}", f"prompt={n_prompt}", f"slot={reuse.slot}"]
+    parts = [f"source={_name(reuse.source)}", f"cached={reuse.cached}", f"prompt={n_prompt}", f"slot={reuse.slot}"]
     if reuse.restored_checkpoint is not None:
         parts.append(f"checkpoint={reuse.restored_checkpoint}")
     where = divergence(reuse, n_prompt, prompt)
@@ -73,7 +75,7 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
     computed = usage.prompt_tokens - usage.cached_tokens
     rate = (usage.completion_tokens - 1) / usage.decode_s if usage.decode_s > 0 and usage.completion_tokens > 1 else 0.0
     line = (
-        f"slot {reuse.slot} {endpoint}: prompt {usage.prompt_tokens} = {usage.cached_tokens} cached ({reuse.source}) "
+        f"slot {reuse.slot} {endpoint}: prompt {usage.prompt_tokens} = {usage.cached_tokens} cached ({_name(reuse.source)}) "
         f"+ {computed} computed, ttft {usage.ttft_s * 1000:.0f} ms, {usage.completion_tokens} tokens at {rate:.1f}/s"
     )
     if reuse.restored_checkpoint is not None:
@@ -86,3 +88,9 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
     if reuse.reason:
         line += f"; {reuse.reason}"
     return line
+
+
+def _name(value: Any) -> str:
+    """An enum's value ("ram"), as the README names sources; f"{...}" of a str enum writes
+    "Source.RAM" on some Python versions."""
+    return str(value.value) if isinstance(value, enum.Enum) else str(value)

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from warmslot.cache.disk import REASONS
 from warmslot.slots import PROMPT_SOURCES, CopyCause
 
+from .errors import Forbidden
 from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
 
 ENDPOINTS = {
@@ -236,11 +237,16 @@ def make_registry(server, request_counts: Counter) -> CollectorRegistry:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    """Prometheus text. With API keys it needs one, as llama-server's does, unless
-    --metrics-open (the model path and the load are then readable by anyone)."""
+    """Prometheus text. With API keys it needs the admin key (the scraper's), unless
+    --metrics-open (the model path and the load are then readable by anyone).
+
+    NOTE: the counters are the whole server's: prompt lengths and their sources, as they
+    happen, would show one tenant another's traffic, so an ordinary key gets 403."""
     server = request.app.state.warmslot
     if not server.config.metrics_open:
-        server.authorize(request)
+        key = server.authorize(request)
+        if not server.is_admin(key):
+            raise Forbidden("/metrics shows every tenant's traffic: it needs the admin key (--admin-key, else the first --api-key)")
     registry = request.app.state.metrics_registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

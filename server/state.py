@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import logging
 import os
+import threading
 import time
 
 from starlette.requests import Request
@@ -17,9 +18,11 @@ from warmslot.slots import Engine
 
 from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
-from .errors import ServerError, Unauthorized, Unavailable, shutting_down
-from .protocol import parse_body
 from .api.responses.store import ResponseStore
+from .errors import ServerError, Unauthorized, Unavailable, shutting_down
+from .limits import check_body_limits
+from .protocol import parse_body
+from .work_queue import WorkQueue
 from .reasoning import reasoning_mode, thinks
 
 log = logging.getLogger("warmslot.server")
@@ -41,6 +44,8 @@ class Warmslot:
         self.draining = False  # shutting down: no new requests (see drain.py)
         self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
+        self.tokenize_queue = WorkQueue("tokenize pool", lambda: self.config.engine.max_queue)
+        self.embed_queue = WorkQueue("embeddings worker", lambda: self.config.engine.max_queue)
         self.responses = ResponseStore(config.responses_store)  # for previous_response_id
 
     # -- readiness --------------------------------------------------------------------
@@ -60,7 +65,9 @@ class Warmslot:
         self.tool_format = detect_format(source) if fmt == "auto" else fmt
         self.reasoning = reasoning_mode(self.config.reasoning_format, source)
         self.thinks = thinks(self.config.reasoning_format, source)
-        self.builder = PromptBuilder(template, vocab)
+        # a prompt longer than a slot can never run: the builder stops counting there
+        self.builder = PromptBuilder(template, vocab, max_tokens=info.n_ctx_slot)
+        threading.Thread(target=self.builder.longest_piece, name="warmslot-vocab-scan", daemon=True).start()
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
             name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",
@@ -118,10 +125,25 @@ class Warmslot:
 
     # -- work off the event loop ------------------------------------------------------
 
-    async def offload(self, fn, *args):
+    async def offload(self, fn, *args, request: Request | None = None, deadline: float | None = None):
         """`fn(*args)` on the tokenize pool (template rendering, tokenization, grammar
-        building): CPU work that must not stall the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, fn, *args)
+        building): CPU work that must not stall the event loop.
+
+        Waiting there counts against --max-queue (503 `queue_full` past it). `request`: its
+        client leaving drops the work (or ignores its result once running) and raises
+        ClientClosed (499). `deadline` (time.monotonic(); default: --request-timeout from
+        now) bounds the wait with a 408."""
+        if deadline is None:
+            deadline = self.deadline(None)
+        pool = self.tokenize_pool
+        return await self.tokenize_queue.run(lambda job: pool.submit(job.call, fn, *args), request=request, deadline=deadline)
+
+    def close_queues(self) -> None:
+        """Shutting down: work waiting for (or running on) the tokenize pool and the
+        embeddings worker is given up, and its requests answer 503 `shutting_down`."""
+        self.tokenize_queue.close()
+        self.embed_queue.close()
+        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- generation --------------------------------------------------------------------
 
@@ -140,4 +162,6 @@ async def open_request(request: Request) -> tuple[Warmslot, str, dict]:
     server = server_of(request)
     key = server.authorize(request)
     server.require_ready()
-    return server, key, parse_body(await request.body())
+    body = parse_body(await request.body())
+    check_body_limits(server.config, body)
+    return server, key, body

@@ -78,6 +78,7 @@ class Capacity:
     pinned_limit_bytes: int  # 0: no pinned memory (no CUDA device)
     notes: tuple[str, ...] = field(default_factory=tuple)
     device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by buffer type
+    embeddings_bytes: int = 0  # most the embedding context's buffers take (0: --embeddings off)
 
     @property
     def checkpoint_budget_bytes(self) -> int:
@@ -103,6 +104,7 @@ class Capacity:
             "pinned_limit_bytes": self.pinned_limit_bytes,
             "device_memory": [{"device": d.device, "model_bytes": d.model_bytes, "state_bytes": d.state_bytes}
                               for d in self.device_memory],
+            "embeddings_bytes": self.embeddings_bytes,
         }
 
     def rows(self) -> list[tuple[str, str]]:
@@ -127,6 +129,8 @@ class Capacity:
             ("pinned host memory", f"{_size(self.pinned_bytes)}, up to {_size(self.pinned_limit_bytes)}"
              if self.pinned_limit_bytes else "none (no CUDA device)"),
         ]
+        if self.embeddings_bytes:
+            rows.append(("embeddings", f"up to {_size(self.embeddings_bytes)} (KV cache, outputs and compute of one input)"))
         return rows + [("note", note) for note in self.notes]
 
     def table(self) -> str:

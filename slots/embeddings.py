@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -27,6 +27,15 @@ from .llama_api.embedding import EmbeddingContext, model_pooling
 log = logging.getLogger("warmslot.embeddings")
 
 N_SEQ = 1  # inputs per llama_decode (see the NOTE above)
+CHUNK = 64  # tokens per decode of a generative model's input: its buffers hold that many tokens' logits
+
+
+class Job(Protocol):
+    """What the caller gives to follow and cancel one request's work (any thread)."""
+
+    def start(self) -> bool: ...
+
+    def cancelled(self) -> bool: ...
 
 
 class InputTooLong(ValueError):
@@ -52,11 +61,17 @@ class Embedder:
         self.pooling = choose_pooling(model, pooling)
         fa = "on" if flash_attn == "on" else "off"
 
+        # a generative model (no pooling of its own) is causal: its inputs go in chunks
+        chunk = CHUNK if model_pooling(model) in ("none", "rank") and self.pooling != "rank" else 0
+
         def make() -> EmbeddingContext:
-            return EmbeddingContext(model, n_ctx=n_ctx, n_seq=N_SEQ, pooling=self.pooling, n_threads=n_threads, flash_attn=fa)
+            return EmbeddingContext(
+                model, n_ctx=n_ctx, n_seq=N_SEQ, pooling=self.pooling, n_threads=n_threads, flash_attn=fa, chunk=chunk,
+            )
 
         self._ctx = self._pool.submit(make).result()
         self.n_ctx = self._ctx.n_ctx
+        self.memory_bytes = _memory_bound(model, self._ctx.n_ctx, chunk or self._ctx.n_ctx)
         self.n_embd = self._ctx.n_embd
         log.info("embeddings: %s pooling, inputs up to %d tokens, %d dimensions", self.pooling, self.n_ctx, self.n_embd)
 
@@ -66,17 +81,34 @@ class Embedder:
             if len(tokens) > self.n_ctx:
                 raise InputTooLong(i, len(tokens), self.n_ctx)
 
-    def embed(self, inputs: Sequence[Sequence[int]]) -> concurrent.futures.Future:
-        """A Future of one normalized float32 vector per input, in order."""
+    def embed(self, inputs: Sequence[Sequence[int]], *, job: "Job | None" = None) -> concurrent.futures.Future:
+        """A Future of one normalized float32 vector per input, in order. `job`: the worker
+        calls `job.start()` first (False: skip the work) and stops between inputs once
+        `job.cancelled()` (the Future's result is then incomplete; the waiter ignores it)."""
         self.check(inputs)
-        return self._pool.submit(self._embed, [list(t) for t in inputs])
+        return self._pool.submit(self._embed, [list(t) for t in inputs], job)
 
-    def _embed(self, inputs: list[list[int]]) -> list[np.ndarray]:
-        return [_normalized(self._ctx.pooled([tokens])[0]) for tokens in inputs]
+    def _embed(self, inputs: list[list[int]], job: "Job | None") -> list[np.ndarray]:
+        if job is not None and not job.start():
+            return []
+        out = []
+        for tokens in inputs:
+            if job is not None and job.cancelled():
+                break
+            out.append(_normalized(self._ctx.pooled([tokens])[0]))
+        return out
 
     def close(self) -> None:
         self._pool.submit(self._ctx.close).result()
         self._pool.shutdown(wait=True)
+
+
+def _memory_bound(model: Model, n_ctx: int, n_batch: int) -> int:
+    """About the most the embedding context takes: its f16 KV cache for `n_ctx` tokens, and
+    for `n_batch` tokens the outputs (logits and vectors) twice, once in the compute buffer
+    and once copied out."""
+    kv = (model.kv_bytes_per_token("f16", "f16") or 0) * n_ctx
+    return kv + 2 * n_batch * (model.info.n_vocab + model.info.n_embd) * 4
 
 
 def _normalized(vector: np.ndarray) -> np.ndarray:

@@ -45,7 +45,7 @@ from .parallel_sampling import BatchSampler
 from .prefix import Prefixes
 from .requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, Reuse
 from .router import Fetch, Fork, Route, Router, Wait
-from .scheduler import BatchEntry, plan_batch
+from .scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
 from .stats import EngineStats
@@ -397,7 +397,7 @@ class Engine:
             cap = min(cap, self.config.prefill_chunk or self.ctx.n_ubatch)
         if self._chunk_cap:
             cap = min(cap, self._chunk_cap)
-        return cap
+        return min(cap, timed_prefill_cap(self.stats.prefill_rate(), self.ctx.n_ubatch))
 
     def _run(self, entries: list[BatchEntry]) -> None:
         t0 = time.monotonic()

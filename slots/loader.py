@@ -198,6 +198,7 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         cache_ram_bytes=cfg.cache_ram, cache_ram_auto=cfg.cache_ram_auto,
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
         device_memory=device_memory(buffers),
+        embeddings_bytes=parts.embedder.memory_bytes if parts.embedder is not None else 0,
     )
     return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)
 

@@ -68,6 +68,27 @@ def plan_batch(
     return entries
 
 
+STEP_TARGET_S = 0.25  # seconds a prefill step aims at: deadlines and aborts act between steps
+PROBE_TOKENS = 64  # the first prefill chunk, before any rate is known
+MIN_CHUNK = 32
+
+
+def timed_prefill_cap(rate: float, n_ubatch: int, target_s: float = STEP_TARGET_S) -> int:
+    """Prefill tokens a step may take so that it lasts about `target_s`, at `rate` prefill
+    tokens per second (0: not measured yet, a probe chunk). A whole number of ubatches when
+    that many fit (llama.cpp computes in ubatches anyway), else a multiple of MIN_CHUNK.
+
+    NOTE: a request's deadline and a client's abort are seen only between two steps. One
+    decode of a whole --batch-size prompt took half a minute on a loaded CPU, and a
+    `--request-timeout 2` then answered after 29 s."""
+    if rate <= 0:
+        return PROBE_TOKENS
+    n = int(rate * target_s)
+    if n >= n_ubatch:
+        return n - n % n_ubatch
+    return max(MIN_CHUNK, n - n % MIN_CHUNK)
+
+
 def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], budget: int) -> list[Slot]:
     """The slots missing between the step's sequence ids whose filler tokens cost less than
     the micro-batch each run of them would otherwise add."""

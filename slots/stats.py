@@ -110,6 +110,13 @@ class EngineStats:
         self.decode_seconds += decode_s
         self.recent.append((time.monotonic(), n_prefill, prefill_s, n_decode, decode_s))
 
+    def prefill_rate(self) -> float:
+        """Prefill tokens per second: recent, else since the start (0: none measured yet)."""
+        recent = self.recent_rates()[0]
+        if recent > 0:
+            return recent
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
     def recent_rates(self, window: float = 10.0) -> tuple[float, float]:
         """Prefill and decode tokens per second of decode time, over the last `window` seconds."""
         since = time.monotonic() - window

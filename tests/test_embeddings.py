@@ -71,3 +71,43 @@ def test_auto_pooling_is_mean_for_a_generative_model(default_model):
         assert choose_pooling(m, "last") == "last"
     finally:
         m.close()
+
+
+def _rss_mib() -> float:
+    import os
+
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def test_a_2000_token_input_keeps_memory_bounded(default_model):
+    """A generative model computes logits for every output token: 2,000 tokens of Gemma's
+    262k vocabulary once took 4 GB of buffers, kept for the context's life."""
+    m = Model(str(default_model), n_gpu_layers=0)
+    embedder = Embedder(m, pooling="mean", n_ctx=2048, n_threads=2)
+    try:
+        before = _rss_mib()
+        (vector,) = embedder.embed([random_tokens(5, 2000)]).result(300)
+        grown = _rss_mib() - before
+        assert grown < 600, grown  # MiB: the chunks' buffers, not 4 GB
+        assert embedder.memory_bytes < 1 << 30
+        assert abs(np.linalg.norm(vector) - 1) < 1e-5
+    finally:
+        embedder.close()
+        m.close()
+
+
+def test_a_long_input_in_chunks_equals_llama_cpp_token_vectors_pooled(default_model):
+    m = Model(str(default_model), n_gpu_layers=0)
+    tokens = random_tokens(6, 300)  # several chunks
+    raw = EmbeddingContext(m, n_ctx=512, n_seq=1, pooling="none", n_threads=2, flash_attn="off")
+    try:
+        expected = raw.per_token(tokens).astype(np.float64).mean(axis=0)
+    finally:
+        raw.close()
+    embedder = Embedder(m, pooling="mean", n_ctx=512, n_threads=2)
+    try:
+        (got,) = embedder.embed([tokens]).result(120)
+    finally:
+        embedder.close()
+        m.close()
+    assert np.abs(got - expected / np.linalg.norm(expected)).max() < 1e-3

@@ -122,6 +122,75 @@ def test_generated_requests_get_no_5xx_and_only_declared_openai_shaped_answers(s
     assert ok >= 50, "the fuzzer should reach generation, not only the validators"
 
 
+# -- request sizes: many messages, many inputs ------------------------------------------------
+
+N_SIZED = 10  # requests per strategy: each may carry thousands of messages or inputs
+SIZED_ANSWER_S = 45  # --request-timeout (30 s) plus a margin for a loaded machine
+
+# short texts, some of them pieces of the chat template's special tokens
+_PIECES = st.sampled_from(["a", "t", "rt", "<", ">", "_of_", "turn", "<start_of_turn>", "user", "model", "\n", " ", "hi there"])
+_ROLES = st.sampled_from(["user", "assistant", "system", "tool"])
+
+
+@st.composite
+def many_messages(draw):
+    n = draw(st.integers(1, 12_000))  # the server takes 10,000 (--max-messages)
+    piece = draw(_PIECES)
+    roles = draw(st.lists(_ROLES, min_size=1, max_size=4))
+    messages = [{"role": roles[i % len(roles)], "content": piece} for i in range(n)]
+    if messages[0]["role"] == "tool":
+        messages[0]["role"] = "user"
+    return {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0}
+
+
+@st.composite
+def many_inputs(draw):
+    n = draw(st.integers(1, 2_100))  # at most 2048 are taken
+    if draw(st.booleans()):
+        inputs = [draw(_PIECES) * draw(st.integers(1, 20)) for _ in range(min(n, 20))] * (n // min(n, 20) + 1)
+    else:
+        inputs = [[draw(st.integers(0, 5000))] * draw(st.integers(1, 30)) for _ in range(min(n, 20))] * (n // min(n, 20) + 1)
+    return {"input": inputs[:n]}
+
+
+def sized(url: str, path: str, strategy, record) -> None:
+    @settings(
+        max_examples=N_SIZED, deadline=None, database=None, phases=[Phase.generate],
+        derandomize=not os.environ.get("WARMSLOT_FUZZ_RANDOM"), suppress_health_check=list(HealthCheck),
+    )
+    @given(body=strategy)
+    def one(body):
+        t0 = time.monotonic()
+        response = httpx.post(url + path, json=body, timeout=120)
+        record(body, response, time.monotonic() - t0)
+
+    one()
+
+
+@pytest.mark.parametrize(("path", "strategy"), [("/v1/chat/completions", many_messages()), ("/v1/embeddings", many_inputs())],
+                         ids=["many messages", "many inputs"])
+def test_requests_of_many_messages_or_inputs_are_answered_in_time_without_5xx(server, path, strategy):
+    failures: list[str] = []
+    statuses: collections.Counter = collections.Counter()
+
+    def record(body, response, seconds):
+        statuses[response.status_code] += 1
+        size = len(body.get("messages") or body.get("input"))
+        problem = None
+        if response.status_code >= 500 and response.status_code != 503:
+            problem = f"{response.status_code}: {response.text[:300]}"
+        elif seconds > SIZED_ANSWER_S:
+            problem = f"answered after {seconds:.0f} s"
+        elif 400 <= response.status_code < 500:
+            problem = openai_error_shape(response)
+        if problem is not None and len(failures) < 10:
+            failures.append(f"{size} items: {problem}")
+
+    sized(server.url, path, strategy, record)
+    assert not failures, "\n".join(failures)
+    assert statuses[200] > 0 and statuses[400] > 0, statuses  # both sides of the limits were reached
+
+
 def test_the_server_is_healthy_and_idle_after_the_fuzzing(server):
     assert httpx.get(server.url + "/health").status_code == 200
     deadline = time.monotonic() + 60

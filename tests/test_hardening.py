@@ -209,3 +209,57 @@ def test_a_raw_socket_body_of_2000_brackets_gets_400_on_the_wire():
             assert read_response(sock)[0] == 200
         finally:
             sock.close()
+
+
+# -- limits and shapes: numbers that once gave a 500 or a misleading answer --------------------
+
+
+def test_a_logit_bias_key_of_thousands_of_digits_is_a_400_not_a_500():
+    with pytest.raises(InvalidRequest) as info:
+        parse_generation({"logit_bias": {"9" * 4301: 1}}, N_VOCAB)
+    assert info.value.param == "logit_bias" and "outside the vocabulary" in info.value.message
+    assert parse_generation({"logit_bias": {"0005": 1}}, N_VOCAB).sampling.logit_bias == {5: 1.0}
+
+
+@pytest.mark.parametrize("value", [1e-300, 0.0001, 0, -1, 1e308, float("nan"), "5", True])
+def test_timeout_must_be_a_positive_finite_number_of_seconds(value):
+    with pytest.raises(InvalidRequest) as info:
+        parse_generation({"timeout": value}, N_VOCAB)
+    assert info.value.param == "timeout"
+    assert parse_generation({"timeout": 0.5}, N_VOCAB).timeout == 0.5
+
+
+def test_the_cache_header_names_sources_as_the_readme_does():
+    from warmslot.server import explain
+    from warmslot.slots.requests import Reuse, Source
+
+    header = explain.header(Reuse(source=Source.RAM, slot=1, cached=5), 10, None)["X-Warmslot-Cache"]
+    assert header.startswith("source=ram;"), header
+
+
+def _config(max_queue: int, n_parallel: int):
+    from warmslot.server.config import parse_config
+
+    return parse_config(["-m", "/nonexistent.gguf", "--max-queue", str(max_queue), "-np", str(n_parallel)])[0]
+
+
+def test_a_request_larger_than_the_queue_can_ever_hold_is_a_400_naming_the_fields():
+    from warmslot.server.limits import check_body_limits, check_fanout
+
+    config = _config(64, 4)
+    with pytest.raises(InvalidRequest) as info:
+        check_body_limits(config, {"prompt": ["hi"] * 9, "n": 8})
+    assert info.value.status == 400 and info.value.param == "n, prompt"
+    with pytest.raises(InvalidRequest) as info:
+        check_fanout(config, 69)
+    assert info.value.param == "n"
+    check_fanout(config, 68)  # the slots and the queue hold that many
+    check_body_limits(config, {"prompt": ["hi"] * 8, "n": 8})
+
+
+def test_a_fanout_past_the_queue_gets_400_on_the_wire_not_a_503():
+    with InProcessServer("--max-queue", "64") as srv:
+        srv.app.state.warmslot.builder = object()  # ready enough: the check comes before any work
+        r = httpx.post(srv.url + "/v1/completions", json={"prompt": ["hi"] * 9, "n": 8}, timeout=10)
+    assert r.status_code == 400, r.text
+    assert_openai_error(r.content, "invalid_request_error")["param"] == "n, prompt"

@@ -102,12 +102,15 @@ def test_slots_show_a_key_only_its_own_tenants_and_the_first_key_everything(keye
     assert "alice" not in json.dumps(bob)
 
 
-def test_metrics_need_a_key_when_the_server_has_keys(keyed):
+def test_metrics_need_the_admin_key_when_the_server_has_keys(keyed):
     r = httpx.get(keyed.url + "/metrics")
     assert r.status_code == 401
     assert r.json()["error"]["type"] == "authentication_error"
     assert httpx.get(keyed.url + "/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    # bob's key would read alice's prompt lengths and sources as they happen
     r = httpx.get(keyed.url + "/metrics", headers={"Authorization": "Bearer bob-key"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_key_required"
+    r = httpx.get(keyed.url + "/metrics", headers={"Authorization": "Bearer alice-key"})  # the first key: the admin
     assert r.status_code == 200 and "warmslot_prompt_tokens_total" in r.text
     assert httpx.get(keyed.url + "/health").status_code == 200  # probes need no key
     assert httpx.get(keyed.url + "/slots").status_code == 401
@@ -128,3 +131,11 @@ def test_admin_key_and_metrics_open(default_model):
         assert r.status_code == 200 and "warmslot_model_info" in r.text
     finally:
         proc.stop()
+
+
+def test_get_load_shows_kv_cells_and_cache_bytes_to_the_admin_key_only(keyed):
+    coarse = httpx.get(keyed.url + "/get_load").json()
+    assert set(coarse) == {"load", "running", "waiting", "slots"}
+    assert set(httpx.get(keyed.url + "/get_load", headers={"Authorization": "Bearer bob-key"}).json()) == set(coarse)
+    full = httpx.get(keyed.url + "/get_load", headers={"Authorization": "Bearer alice-key"}).json()
+    assert {"kv_cells_used", "kv_cells_total", "prompt_cache_bytes"} <= set(full)

@@ -12,13 +12,12 @@ from .events import ChoiceEnd, ChoiceReply, Delta, End, Finish, Reply, StreamEve
 from .generation import Generation, start_chat, start_text
 from .plan import ChatPlan, checkpoint_boundaries, plan_chat
 from .sse import Renderer, SseItem, as_api_error, sse_response
-from .submission import ClientGone, engine_error
+from .submission import engine_error
 
 __all__ = [
     "ChatPlan",
     "ChoiceEnd",
     "ChoiceReply",
-    "ClientGone",
     "Delta",
     "End",
     "Finish",

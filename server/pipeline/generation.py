@@ -10,6 +10,7 @@ inside a tool call, usage over several choices, reasoning tokens, and the reques
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -22,13 +23,14 @@ from warmslot.slots import Event, FinishReason, GenerateRequest
 
 from .. import explain
 from ..chat import Prompt
+from ..errors import ClientClosed, ContextOverflow
 from ..output.events import ContentDelta, ReasoningDelta, ToolCallDelta
 from ..output.reply import parse_event, parse_reply
 from ..protocol import ChatParams, CompletionParams, GenerationParams
 from ..state import Warmslot
 from .events import ChoiceEnd, ChoiceReply, Delta, End, Reply, StreamEvent, finish_of, total_usage
 from .plan import ChatPlan, check_n, completion_tokens, echo_text, plan_chat
-from .submission import ClientGone, Submission, TaggedSink
+from .submission import Submission, TaggedSink
 
 log = logging.getLogger("warmslot.server")
 
@@ -109,7 +111,7 @@ class Generation:
     # -- the whole reply --------------------------------------------------------------------
 
     async def collect(self, request: Request) -> Reply:
-        """Every choice's whole reply; a client that leaves aborts them (ClientGone)."""
+        """Every choice's whole reply; a client that leaves aborts them (ClientClosed)."""
         n = self.n_choices
         texts: list[list[str]] = [[] for _ in range(n)]
         logprobs: list[list] = [[] for _ in range(n)]
@@ -120,7 +122,7 @@ class Generation:
                 logprobs[i] += ev.logprobs
                 if ev.finish is not None:
                     ends[i] = ev
-        except ClientGone:
+        except ClientClosed:
             self.log_gone()
             raise
         choices = []
@@ -157,28 +159,52 @@ async def start_chat(
 ) -> Generation:
     """Plan a chat-shaped request, submit its choices and wait for admission."""
     check_n(server, params.gen.n)
-    plan = await server.offload(plan_chat, server, params, budget)
+    deadline = server.deadline(params.gen.timeout)  # from arrival: waiting for the pool counts too
+    async with _waiting(endpoint):
+        try:
+            plan = await server.offload(plan_chat, server, params, budget, request=request, deadline=deadline)
+        except ContextOverflow as exc:  # the builder stopped early: named as this API names its prompt
+            exc.param = prompt_param
+            raise
     params.gen.sampling.reasoning_budget = plan.budget
-    sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param)
+    sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline)
     return Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan)
 
 
 async def start_text(request: Request, server: Warmslot, key: str, params: CompletionParams) -> Generation:
     """Tokenize a completion request's prompts, submit their choices, wait for admission."""
     check_n(server, params.gen.n)
+    deadline = server.deadline(params.gen.timeout)
     many = len(params.prompts) > 1
-    prompts = [
-        await server.offload(completion_tokens, server, p, f"prompt[{i}]" if many else "prompt") for i, p in enumerate(params.prompts)
-    ]
-    echoes = [await server.offload(echo_text, server, p, t) for p, t in zip(params.prompts, prompts)] if params.gen.echo else None
-    sub = _submit(server, key, prompts, params.gen, None, "prompt")
+    async with _waiting("completion"):
+        prompts = [
+            await server.offload(completion_tokens, server, p, f"prompt[{i}]" if many else "prompt", request=request, deadline=deadline)
+            for i, p in enumerate(params.prompts)
+        ]
+        echoes = [
+            await server.offload(echo_text, server, p, t, request=request, deadline=deadline) for p, t in zip(params.prompts, prompts)
+        ] if params.gen.echo else None
+    sub = _submit(server, key, prompts, params.gen, None, "prompt", deadline)
     generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None)
     if echoes is not None:
         generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
     return generation
 
 
-def _submit(server: Warmslot, key: str, prompts: list[list[int]], gen: GenerationParams, plan: ChatPlan | None, prompt_param: str) -> Submission:
+@contextlib.asynccontextmanager
+async def _waiting(endpoint: str):
+    """Before admission: a client that leaves is logged (its work was dropped)."""
+    try:
+        yield
+    except ClientClosed:
+        log.info("%s: the client disconnected while the request waited; it was aborted", endpoint)
+        raise
+
+
+def _submit(
+    server: Warmslot, key: str, prompts: list[list[int]], gen: GenerationParams, plan: ChatPlan | None, prompt_param: str,
+    deadline: float | None,
+) -> Submission:
     """One engine request per choice. Choice i*n + j answers prompt i with its j-th sample:
     the first evaluates the prompt, the other n-1 are its siblings, which the engine forks
     from it instead of computing the prompt again."""
@@ -190,14 +216,15 @@ def _submit(server: Warmslot, key: str, prompts: list[list[int]], gen: Generatio
         first = None
         for j in range(gen.n):
             sink = TaggedSink(loop, queue, p * gen.n + j)
-            req = _engine_request(server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first)
+            req = _engine_request(server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline)
             first = first or req.id
             reqs.append(req)
     return Submission.submit(server.engine, reqs, queue, server.engine.info.n_ctx_slot, prompt_param)
 
 
 def _engine_request(
-    server: Warmslot, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of
+    server: Warmslot, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of,
+    deadline: float | None,
 ) -> GenerateRequest:
     """The engine request for one choice (`choice` > 0: another choice of the same prompt,
     sampled with seed + choice when a seed is given)."""
@@ -224,13 +251,10 @@ def _engine_request(
         boundaries=tuple(boundaries),
         logprobs=gen.logprobs,
         sibling_of=sibling_of,
-        deadline=server.deadline(gen.timeout),
+        deadline=deadline,
     )
 
 
 async def _started(sub: Submission, request: Request, endpoint: str) -> Event:
-    try:
+    async with _waiting(endpoint):
         return await sub.started(request.receive)
-    except ClientGone:
-        log.info("%s: the client disconnected while the request waited; it was aborted", endpoint)
-        raise

@@ -18,7 +18,8 @@ from ..errors import InvalidRequest
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..output.parser import OutputParser
-from ..protocol import ChatParams, ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from ..constraints import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from ..protocol import ChatParams
 from ..reasoning import budget_spec
 from ..state import Warmslot
 

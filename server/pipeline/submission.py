@@ -15,11 +15,7 @@ from typing import AsyncIterator
 
 from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown
 
-from ..errors import ApiError, ContextOverflow, InvalidRequest, RequestTimeout, ServerError, Unavailable, shutting_down
-
-
-class ClientGone(Exception):
-    """The client disconnected while its request was running; nothing is sent (499)."""
+from ..errors import ApiError, ClientClosed, ContextOverflow, InvalidRequest, RequestTimeout, ServerError, Unavailable, shutting_down
 
 
 def engine_error(error: EngineError, n_prompt: int, n_ctx: int, prompt_param: str = "messages") -> ApiError:
@@ -117,7 +113,7 @@ class Submission:
     async def started(self, receive) -> Event:
         """Wait until the first choice is admitted (the others follow it); its 'started'
         event. An engine error in any choice raises its ApiError; a client that leaves
-        aborts the request and raises ClientGone."""
+        aborts the request and raises ClientClosed."""
         while True:
             index, events = await self._next(receive)
             for ev in events:
@@ -160,4 +156,4 @@ class Submission:
             return getter.result()
         getter.cancel()
         self.abort()
-        raise ClientGone()
+        raise ClientClosed("the client left while its request ran")

@@ -8,7 +8,6 @@ prompt. `usage.prompt_tokens` counts every input's tokens.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from typing import Any
 
@@ -74,9 +73,11 @@ async def embeddings(request: Request) -> Response:
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != embedder.n_embd:
         raise InvalidRequest(f"this model's embeddings have {embedder.n_embd} dimensions", param="dimensions")
-    tokens = await server.offload(_tokenize, server, items)
+    deadline = server.deadline(None)
+    tokens = await server.offload(_tokenize, server, items, request=request, deadline=deadline)
     try:
-        vectors = await asyncio.wrap_future(embedder.embed(tokens))
+        embedder.check(tokens)
+        vectors = await server.embed_queue.run(lambda job: embedder.embed(tokens, job=job), request=request, deadline=deadline)
     except InputTooLong as exc:
         raise InvalidRequest(f"{exc}; split it, or start the server with a larger --batch-size", param=f"input[{exc.index}]") from None
     n_tokens = sum(len(t) for t in tokens)

@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest, NotFound, shutting_down
-from ..protocol import parse_body, parse_messages, validate_tools
+from ..constraints import validate_tools
+from ..protocol import parse_body, parse_messages
 from ..state import server_of
 
 

@@ -3,7 +3,9 @@
 The same contract as llama-server's: a JSON body with `filename` (a plain file name inside
 --slot-save-path) for save and restore; answers `{id_slot, filename, n_saved, n_written,
 timings: {save_ms}}`, `{id_slot, filename, n_restored, n_read, timings: {restore_ms}}` and
-`{id_slot, n_erased}`. With API keys, only the admin key may act on slots (403). An action on a busy slot waits until its request is done. Files are
+`{id_slot, n_erased}`. With API keys, only the admin key may act on slots (403). Saved files
+together stay within --slot-save-size (507 past it); a name longer than the file system
+takes is a 400 that shows no path. An action on a busy slot waits until its request is done. Files are
 the disk tier's verified format, written atomically; a file that fails verification (another
 model or layout, truncated, damaged, not a slot file) is refused with a 400 naming the reason
 and counted in `warmslot_disk_cache_rejected_total`.
@@ -60,18 +62,25 @@ async def slot_action(request: Request) -> Response:
     filename = parse_body(await request.body()).get("filename")
     if not isinstance(filename, str) or not valid_filename(filename):
         raise InvalidRequest("Invalid filename", param="filename")
+    longest = longest_filename(server.config.slot_save_path)
+    if len(filename.encode("utf-8")) > longest:
+        raise InvalidRequest(f"Invalid filename: at most {longest} bytes on this server's file system", param="filename")
     path = os.path.join(server.config.slot_save_path, filename)
     loop = asyncio.get_running_loop()
     t0 = time.perf_counter()
     if action == "save":
         img = await _on_slot(server, lambda engine: slot_files.image(engine, slot_id))
         meta = Meta(server.engine.info.state_fingerprint, img.tenant, img.prompt_end, time.time())
+        await loop.run_in_executor(None, _check_quota, server.config, filename, _image_bytes(img))
         try:
             header = await loop.run_in_executor(
                 None, fmt.write, server.config.slot_save_path, filename, meta, img.tokens, img.state, img.checkpoints
             )
-        except OSError as exc:
-            raise ApiError(f"Unable to save slot: {exc}") from None
+        except OSError as exc:  # NOTE: str(exc) names the server's path; the reason alone does not
+            raise ApiError(f"Unable to save slot: {exc.strerror or type(exc).__name__}") from None
+        if _saved_bytes(server.config.slot_save_path) > server.config.slot_save_size:  # the estimate fell short
+            await loop.run_in_executor(None, _remove, path)
+            raise _over_quota(server.config)
         return JSONResponse({
             "id_slot": slot_id, "filename": filename, "n_saved": len(img.tokens), "n_written": header.file_bytes,
             "timings": {"save_ms": (time.perf_counter() - t0) * 1000},
@@ -108,6 +117,65 @@ async def _on_slot(server: Warmslot, fn):
             await asyncio.sleep(_POLL_S)
         except slot_files.SlotActionError as exc:
             raise InvalidRequest(str(exc)) from None
+
+
+class InsufficientStorage(ApiError):
+    """507: the slot files would pass --slot-save-size."""
+
+    status = 507
+    type = "insufficient_storage"
+
+
+TEMP_NAME_EXTRA = 14  # fmt.write's temporary ".{name}.{8 hex}.tmp" is this much longer
+
+
+def longest_filename(directory: str) -> int:
+    """Bytes a slot file's name may have: the file system's limit less the temporary name's
+    extra (a longer one failed with ENAMETOOLONG, naming the server's path)."""
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    return min(255, limit) - TEMP_NAME_EXTRA
+
+
+def _image_bytes(img) -> int:
+    """About what the file of a slot image takes (state, tokens and checkpoints)."""
+    checkpoints = sum(c.nbytes for c in img.checkpoints)
+    return int(img.state.nbytes) + 4 * len(img.tokens) + checkpoints
+
+
+def _saved_bytes(directory: str) -> int:
+    total = 0
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _check_quota(config, filename: str, n_bytes: int) -> None:
+    """Raise 507 when the directory plus this file (less the file it replaces) would pass
+    --slot-save-size."""
+    directory = config.slot_save_path
+    replaced = os.path.join(directory, filename)
+    existing = os.path.getsize(replaced) if os.path.isfile(replaced) else 0
+    if _saved_bytes(directory) - existing + n_bytes > config.slot_save_size:
+        raise _over_quota(config)
+
+
+def _over_quota(config) -> InsufficientStorage:
+    return InsufficientStorage(
+        f"Unable to save slot: the slot files would pass their quota of {config.slot_save_size} bytes "
+        "(--slot-save-size); erase some, or restore over an existing name", code="slot_save_quota",
+    )
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 _FORBIDDEN = set('/\\:*?"<>|') | {"\ufffd", "\ufeff", "\uff0e", "\u2215", "\u2216"}

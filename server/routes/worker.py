@@ -5,6 +5,7 @@ warmslot answers with the names and shapes they read:
 
 - `GET /get_load`: `{"load": requests running + waiting, ...}`; power_of_two balancing reads
   `load`. Open, like /health: the router polls it without a key, and it holds only counts.
+  With API keys, KV cells and cache bytes are shown to the admin key only.
 - `GET /get_model_info`: the served model (the router's own /get_model_info proxies it).
 - `GET /get_server_info`: the replica's settings, KV layout, placement on devices and the
   bytes each device holds. Needs the API key when one is set.
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import Unavailable
+from ..errors import Unauthorized, Unavailable
 from ..state import Warmslot, server_of
 from ..version import version_info
 
@@ -46,11 +47,23 @@ async def get_load(request: Request) -> Response:
         "running": running,
         "waiting": waiting,
         "slots": server.engine.info.n_slots,
-        "kv_cells_used": sum(s.n_tokens for s in snap.slots) if snap is not None else 0,
-        "kv_cells_total": server.engine.info.n_ctx,
-        "prompt_cache_bytes": snap.cache.bytes if snap is not None and snap.cache is not None else 0,
     }
+    if _sees_detail(server, request):
+        body["kv_cells_used"] = sum(s.n_tokens for s in snap.slots) if snap is not None else 0
+        body["kv_cells_total"] = server.engine.info.n_ctx
+        body["prompt_cache_bytes"] = snap.cache.bytes if snap is not None and snap.cache is not None else 0
     return JSONResponse(body)
+
+
+def _sees_detail(server: Warmslot, request: Request) -> bool:
+    """KV cells and cache bytes follow other tenants' prompts as they grow: with API keys,
+    only the admin key sees them (a router without a key gets the coarse load)."""
+    if not server.config.api_keys:
+        return True
+    try:
+        return server.is_admin(server.authorize(request))
+    except Unauthorized:
+        return False
 
 
 async def get_model_info(request: Request) -> Response:

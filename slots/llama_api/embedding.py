@@ -34,16 +34,22 @@ class EmbeddingContext:
     cleared before each batch. Use it from one thread."""
 
     def __init__(
-        self, model: Model, *, n_ctx: int, n_seq: int, pooling: str, n_threads: int = 0, flash_attn: str = "off"
+        self, model: Model, *, n_ctx: int, n_seq: int, pooling: str, n_threads: int = 0, flash_attn: str = "off", chunk: int = 0
     ) -> None:
+        """`chunk` > 0 (a causal model only): inputs are decoded `chunk` tokens at a time and
+        pooled here from their token vectors.
+
+        NOTE: llama.cpp makes every token of an embedding batch an output, and a generative
+        model computes its logits for each: 2,000 tokens of a 262k vocabulary took 4 GB of
+        buffers, kept for the context's life. In chunks those buffers hold `chunk` tokens."""
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx = n_ctx
         # a non-causal model attends over its whole input at once: one ubatch per batch
-        cp.n_batch = cp.n_ubatch = n_ctx
+        cp.n_batch = cp.n_ubatch = chunk or n_ctx
         cp.n_seq_max = n_seq
         cp.kv_unified = True
         cp.embeddings = True
-        cp.pooling_type = POOLING[pooling]
+        cp.pooling_type = POOLING["none" if chunk else pooling]
         cp.n_threads = cp.n_threads_batch = n_threads or default_threads()
         cp.no_perf = True
         cp.flash_attn_type = FLASH_ATTN[flash_attn]
@@ -51,12 +57,13 @@ class EmbeddingContext:
         if not ptr:
             raise LlamaError("llama.cpp could not create the embedding context (see the log above)")
         self.ptr = ptr
+        self.chunk = chunk
         # llama.cpp pads the context; a batch holds at most n_ubatch tokens (one ubatch)
-        self.n_ctx = min(int(llama_cpp.llama_n_ctx(ptr)), int(llama_cpp.llama_n_ubatch(ptr)))
+        self.n_ctx = min(int(llama_cpp.llama_n_ctx(ptr)), n_ctx if chunk else int(llama_cpp.llama_n_ubatch(ptr)))
         self.n_seq = n_seq
         self.n_embd = int(llama_cpp.llama_model_n_embd_out(model.ptr)) or model.info.n_embd
-        self.pooling = _NAMES.get(int(llama_cpp.llama_pooling_type(ptr)), pooling)
-        self._batch = Batch(self.n_ctx, n_seq)
+        self.pooling = pooling if chunk else _NAMES.get(int(llama_cpp.llama_pooling_type(ptr)), pooling)
+        self._batch = Batch(chunk or self.n_ctx, n_seq)
 
     def _decode(self, inputs: Sequence[Sequence[int]]) -> None:
         assert 0 < len(inputs) <= self.n_seq and sum(map(len, inputs)) <= self.n_ctx
@@ -71,6 +78,8 @@ class EmbeddingContext:
 
     def pooled(self, inputs: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """One pooled vector per input (the context's pooling must not be "none")."""
+        if self.chunk:
+            return [self._pooled_in_chunks(tokens) for tokens in inputs]
         self._decode(inputs)
         out = []
         for seq in range(len(inputs)):
@@ -79,6 +88,31 @@ class EmbeddingContext:
                 raise LlamaError("llama.cpp returned no pooled embedding")
             out.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
         return out
+
+    def _pooled_in_chunks(self, tokens: Sequence[int]) -> np.ndarray:
+        """One input decoded `chunk` tokens at a time, its token vectors pooled on the way."""
+        assert 0 < len(tokens) <= self.n_ctx
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ptr), True)
+        batch = self._batch
+        total = np.zeros(self.n_embd, dtype=np.float64)
+        first = last = None
+        for start in range(0, len(tokens), self.chunk):
+            part = tokens[start : start + self.chunk]
+            batch.clear()
+            batch.add(part, start, 0, logits_last=True)
+            batch.logits[: batch.n] = 1
+            if int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n))) != 0:
+                raise LlamaError("llama_decode failed on the embedding context")
+            rows = np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(self.ptr, i), shape=(self.n_embd,)) for i in range(len(part))])
+            total += rows.astype(np.float64).sum(axis=0)
+            if first is None:
+                first = rows[0].copy()
+            last = rows[-1].copy()
+        if self.pooling == "cls":
+            return first.astype(np.float32)
+        if self.pooling == "last":
+            return last.astype(np.float32)
+        return (total / len(tokens)).astype(np.float32)
 
     def per_token(self, tokens: Sequence[int]) -> np.ndarray:
         """One vector per token of one input (pooling "none"), shape (len(tokens), n_embd)."""

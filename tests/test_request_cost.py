@@ -1,0 +1,143 @@
+"""What one request may cost: prompt building linear in the number of messages, an
+over-long prompt stopped before it is built whole, limits on messages and tools, and a pool
+that hostile requests cannot monopolize. Built on the default model's real vocabulary."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import httpx
+import pytest
+
+from tests.helpers import warmslot_server
+from warmslot.server.chat import ChatTemplate, PromptBuilder, PromptTooLong, builtin_source
+from warmslot.slots.llama_api import Model
+from warmslot.slots.vocab import Vocab
+
+
+@pytest.fixture(scope="module")
+def vocab(default_model):
+    model = Model(str(default_model), n_gpu_layers=0, vocab_only=True)
+    yield Vocab(model)
+    model.close()
+
+
+def gemma_builder(vocab, **kw) -> PromptBuilder:
+    template = ChatTemplate("gemma", builtin_source("gemma"), vocab.special_text(vocab.bos), vocab.special_text(vocab.eos))
+    return PromptBuilder(template, vocab, **kw)
+
+
+def letters(n: int, text: str = "a") -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": text} for i in range(n)]
+
+
+def test_a_chat_of_100000_one_letter_messages_builds_in_seconds(vocab):
+    builder = gemma_builder(vocab)
+    builder.build(letters(4), None)  # the template compiled, the glue found
+    started = time.monotonic()
+    prompt = builder.build(letters(100_000), None)
+    elapsed = time.monotonic() - started
+    # NOTE: about 2 s on an idle core; quadratic, 10,000 messages took 98 s. The bound is
+    # generous for a loaded machine and still far below what quadratic building costs.
+    assert elapsed < 40, elapsed
+    assert len(prompt.messages) == 100_000
+    contents = [content for _, _, content in prompt.messages]
+    assert contents == sorted(contents) and len(set(contents)) == 100_000
+
+
+@pytest.mark.parametrize("content", ["a", "t", "rt", "of", "_", "turn"])
+def test_a_message_that_is_a_piece_of_a_special_token_leaves_the_token_whole(vocab, content):
+    """"a" is also inside "<start_of_turn>": found there, it cut the token into text."""
+    builder = gemma_builder(vocab)
+    prompt = builder.build(letters(6, content), None)
+    whole = vocab.tokenize(prompt.text, add_special=False, parse_special=True)
+    if vocab.add_bos and whole[:1] != [vocab.bos]:
+        whole = [vocab.bos] + whole
+    assert prompt.tokens == whole
+    start_of_turn = vocab.tokenize("<start_of_turn>", parse_special=True)
+    assert prompt.tokens.count(start_of_turn[0]) == 7  # six messages and the generation prompt
+
+
+def test_an_over_long_prompt_stops_before_it_is_built_whole(vocab):
+    builder = gemma_builder(vocab, max_tokens=1000)
+    with pytest.raises(PromptTooLong) as err:
+        builder.build(letters(20_000), None)
+    assert 1000 < err.value.at_least < 1100  # counted no further than needed
+    assert err.value.status == 400 and "exceeds the available context size (1000 tokens)" in err.value.message
+
+
+def test_a_text_that_cannot_fit_is_refused_before_it_is_rendered(vocab):
+    builder = gemma_builder(vocab, max_tokens=1000)
+    builder.longest_piece()
+    rendered = []
+    original = builder.template.render
+    object.__setattr__(builder, "template", type("Spy", (), {
+        "render": lambda self, *a, **k: rendered.append(1) or original(*a, **k),
+        "supports_tools": builder.template.supports_tools,
+        "source": builder.template.source, "bos_token": builder.template.bos_token, "eos_token": builder.template.eos_token,
+    })())
+    with pytest.raises(PromptTooLong):
+        builder.build([{"role": "user", "content": "x" * 200_000}], None)
+    assert rendered == []
+
+
+# -- limits and a pool no one can monopolize, on a real server -----------------------------
+
+
+@pytest.fixture(scope="module")
+def server(default_model):
+    proc = warmslot_server(default_model, "-np", "2", "-c", "4096", "--max-messages", "20000", "--max-tools", "4")
+    yield proc
+    proc.stop()
+
+
+def post_chat(url, messages, timeout=120, **extra):
+    body = {"messages": messages, "max_tokens": 4, "temperature": 0, **extra}
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=timeout)
+
+
+def test_more_messages_or_tools_than_the_limits_get_400_naming_the_field(server):
+    r = post_chat(server.url, letters(20_001))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    assert "--max-messages" in r.json()["error"]["message"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    tools = [{**tool, "function": {**tool["function"], "name": f"f{i}"}} for i in range(5)]
+    r = post_chat(server.url, letters(1), tools=tools)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+
+
+def test_an_over_long_chat_gets_the_context_error(server):
+    r = post_chat(server.url, letters(20_000))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "exceed_context_size_error"
+
+
+def test_a_chat_is_answered_while_four_hostile_requests_run(server):
+    """Four clients send chats of the most messages allowed, again and again: a normal chat
+    still gets its answer (they once filled the tokenize pool for hours)."""
+    stop = time.monotonic() + 150
+    done = []
+
+    def hostile():
+        statuses = []
+        while not done and time.monotonic() < stop:
+            try:
+                statuses.append(post_chat(server.url, letters(20_000), timeout=60).status_code)
+            except httpx.TimeoutException:
+                statuses.append("timeout")
+        return statuses
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        attackers = [pool.submit(hostile) for _ in range(4)]
+        time.sleep(2)
+        started = time.monotonic()
+        try:
+            r = post_chat(server.url, [{"role": "user", "content": "Say hi."}], timeout=90)
+        finally:
+            done.append(True)
+        elapsed = time.monotonic() - started
+        outcomes = [f.result() for f in attackers]
+    assert r.status_code == 200, r.text
+    assert elapsed < 45, elapsed  # seconds on a loaded 2-core machine; an idle one answers in well under one
+    assert all(s in (400, 503) for statuses in outcomes for s in statuses), outcomes
