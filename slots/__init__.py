@@ -12,7 +12,7 @@ from .embeddings import InputTooLong
 from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
 from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
-from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, placement
+from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, model_params, placement
 from .logprobs import TokenLogprob
 from .reasoning_budget import ReasoningBudget
 from .requests import (
@@ -61,6 +61,7 @@ __all__ = [
     "Vocab",
     "check_grammar",
     "ggml_build",
+    "model_params",
     "physical_memory",
     "placement",
     "slot_files",

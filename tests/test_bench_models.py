@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from scripts import bench_models
+from warmslot.slots import model_params
 
 pytestmark = pytest.mark.model
 
@@ -41,7 +42,7 @@ def models(vocab_path, tmp_path_factory) -> dict[str, pathlib.Path]:
 
 
 def _load(path: pathlib.Path, *, vocab_only: bool = False):
-    mparams = llama_cpp.llama_model_default_params()
+    mparams = model_params()
     mparams.vocab_only = vocab_only
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     assert model, f"failed to load {path}"

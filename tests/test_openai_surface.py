@@ -286,3 +286,25 @@ def test_embeddings_of_token_ids_and_usage(server):
     assert by_ids["usage"]["prompt_tokens"] == len(tokens)
     bad = httpx.post(server.url + "/v1/embeddings", json={"input": ["ok", ""]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1]"
+
+
+# -- one pipeline under every API ----------------------------------------------------------------
+
+
+def test_one_conversation_gives_the_same_tokens_through_chat_completions_and_responses(server, client):
+    """Every API is an adapter over one pipeline: the same conversation renders to the same
+    prompt and, greedy, the same reply; the second and third API reuse the first's prompt."""
+    messages = [{"role": "system", "content": "You answer in one short sentence."},
+                {"role": "user", "content": "Name a river in Europe and its country."}]
+    user = {"cache_salt": "one-pipeline"}
+    chat = client.chat.completions.create(model="x", messages=messages, temperature=0, max_tokens=12, extra_body=user)
+    tokens = httpx.post(server.url + "/tokenize", json={"messages": messages}, timeout=60).json()["tokens"]
+    text = httpx.post(server.url + "/v1/completions", timeout=300, json={
+        "prompt": tokens, "temperature": 0, "max_tokens": 12, **user,
+    }).json()
+    responses = client.responses.create(model="x", input=messages, temperature=0, max_output_tokens=12, extra_body=user)
+    assert chat.choices[0].message.content.strip() == text["choices"][0]["text"].strip() == responses.output_text.strip()
+    assert chat.usage.completion_tokens == text["usage"]["completion_tokens"] == responses.usage.output_tokens
+    assert chat.usage.prompt_tokens == len(tokens) == text["usage"]["prompt_tokens"] == responses.usage.input_tokens
+    assert text["usage"]["prompt_tokens_details"]["cached_tokens"] >= len(tokens) - 1  # at most one evaluated
+    assert responses.usage.input_tokens_details.cached_tokens >= len(tokens) - 1

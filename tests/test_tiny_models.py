@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.tiny_models import ARCHS, EOS_ID, GEMMA3, IM_END_ID, KINDS, N_VOCAB, write_tiny_model
+from warmslot.slots import model_params
 
 pytestmark = pytest.mark.model
 
@@ -28,7 +29,7 @@ class Loaded:
     """A model, one context and a batch, freed on close()."""
 
     def __init__(self, path: pathlib.Path, *, n_ctx: int = 256, n_batch: int = 64, swa_full: bool = True):
-        mparams = llama_cpp.llama_model_default_params()
+        mparams = model_params()
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
         assert self.model, f"failed to load {path}"
         cparams = llama_cpp.llama_context_default_params()

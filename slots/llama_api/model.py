@@ -103,6 +103,18 @@ def amx_in_vm() -> bool:
     return "amx_tile" in flags and "hypervisor" in flags
 
 
+def model_params(repack: bool | None = None):
+    """llama.cpp's default model parameters, with weight repacking (its CPU extra buffer
+    types: AMX, interleaved quants) on unless `repack` is False, or None where AMX runs in a
+    virtual machine (`amx_in_vm`). Every model this process decodes with is loaded so."""
+    params = llama_cpp.llama_model_default_params()
+    if repack is None and amx_in_vm():
+        log.info("the CPU offers AMX inside a virtual machine: weight repacking is off (AMX tiles can fault there)")
+        repack = False
+    params.use_extra_bufts = repack is not False
+    return params
+
+
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
@@ -124,14 +136,10 @@ class Model:
         init_backend()
         if not os.path.isfile(path):
             raise LlamaError(f"model file not found: {path}")
-        params = llama_cpp.llama_model_default_params()
+        params = model_params(repack)
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
         params.load_mode = load_mode(use_mmap, use_mlock)
-        if repack is None and amx_in_vm():
-            log.info("the CPU offers AMX inside a virtual machine: weight repacking is off (AMX tiles can fault there)")
-            repack = False
-        params.use_extra_bufts = repack is not False
         self._placement = None
         if placement is not None:
             self._placement = PlacementParams(placement)  # the arrays params point to
