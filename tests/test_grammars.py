@@ -558,9 +558,11 @@ def trigger_start(pattern: str, text: str) -> int | None:
     return match.start()
 
 
+# Hermes grammars start at the call's head after the marker (the marker alone may be an echo
+# of the tool prompt's "<tool_call></tool_call>"), the other formats at the call's start
 LAZY_REPLIES = [
-    ("hermes", "I will check.\n" + CALLS["hermes"][0], len("I will check.\n")),
-    ("hermes_xml", "Sure. " + CALLS["hermes_xml"][0], len("Sure. ")),
+    ("hermes", "I will check.\n" + CALLS["hermes"][0], len("I will check.\n") + CALLS["hermes"][0].index("{")),
+    ("hermes_xml", "Sure. " + CALLS["hermes_xml"][0], len("Sure. ") + CALLS["hermes_xml"][0].index("<function=")),
     ("llama3", "<|python_tag|>" + CALLS["llama3"][0], len("<|python_tag|>")),
     ("llama3", " \n" + CALLS["llama3"][0], 2),
     ("mistral", "OK." + CALLS["mistral"][0], 3),
@@ -741,6 +743,18 @@ def test_llama_cpp_lazy_grammar_waits_for_the_call(vocab, fmt, reply, call_at):
 def test_llama_cpp_lazy_grammar_leaves_prose_alone(vocab):
     spec = grammar_for("hermes", "auto")
     assert vocab.accepts(lazy_sampler(vocab.vocab, spec), "No tools needed: <tool_call is not a call.")
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "hermes_xml"])
+def test_an_echoed_tool_prompt_marker_does_not_start_the_grammar(vocab, fmt):
+    """A small model echoing the tool prompt's "<tool_call></tool_call>" completed the trigger
+    with a token such as "></", whose tail the grammar could not take: llama.cpp threw and the
+    server aborted. The grammar starts only at a call's head (a known function's name)."""
+    spec = grammar_for(fmt, "auto")
+    echo = "Return calls within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>}\n</tool_call>"
+    assert all(trigger_start(p, echo) is None for p in spec.trigger_patterns)
+    assert vocab.accepts(lazy_sampler(vocab.vocab, spec), echo)
+    assert vocab.accepts(lazy_sampler(vocab.vocab, spec), echo + "\n" + CALLS[fmt][0])  # a real call after it
 
 
 def test_llama_cpp_response_format_grammar(vocab):

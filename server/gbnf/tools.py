@@ -88,7 +88,10 @@ def tool_call_grammar(
     # model may repeat the same call until max_tokens
     parallel = parallel_tool_calls and choice.mode != "function"
     body = builder(grammar, selected, parallel)
-    if lazy:
+    if lazy and format in _CALL_HEADS:
+        grammar.add("root", _after_marker(grammar, parallel))
+        patterns, tokens = [_call_head_pattern(format, [f["name"] for _, f in selected])], []
+    elif lazy:
         grammar.add("root", body)
         patterns, tokens = _TRIGGERS[format]
     else:
@@ -99,6 +102,30 @@ def tool_call_grammar(
     if error is not None:
         raise InvalidRequest(f"the tools give a grammar that cannot be used: {error}", param="tools")
     return spec
+
+
+# NOTE: a Hermes grammar is not triggered by the bare marker. The token that completes a
+# pattern is replayed unfiltered, and small models echo the tool prompt's own
+# "<tool_call></tool_call>": a token such as "></" would complete "<tool_call>" and feed "</"
+# to a grammar that wants a call, which throws inside llama.cpp and aborts the process. The
+# pattern waits for the call's head (the marker, then `{"name": "NAME"` or `<function=NAME>`
+# with a known NAME), and the grammar starts at that head: a completing token's tail after it
+# (`",`, `>\n`) is what the grammar takes next.
+_CALL_HEADS = {
+    "hermes": r'\{[ \t\n]{0,2}"name"[ \t\n]{0,2}:[ \t\n]{0,2}"(?:NAMES)"',
+    "hermes_xml": r"<function=(?:NAMES)>",
+}
+
+
+def _call_head_pattern(format: str, names: list[str]) -> str:
+    head = _CALL_HEADS[format].replace("NAMES", "|".join(re.escape(n) for n in names))
+    return re.escape(HERMES_OPEN) + r"[ \t\r\n]{0,4}(" + head + ")"
+
+
+def _after_marker(grammar: GrammarRules, parallel: bool) -> str:
+    """The Hermes calls from the first call's head on (its marker was the trigger)."""
+    first = f"call gap {gbnf_literal(HERMES_CLOSE)}"
+    return grammar.add("calls-after-marker", f"{first} (gap tool-call)*" if parallel else first)
 
 
 _TRIGGERS: dict[str, tuple[list[str], list[str]]] = {
