@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+from typing import NoReturn
 
 log = logging.getLogger("warmslot")
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             sock.close()
 
 
-def _serve(config, sock: socket.socket) -> int:
+def _serve(config, sock: socket.socket) -> NoReturn:
     path = resolve_model(config)
     if path is None:
         return 2
@@ -192,8 +193,13 @@ def _serve(config, sock: socket.socket) -> int:
     server.run(sockets=[sock])
     if failed:
         print(f"warmslot: cannot serve: {failed[0]}", file=sys.stderr)
-        return 1
-    return 0
+    # NOTE: the engine has stopped, but a worker thread may still be inside llama.cpp (a
+    # tokenization or an embedding the drain gave up on): finalizing the interpreter would
+    # free the model under it (a segfault at exit). Nothing is left to clean up, so leave now.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

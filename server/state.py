@@ -147,10 +147,15 @@ class Warmslot:
 
     # -- generation --------------------------------------------------------------------
 
-    def deadline(self, timeout: float | None) -> float | None:
-        """When a request submitted now must end: its own `timeout`, at most --request-timeout."""
+    def time_limit(self, timeout: float | None) -> float | None:
+        """How long a request may take: its own `timeout`, at most --request-timeout."""
         limits = [t for t in (timeout, self.config.request_timeout) if t]
-        return time.monotonic() + min(limits) if limits else None
+        return min(limits) if limits else None
+
+    def deadline(self, timeout: float | None) -> float | None:
+        """When a request arriving now must end (see `time_limit`)."""
+        limit = self.time_limit(timeout)
+        return time.monotonic() + limit if limit is not None else None
 
 
 def server_of(request: Request) -> Warmslot:

@@ -219,7 +219,8 @@ def _submit(
             req = _engine_request(server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline)
             first = first or req.id
             reqs.append(req)
-    return Submission.submit(server.engine, reqs, queue, server.engine.info.n_ctx_slot, prompt_param)
+    limit = server.time_limit(gen.timeout)
+    return Submission.submit(server.engine, reqs, queue, server.engine.info.n_ctx_slot, prompt_param, limit)
 
 
 def _engine_request(

@@ -18,8 +18,12 @@ from warmslot.slots import Engine, EngineError, ErrorKind, Event, GenerateReques
 from ..errors import ApiError, ClientClosed, ContextOverflow, InvalidRequest, RequestTimeout, ServerError, Unavailable, shutting_down
 
 
-def engine_error(error: EngineError, n_prompt: int, n_ctx: int, prompt_param: str = "messages") -> ApiError:
-    """The API error for an engine error; `prompt_param` names the prompt's field."""
+def engine_error(
+    error: EngineError, n_prompt: int, n_ctx: int, prompt_param: str = "messages", time_limit: float | None = None
+) -> ApiError:
+    """The API error for an engine error; `prompt_param` names the prompt's field, and
+    `time_limit` is the request's own limit in seconds (the engine sees only its deadline,
+    which started counting when the request arrived, before its prompt was built)."""
     if error.kind is ErrorKind.INVALID:
         return InvalidRequest(error.message)
     if error.kind is ErrorKind.CONTEXT:
@@ -27,6 +31,8 @@ def engine_error(error: EngineError, n_prompt: int, n_ctx: int, prompt_param: st
     if error.kind is ErrorKind.BUSY:
         return Unavailable(error.message, retry_after=2, code="kv_cache_full")
     if error.kind is ErrorKind.TIMEOUT:
+        if time_limit is not None:
+            return RequestTimeout(f"the request did not finish within its timeout of {time_limit:g} s")
         return RequestTimeout(error.message)
     if error.kind is ErrorKind.SHUTDOWN:
         return shutting_down(error.message)
@@ -52,7 +58,7 @@ async def _watch_disconnect(receive) -> None:
             return
 
 
-def _submit_one(engine: Engine, req: GenerateRequest, n_ctx: int, prompt_param: str) -> None:
+def _submit_one(engine: Engine, req: GenerateRequest, n_ctx: int, prompt_param: str, time_limit: float | None) -> None:
     try:
         engine.submit(req)
     except ShuttingDown as exc:
@@ -62,18 +68,21 @@ def _submit_one(engine: Engine, req: GenerateRequest, n_ctx: int, prompt_param: 
     except NotReady as exc:
         raise Unavailable(str(exc), retry_after=5, code="loading") from exc
     except Rejected as exc:
-        raise engine_error(exc.error, len(req.tokens), n_ctx, prompt_param) from None
+        raise engine_error(exc.error, len(req.tokens), n_ctx, prompt_param, time_limit) from None
 
 
 class Submission:
     """The choices of one request in the engine, seen from the event loop."""
 
-    def __init__(self, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int, prompt_param: str) -> None:
+    def __init__(
+        self, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int, prompt_param: str, time_limit: float | None
+    ) -> None:
         self.engine = engine
         self.reqs = reqs
         self.queue = queue
         self.n_ctx = n_ctx
         self.prompt_param = prompt_param
+        self.time_limit = time_limit
         self._running = set(range(len(reqs)))
         self._buffer: collections.deque[tuple[int, Event]] = collections.deque()
         self._watcher: asyncio.Future | None = None
@@ -85,17 +94,18 @@ class Submission:
 
     @classmethod
     def submit(
-        cls, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int, prompt_param: str = "messages"
+        cls, engine: Engine, reqs: list[GenerateRequest], queue: asyncio.Queue, n_ctx: int, prompt_param: str = "messages",
+        time_limit: float | None = None,
     ) -> "Submission":
         """Queue every choice; if one is refused, the ones already queued are aborted."""
         for i, req in enumerate(reqs):
             try:
-                _submit_one(engine, req, n_ctx, prompt_param)
+                _submit_one(engine, req, n_ctx, prompt_param, time_limit)
             except BaseException:
                 for queued in reqs[:i]:
                     engine.abort(queued.id)
                 raise
-        return cls(engine, reqs, queue, n_ctx, prompt_param)
+        return cls(engine, reqs, queue, n_ctx, prompt_param, time_limit)
 
     def abort(self) -> None:
         """End every choice still running (a no-op once all finished)."""
@@ -143,7 +153,7 @@ class Submission:
         if ev.error is not None:
             self._running.discard(index)
             self.abort()
-            raise engine_error(ev.error, len(self.reqs[index].tokens), self.n_ctx, self.prompt_param)
+            raise engine_error(ev.error, len(self.reqs[index].tokens), self.n_ctx, self.prompt_param, self.time_limit)
 
     async def _next(self, receive) -> tuple[int, list[Event]]:
         if receive is None:
