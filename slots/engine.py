@@ -262,8 +262,13 @@ class Engine:
             self.ctx.close()
         if self.embedder is not None:
             self.embedder.close()
-        if self.model is not None:
+        # NOTE: other threads tokenize with the model's vocabulary (a long text takes seconds
+        # inside llama.cpp); freeing the model under them crashes the process, so it is freed
+        # only once none does. The process is exiting anyway when one still runs.
+        if self.model is not None and (self.vocab is None or self.vocab.retire(timeout=1.0)):
             self.model.close()
+        elif self.model is not None:
+            log.warning("shutting down: a tokenization is still running; the model is left to the process exit")
 
     def _step(self) -> None:
         self.admission.take(self._has_work, self.ctx.host.idle, self._run_call)
