@@ -1,5 +1,5 @@
-"""Deadlines and aborts act during a long prefill: a step is cut to about a quarter of a
-second at the measured prefill rate, and deadlines and aborts are seen between steps."""
+"""Deadlines and aborts act during a long prefill: a step is cut to about half a second
+at the measured prefill rate, and never below one ubatch, and deadlines and aborts are seen between steps."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ import time
 
 from tests.helpers import random_tokens, tiny_engine
 from warmslot.slots import ErrorKind, GenerateRequest, QueueSink, SamplingParams
-from warmslot.slots.scheduler import MIN_CHUNK, PROBE_TOKENS, timed_prefill_cap
+from warmslot.slots.scheduler import timed_prefill_cap
 
 N_PROMPT = 16_000  # one decode of it took a minute on a loaded 2-core machine
 
 
 def test_a_step_is_cut_to_the_time_target_in_whole_ubatches():
-    assert timed_prefill_cap(0.0, 512) == PROBE_TOKENS
+    assert timed_prefill_cap(0.0, 512) == 512  # no rate measured yet: one ubatch
     assert timed_prefill_cap(10_000.0, 512, 0.25) == 2048  # 2500 tokens fit: four ubatches
-    assert timed_prefill_cap(1_000.0, 512, 0.25) == 224  # fewer than one ubatch: multiples of 32
-    assert timed_prefill_cap(1.0, 512, 0.25) == MIN_CHUNK
+    assert timed_prefill_cap(10_000.0, 512, 0.5) == 4608  # 5000 fit: nine ubatches
+    assert timed_prefill_cap(1_000.0, 512, 0.25) == 512  # never less than one ubatch
+    assert timed_prefill_cap(1.0, 512, 0.25) == 512
 
 
 def long_request(deadline: float | None = None) -> tuple[GenerateRequest, QueueSink]:
