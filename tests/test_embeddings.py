@@ -1,5 +1,5 @@
 """Embeddings on their own context: each pooling equals llama.cpp's per-token vectors pooled
-by hand, and several inputs in one request give the vectors each gives alone."""
+by hand, and several inputs share a decode yet give about the vectors each gives alone."""
 
 import numpy as np
 import pytest
@@ -49,8 +49,9 @@ def test_pooled_vectors_equal_llama_cpp_token_vectors_pooled(model, pooling):
         embedder.close()
     for g, a, e in zip(got, alone, expected):
         assert g.shape == (embedder.n_embd,) and abs(np.linalg.norm(g) - 1) < 1e-5
-        assert np.abs(g - e).max() < 1e-4  # llama.cpp's own pooling of the same vectors
-        assert np.array_equal(g, a)  # several in one request == one by one
+        assert np.abs(a - e).max() < 1e-4  # llama.cpp's own pooling of the same vectors
+        # several in one decode: other kernel paths move a vector by at most a few 1e-3
+        assert np.abs(g - a).max() < 1e-2 and float(g @ a) > 0.999
 
 
 def test_an_input_longer_than_the_context_is_refused(model):
@@ -111,3 +112,50 @@ def test_a_long_input_in_chunks_equals_llama_cpp_token_vectors_pooled(default_mo
         embedder.close()
         m.close()
     assert np.abs(got - expected / np.linalg.norm(expected)).max() < 1e-3
+
+
+def test_many_short_inputs_share_decodes_and_match_one_by_one(model):
+    """2,048 one-word inputs once took 2,048 decodes (past ten minutes); now as many share a
+    decode as one batch holds."""
+    if model.info.arch.startswith("gemma"):  # words: a random token id can be a rarely trained one
+        words = "river stone quiet lantern harbor maple signal copper orbit meadow".split()
+        inputs = [model.tokenize(" ".join(words[i % 10 : i % 10 + 1 + i % 3]), add_special=True) for i in range(40)]
+    else:
+        inputs = [random_tokens(100 + i, 1 + i % 3) for i in range(40)]
+    embedder = Embedder(model, pooling="mean", n_ctx=256, n_threads=2)
+    try:
+        ctx = embedder._ctx
+        before = ctx.decodes
+        got = embedder.embed(inputs).result(120)
+        together = ctx.decodes - before
+        alone = [embedder.embed([t]).result(60)[0] for t in inputs[:5]]
+    finally:
+        embedder.close()
+    assert len(got) == len(inputs)
+    assert together <= 4, together  # about 120 tokens: two 64-token batches on a causal model, one otherwise
+    for g, a in zip(got, alone):
+        assert float(g @ a) > 0.999
+
+
+def test_a_cancelled_request_stops_between_decodes(default_model):
+    m = Model(str(default_model), n_gpu_layers=0)
+    embedder = Embedder(m, pooling="mean", n_ctx=256, n_threads=2)
+
+    class CancelAfterFirst:
+        def __init__(self) -> None:
+            self.checks = 0
+
+        def start(self) -> bool:
+            return True
+
+        def cancelled(self) -> bool:
+            self.checks += 1
+            return self.checks > 1
+
+    try:
+        before = embedder._ctx.decodes
+        out = embedder.embed([random_tokens(7, 60) for _ in range(10)], job=CancelAfterFirst()).result(120)
+        assert len(out) == 1 and embedder._ctx.decodes - before == 1
+    finally:
+        embedder.close()
+        m.close()

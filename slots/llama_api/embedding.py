@@ -30,8 +30,8 @@ def model_pooling(model: Model) -> str:
 
 class EmbeddingContext:
     """Its own context on a shared model, so computing embeddings never touches the
-    generation context. Every sequence of a batch is pooled on its own; the memory is
-    cleared before each batch. Use it from one thread."""
+    generation context. Several inputs share a decode, each its own sequence, pooled on its
+    own; the memory is cleared before each decode. Use it from one thread."""
 
     def __init__(
         self, model: Model, *, n_ctx: int, n_seq: int, pooling: str, n_threads: int = 0, flash_attn: str = "off", chunk: int = 0
@@ -64,6 +64,7 @@ class EmbeddingContext:
         self.n_embd = int(llama_cpp.llama_model_n_embd_out(model.ptr)) or model.info.n_embd
         self.pooling = pooling if chunk else _NAMES.get(int(llama_cpp.llama_pooling_type(ptr)), pooling)
         self._batch = Batch(chunk or self.n_ctx, n_seq)
+        self.decodes = 0  # llama_decode calls so far
 
     def _decode(self, inputs: Sequence[Sequence[int]]) -> None:
         assert 0 < len(inputs) <= self.n_seq and sum(map(len, inputs)) <= self.n_ctx
@@ -75,11 +76,31 @@ class EmbeddingContext:
             batch.logits[batch.n - len(tokens) : batch.n] = 1  # every token is an output
         if int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n))) != 0:
             raise LlamaError("llama_decode failed on the embedding context")
+        self.decodes += 1
+
+    def groups(self, inputs: Sequence[Sequence[int]]) -> list[range]:
+        """Consecutive runs of `inputs` that one decode holds together: at most `n_seq`
+        inputs and one batch of tokens (`chunk` tokens on a causal model). An input longer
+        than that is a group of its own, decoded in chunks."""
+        budget = self.chunk or self.n_ctx
+        out: list[range] = []
+        start, used = 0, 0
+        for i, tokens in enumerate(inputs):
+            n = len(tokens)
+            if i > start and (used + n > budget or i - start >= self.n_seq):
+                out.append(range(start, i))
+                start, used = i, 0
+            used += n
+        if len(inputs) > start:
+            out.append(range(start, len(inputs)))
+        return out
 
     def pooled(self, inputs: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """One pooled vector per input (the context's pooling must not be "none")."""
+        """One pooled vector per input, all decoded together (`inputs` is one of `groups`)."""
+        if self.chunk and (len(inputs) > 1 or len(inputs[0]) <= self.chunk):
+            return self._pooled_together(inputs)
         if self.chunk:
-            return [self._pooled_in_chunks(tokens) for tokens in inputs]
+            return [self._pooled_in_chunks(inputs[0])]
         self._decode(inputs)
         out = []
         for seq in range(len(inputs)):
@@ -88,6 +109,28 @@ class EmbeddingContext:
                 raise LlamaError("llama.cpp returned no pooled embedding")
             out.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
         return out
+
+    def _pooled_together(self, inputs: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Short inputs of a causal model in one decode, each its own sequence, pooled here."""
+        self._decode(inputs)
+        out, offset = [], 0
+        for tokens in inputs:
+            rows = self._rows(offset, len(tokens))
+            offset += len(tokens)
+            out.append(self._pool(rows.astype(np.float64).sum(axis=0), rows[0], rows[-1], len(tokens)))
+        return out
+
+    def _rows(self, offset: int, n: int) -> np.ndarray:
+        return np.stack([
+            np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(self.ptr, offset + i), shape=(self.n_embd,)) for i in range(n)
+        ])
+
+    def _pool(self, total: np.ndarray, first: np.ndarray, last: np.ndarray, n: int) -> np.ndarray:
+        if self.pooling == "cls":
+            return first.astype(np.float32)
+        if self.pooling == "last":
+            return last.astype(np.float32)
+        return (total / n).astype(np.float32)
 
     def _pooled_in_chunks(self, tokens: Sequence[int]) -> np.ndarray:
         """One input decoded `chunk` tokens at a time, its token vectors pooled on the way."""
@@ -103,16 +146,13 @@ class EmbeddingContext:
             batch.logits[: batch.n] = 1
             if int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n))) != 0:
                 raise LlamaError("llama_decode failed on the embedding context")
-            rows = np.stack([np.ctypeslib.as_array(llama_cpp.llama_get_embeddings_ith(self.ptr, i), shape=(self.n_embd,)) for i in range(len(part))])
+            self.decodes += 1
+            rows = self._rows(0, len(part))
             total += rows.astype(np.float64).sum(axis=0)
             if first is None:
                 first = rows[0].copy()
             last = rows[-1].copy()
-        if self.pooling == "cls":
-            return first.astype(np.float32)
-        if self.pooling == "last":
-            return last.astype(np.float32)
-        return (total / len(tokens)).astype(np.float32)
+        return self._pool(total, first, last, len(tokens))
 
     def per_token(self, tokens: Sequence[int]) -> np.ndarray:
         """One vector per token of one input (pooling "none"), shape (len(tokens), n_embd)."""
