@@ -148,7 +148,7 @@ _FLAGS = [
     (("--cache-disk-size",), "cache_disk_size", str, "auto", "byte budget of --cache-disk (auto: half the free space, at most 64GiB); " + SIZE_HELP),
     (("--slot-save-path",), "slot_save_path", str, None, "directory for POST /slots/{id}?action=save|restore|erase and its 'filename' (as llama-server's); it must exist"),
     (("--slot-save-size",), "slot_save_size", "size", "4GiB", "most bytes the files in --slot-save-path may take; a save past it gets 507 (without --api-key, slot files are off unless --slot-save-path is given); " + SIZE_HELP),
-    (("--max-messages",), "max_messages", int, 10000, "most messages in one chat request; more get 400 naming 'messages' (0: no limit)"),
+    (("--max-messages",), "max_messages", int, 10000, "most messages in one chat request or one Responses conversation (stored history plus input items); more get 400 naming the field (0: no limit)"),
     (("--max-tools",), "max_tools", int, 256, "most tools in one request; more get 400 naming 'tools' (0: no limit)"),
     (("--prefill-chunk",), "prefill_chunk", int, 0, "prompt tokens per step while other slots generate (0: --ubatch-size)"),
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),

@@ -20,6 +20,17 @@ def check_body_limits(config: ServerConfig, body: dict) -> None:
         check_fanout(config, n, n_prompts=_n_prompts(body.get("prompt")))
 
 
+def check_conversation(config: ServerConfig, n_messages: int, param: str) -> None:
+    """A conversation that reaches the prompt as `n_messages` messages (a Responses request's
+    stored history plus its `input` items) within --max-messages."""
+    if config.max_messages > 0 and n_messages > config.max_messages:
+        raise InvalidRequest(
+            f"'{param}' makes a conversation of {n_messages} messages; this server takes at most "
+            f"{config.max_messages} (--max-messages)",
+            param=param,
+        )
+
+
 def _n_prompts(prompt) -> int:
     """Prompts in a /v1/completions body: a list of texts or of token lists is a batch."""
     if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):

@@ -130,7 +130,7 @@ class Capacity:
              if self.pinned_limit_bytes else "none (no CUDA device)"),
         ]
         if self.embeddings_bytes:
-            rows.append(("embeddings", f"up to {_size(self.embeddings_bytes)} (KV cache, outputs and compute of one input)"))
+            rows.append(("embeddings", f"up to {_size(self.embeddings_bytes)} (KV cache, outputs and compute of one batch of inputs)"))
         return rows + [("note", note) for note in self.notes]
 
     def table(self) -> str:

@@ -107,6 +107,20 @@ def test_more_messages_or_tools_than_the_limits_get_400_naming_the_field(server)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
 
 
+def test_more_responses_input_items_than_the_limit_get_400_naming_input(server):
+    items = [{"role": "user", "content": "a"}] * 20_001
+    r = httpx.post(server.url + "/v1/responses", json={"input": items, "max_output_tokens": 4}, timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+    assert "--max-messages" in r.json()["error"]["message"]
+    # the stored history counts too: 2 stored + 19,999 new items are over the limit
+    first = httpx.post(server.url + "/v1/responses", json={"input": "hi", "max_output_tokens": 1}, timeout=120)
+    assert first.status_code == 200, first.text
+    body = {"input": items[:19_999], "previous_response_id": first.json()["id"], "max_output_tokens": 4}
+    r = httpx.post(server.url + "/v1/responses", json=body, timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+    assert "20001 messages" in r.json()["error"]["message"], r.text  # not the context error
+
+
 def test_an_over_long_chat_gets_the_context_error(server):
     r = post_chat(server.url, letters(20_000))
     assert r.status_code == 400, r.text

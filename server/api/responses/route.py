@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import pipeline
+from ...limits import check_conversation
 from ...logprobs import chat_content
 from ...protocol import ChatParams, parse_messages
 from ...state import open_request, server_of
@@ -25,10 +26,13 @@ from .stream import ResponseEvents
 
 async def create_response(request: Request) -> Response:
     server, key, body = await open_request(request)
+    if isinstance(body.get("input"), list):  # before any item is parsed
+        check_conversation(server.config, len(body["input"]), "input")
     params = parse_responses(body, server.engine.info.n_vocab, server.config.sampling)
     tenant = server.tenant(key, params.gen.tenant_hint)
     history = server.responses.get(tenant, params.previous_response_id).messages if params.previous_response_id else []
     conversation = history + params.messages
+    check_conversation(server.config, len(conversation), "input")
     chat = ChatParams(
         messages=parse_messages(chat_messages(params.instructions, [], conversation)),
         gen=params.gen,
