@@ -14,12 +14,12 @@ import pathlib
 import pytest
 
 from scripts.vocab import VocabUnavailable, qwen35_vocab as fetch_qwen35_vocab
-from tests.tiny_models import KINDS, write_tiny_model
+from tests.tiny_models import KINDS, write_tiny_mmproj, write_tiny_model
 
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)
 
 # Fixtures that hand a test a GGUF file: a test using any of them loads a model.
-MODEL_FIXTURES = {"tiny_models", "default_model", "qwen35_vocab"}
+MODEL_FIXTURES = {"tiny_models", "default_model", "qwen35_vocab", "tiny_mmproj"}
 
 
 def pytest_collection_modifyitems(items):
@@ -34,6 +34,12 @@ def pytest_collection_modifyitems(items):
 def tiny_models(tmp_path_factory) -> dict[str, pathlib.Path]:
     out = tmp_path_factory.mktemp("tiny")
     return {kind: write_tiny_model(kind, out / f"{kind}.gguf") for kind in KINDS}
+
+
+@pytest.fixture(scope="session")
+def tiny_mmproj(tmp_path_factory) -> pathlib.Path:
+    """A random-weight vision projector for the tiny models (16 tokens an image)."""
+    return write_tiny_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj.gguf")
 
 
 @pytest.fixture(scope="session")

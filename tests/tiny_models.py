@@ -14,6 +14,9 @@ recurrent  mamba2    recurrent state only
 hybrid     qwen35    3 Gated DeltaNet layers + 1 full-attention layer
 ========== ========= ==================================================
 
+``write_tiny_mmproj`` writes a vision projector (a 2-layer CLIP ViT with a LLaVA MLP
+projector) whose output width matches every kind: ``--mmproj`` with any of them.
+
 All models share a byte-level ``gpt2`` BPE vocabulary of 264 tokens: the
 256 bytes (token id == byte value), 4 merged tokens (``Ġt``, ``he``,
 ``in``, ``Ġthe``), and the specials ``<|bos|>`` (260), ``<|endoftext|>`` (261, EOS),
@@ -369,6 +372,68 @@ def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pa
     return path
 
 
+# --------------------------------------------------------------------------
+# vision projector: a CLIP ViT with a LLaVA MLP projector ("mlp"), the simplest type libmtmd
+# loads: 32x32 images in 8x8 patches give 16 image tokens of N_EMBD (any tiny model's width)
+
+MMPROJ = dict(image_size=32, patch_size=8, n_embd=32, n_ff=64, n_head=2, n_layer=2)
+
+
+def write_tiny_mmproj(path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
+    """Write a random-weight vision projector for the tiny models (``--mmproj``)."""
+    p = MMPROJ
+    e, size, patch = p["n_embd"], p["image_size"], p["patch_size"]
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "clip")
+    try:
+        w.add_name("tiny-mmproj")
+        w.add_file_type(gguf.LlamaFileType.ALL_F32)
+        w.add_string("clip.projector_type", "mlp")
+        w.add_bool("clip.has_vision_encoder", True)
+        w.add_bool("clip.has_llava_projector", True)
+        w.add_bool("clip.use_gelu", True)
+        for key, value in (
+            ("image_size", size), ("patch_size", patch), ("embedding_length", e), ("feed_forward_length", p["n_ff"]),
+            ("projection_dim", N_EMBD), ("attention.head_count", p["n_head"]), ("block_count", p["n_layer"]),
+        ):
+            w.add_uint32(f"clip.vision.{key}", value)
+        w.add_float32("clip.vision.attention.layer_norm_epsilon", RMS_EPS)
+        w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+        w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+        t = _Tensors(w, rng)
+
+        def linear(name: str, n_in: int, n_out: int) -> None:
+            t.mat(f"{name}.weight", n_in, n_out)
+            t.put(f"{name}.bias", np.zeros(n_out, dtype=np.float32))
+
+        def norm(name: str) -> None:
+            t.ones(f"{name}.weight", e)
+            t.put(f"{name}.bias", np.zeros(e, dtype=np.float32))
+
+        n_patches = (size // patch) ** 2
+        t.normal("v.patch_embd.weight", 1.0 / np.sqrt(3 * patch * patch), patch, patch, 3, e)
+        t.normal("v.class_embd", 0.1, e)
+        t.normal("v.position_embd.weight", 0.1, e, n_patches + 1)
+        norm("v.pre_ln")
+        for il in range(p["n_layer"]):
+            for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+                linear(f"v.blk.{il}.{name}", e, e)
+            norm(f"v.blk.{il}.ln1")
+            norm(f"v.blk.{il}.ln2")
+            linear(f"v.blk.{il}.ffn_up", e, p["n_ff"])
+            linear(f"v.blk.{il}.ffn_down", p["n_ff"], e)
+        linear("mm.0", e, N_EMBD)
+        linear("mm.2", N_EMBD, N_EMBD)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+    finally:
+        w.close()
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write tiny random-weight GGUF models, one per memory kind.")
     ap.add_argument("out_dir")
@@ -378,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in args.kind or KINDS:
         path = write_tiny_model(kind, pathlib.Path(args.out_dir) / f"tiny-{kind}.gguf", seed=args.seed)
         print(f"{kind:10s} {ARCHS[kind]:8s} {path.stat().st_size:8d} B  {path}")
+    path = write_tiny_mmproj(pathlib.Path(args.out_dir) / "tiny-mmproj.gguf", seed=args.seed)
+    print(f"{'mmproj':10s} {'clip':8s} {path.stat().st_size:8d} B  {path}")
     return 0
 
 
