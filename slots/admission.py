@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 from .requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown, Usage,
 )
+from .media_spans import MediaSpan, check_media
 from .slot import Slot
 from .stats import EngineStats
 
@@ -34,14 +35,20 @@ class PromptLimits:
     n_ctx_seq: int  # the most tokens one slot holds
     n_vocab: int
 
-    def check(self, tokens: Sequence[int]) -> EngineError | None:
+    has_projector: bool = False  # --mmproj: prompts may hold images
+
+    def check(self, tokens: Sequence[int], media: Sequence[MediaSpan] = ()) -> EngineError | None:
         """A prompt must leave its slot room for one generated token: the one place the
         context limit is checked for a prompt (generation stops at the same limit in
         `Postprocess.on_token`)."""
         n_prompt = len(tokens)
         if n_prompt >= self.n_ctx_seq:
             return EngineError(ErrorKind.CONTEXT, f"the prompt has {n_prompt} tokens; a slot holds {self.n_ctx_seq}")
-        if min(tokens) < 0 or max(tokens) >= self.n_vocab:
+        if media or min(tokens) < 0:
+            problem = check_media(tokens, media, has_projector=self.has_projector)
+            if problem is not None:
+                return EngineError(ErrorKind.INVALID, problem)
+        if max(tokens) >= self.n_vocab:
             return EngineError(ErrorKind.INVALID, f"the prompt has token ids outside the vocabulary (0..{self.n_vocab - 1})")
         return None
 
@@ -72,7 +79,7 @@ class Admission:
         request that can never run."""
         if self._limits is None:
             raise NotReady("the model is loading")
-        error = self._limits.check(req.tokens)
+        error = self._limits.check(req.tokens, req.media)
         if error is not None:
             self.stats.requests[error.kind.value] += 1
             raise Rejected(error)

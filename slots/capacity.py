@@ -79,6 +79,8 @@ class Capacity:
     notes: tuple[str, ...] = field(default_factory=tuple)
     device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by buffer type
     embeddings_bytes: int = 0  # most the embedding context's buffers take (0: --embeddings off)
+    projector: str = ""  # --mmproj: where its weights are ("" without one)
+    projector_bytes: int = 0  # its file's size
 
     @property
     def checkpoint_budget_bytes(self) -> int:
@@ -105,6 +107,7 @@ class Capacity:
             "device_memory": [{"device": d.device, "model_bytes": d.model_bytes, "state_bytes": d.state_bytes}
                               for d in self.device_memory],
             "embeddings_bytes": self.embeddings_bytes,
+            "projector_bytes": self.projector_bytes,
         }
 
     def rows(self) -> list[tuple[str, str]]:
@@ -131,6 +134,8 @@ class Capacity:
         ]
         if self.embeddings_bytes:
             rows.append(("embeddings", f"up to {_size(self.embeddings_bytes)} (KV cache, outputs and compute of one batch of inputs)"))
+        if self.projector_bytes:
+            rows.append(("projector", f"{_size(self.projector_bytes)} of weights ({self.projector}), compute buffer in the log"))
         return rows + [("note", note) for note in self.notes]
 
     def table(self) -> str:

@@ -39,3 +39,7 @@ class EngineConfig:
     cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
     cache_disk_size: int = 0  # its budget in bytes
     placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
+    mmproj: str | None = None  # a vision projector GGUF (libmtmd); None: text only
+    mmproj_offload: bool = True  # the projector on the GPU
+    image_min_tokens: int = -1  # -1: the projector's own
+    image_max_tokens: int = -1

@@ -38,6 +38,7 @@ from .layout import KvLayout
 from .lifecycle import Lifecycle
 from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
 from .loader import load_parts
+from .media import MediaPrefill
 from .memory import SlotMemory
 from .outbox import Outbox
 from .postprocess import Postprocess
@@ -84,6 +85,8 @@ class Engine:
         self.prefixes: Prefixes | None = None  # applies that decision
         self.sampling: BatchSampler | None = None
         self.post: Postprocess | None = None  # the token path after each decode
+        self.media: MediaPrefill | None = None  # --mmproj: images in prompts
+        self.projector = None  # --mmproj: its `tokenize_image` may be called from any thread
         self._batch: Batch | None = None
         self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
@@ -239,7 +242,12 @@ class Engine:
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
         self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)
-        self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab), self.slots)
+        if parts.projector is not None:
+            self.projector = parts.projector
+            self.media = MediaPrefill(
+                parts.projector, self.ctx, self.memory, self.outbox, self.stats, truncatable=self.ctx.memory_kind.truncatable,
+            )
+        self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab, parts.projector is not None), self.slots)
         self._publish()
 
     def _take_snapshot(self, *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
@@ -262,6 +270,8 @@ class Engine:
             self.ctx.close()
         if self.embedder is not None:
             self.embedder.close()
+        if self.projector is not None:
+            self.projector.close()
         # NOTE: other threads tokenize with the model's vocabulary (a long text takes seconds
         # inside llama.cpp); freeing the model under them crashes the process, so it is freed
         # only once none does. The process is exiting anyway when one still runs.
@@ -278,6 +288,9 @@ class Engine:
         self._reap_aborts()
         self.lifecycle.expire_deadlines()
         self._admit()
+        if self.media is not None:
+            for slot, n in self.media.run(self.slots):  # images are decoded apart from the batch
+                self.post.defer_checkpoint(slot, n)
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
             by_sequence=not self.ctx.unified, filler_budget=self._filler_budget,

@@ -22,6 +22,7 @@ from .context_size import ContextChoice, available_ram, choose_context, device_b
 from .embeddings import Embedder
 from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
+from .llama_api.mtmd import Projector, ProjectorParams
 from .memory import SlotMemory
 from .native_log import record_buffers
 from .parallel_sampling import BatchSampler, sampling_threads
@@ -58,6 +59,7 @@ class Parts:
     info: EngineInfo
     disk: DiskTier | None = None
     embedder: Embedder | None = None
+    projector: Projector | None = None  # --mmproj
 
 
 def load_parts(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
@@ -180,7 +182,26 @@ def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], Non
         model, pooling=cfg.pooling, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads,
         flash_attn=cfg.flash_attn,
     ) if cfg.embeddings else None
-    return Parts(model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk, embedder)
+    projector = _projector(cfg, model, on_gpu)
+    return Parts(
+        model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk,
+        embedder, projector,
+    )
+
+
+def _projector(cfg: EngineConfig, model: Model, on_gpu: bool) -> Projector | None:
+    """--mmproj: the vision projector beside the model."""
+    if not cfg.mmproj:
+        return None
+    log.info("loading the projector %s", cfg.mmproj)
+    projector = Projector(cfg.mmproj, model, ProjectorParams(
+        use_gpu=cfg.mmproj_offload and on_gpu, n_threads=cfg.n_threads,
+        image_min_tokens=cfg.image_min_tokens, image_max_tokens=cfg.image_max_tokens,
+    ))
+    if projector.mrope or not projector.vision:
+        projector.close()
+        raise ValueError(f"{cfg.mmproj}: only vision projectors without M-RoPE positions are supported so far")
+    return projector
 
 
 def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str, int]]) -> EngineInfo:
@@ -199,6 +220,8 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
         device_memory=device_memory(buffers),
         embeddings_bytes=parts.embedder.memory_bytes if parts.embedder is not None else 0,
+        projector=("device" if cfg.mmproj_offload and cfg.n_gpu_layers != 0 and supports_gpu_offload() else "CPU") if parts.projector else "",
+        projector_bytes=parts.projector.size_bytes if parts.projector is not None else 0,
     )
     return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)
 

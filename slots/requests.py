@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from .logprobs import TokenLogprob
+from .media_spans import MediaSpan
 from .sampling import SamplingParams
 
 
@@ -101,6 +102,8 @@ class GenerateRequest:
     keep_s: float | None = None  # prompt_cache_retention on disk: 0 never written there, None LRU only
     submitted: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() by which it ends, finished or not
+    # images: each a run of placeholder ids in `tokens` (see media.py), in order
+    media: tuple[MediaSpan, ...] = ()
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .llama_api import Batch
+from .media_spans import next_media_start
 from .slot import Slot
 
 
@@ -57,6 +58,8 @@ def plan_batch(
         if budget <= 0:
             break
         n = _chunk_length(slot, budget)
+        if n <= 0:
+            continue  # at an image: decoded apart from the batch (media.py)
         picks.append((slot, n))
         budget -= n
     if by_sequence:
@@ -107,9 +110,13 @@ def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], bu
 
 
 def _chunk_length(slot: Slot, budget: int) -> int:
-    """Prompt tokens of the slot's next prefill chunk: up to its next checkpoint position."""
+    """Prompt tokens of the slot's next prefill chunk: up to its next checkpoint position
+    or image."""
     active = slot.active
     stop = active.cuts[0] if active.cuts else len(active.prompt)
+    if active.req.media:
+        media = next_media_start(active.req.media, slot.n_past)
+        stop = stop if media is None else min(stop, media)
     return min(budget, stop - slot.n_past)
 
 

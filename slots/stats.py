@@ -81,6 +81,9 @@ class EngineStats:
     checkpoint_restored_bytes: int = 0
     checkpoint_restore_seconds: float = 0.0
     logits_reused: int = 0
+    media_encodes: int = 0  # images run through the projector's encoder
+    media_embeddings_reused: int = 0  # images decoded from embeddings encoded earlier
+    media_tokens: int = 0  # image embeddings decoded into slots
     full_prefills: int = 0  # prompts that reused nothing although a candidate matched
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
     parked: int = 0  # idle slots moved to the prompt cache when another request started

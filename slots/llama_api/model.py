@@ -243,7 +243,10 @@ class Model:
         return list(buf[:n])
 
     def token_piece(self, token: int, *, special: bool = True) -> bytes:
-        """The bytes of one token. With special=False, control tokens render as b""."""
+        """The bytes of one token. With special=False, control tokens render as b"". An id
+        outside the vocabulary (an image's placeholder) renders as b"" too."""
+        if not 0 <= token < self.n_vocab:
+            return b""
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:
