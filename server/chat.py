@@ -37,7 +37,7 @@ from warmslot.slots import Vocab
 
 from .errors import ContextOverflow, InvalidRequest
 from .output.markers import HERMES_OPEN, MISTRAL_CALLS, PYTHON_TAG, THINK_CLOSE, THINK_OPEN
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, split_marker
 
 log = logging.getLogger("warmslot.chat")
 
@@ -386,9 +386,13 @@ class PromptBuilder:
         self._longest_piece: int | None = None
         self._glue: re.Pattern | bool | None = None  # False: the template writes no special token
 
-    def build(self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None) -> Prompt:
+    def build(
+        self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None,
+        media_marker: str | None = None,
+    ) -> Prompt:
         """Render and tokenize. Thread-safe; call it off the event loop (it runs ctypes).
-        Raises PromptTooLong past `max_tokens`."""
+        Raises PromptTooLong past `max_tokens`. With `media_marker`, each occurrence of it in
+        the text becomes one MEDIA_TOKEN (the text on either side is tokenized apart)."""
         self._check_text_bound(messages)
         indexed = [dict(m, _index=i) for i, m in enumerate(messages)]
         template_tools = tools
@@ -402,7 +406,7 @@ class PromptBuilder:
         if suffix and text.endswith(suffix) and len(suffix) < len(text):
             generation_at = len(text) - len(suffix)
             segments = _split_glue_at(segments, generation_at)
-        pieces = self._pieces(segments)
+        pieces = self._pieces(segments, media_marker)
         tokens: list[int] = []
         starts: list[int] = []
         limit = self.max_tokens
@@ -469,13 +473,15 @@ class PromptBuilder:
             self._longest_piece = max(1, max((len(vocab.token_piece(t)) for t in range(vocab.n_vocab)), default=1))
         return self._longest_piece
 
-    def _pieces(self, segments: list[Segment]) -> list[_Piece]:
+    def _pieces(self, segments: list[Segment], media_marker: str | None = None) -> list[_Piece]:
         """Special tokens of glue and assistant text, and the raw text between them merged."""
         pieces: list[_Piece] = []
         raw: list[str] = []  # the texts of the raw piece being merged (joined once)
         offset = 0
         for seg in segments:
             parts = self.tokenizer.split_specials(seg.text) if seg.special else [(0, seg.text, None)]
+            if media_marker is not None:
+                parts = split_marker(parts, media_marker)
             for rel, text, token in parts:
                 if token is None and pieces and pieces[-1].token is None:
                     raw.append(text)

@@ -105,6 +105,8 @@ class ServerConfig:
     slot_save_size: int = 4 << 30  # bytes the files in slot_save_path may take in all
     max_messages: int = 10000  # messages (or input items) in one request; more get 400
     max_tools: int = 256  # tools in one request; more get 400
+    image_max_bytes: int = 20 << 20  # bytes of one image (decoded); more get 400
+    image_max_pixels: int = 33_554_432  # pixels of one image; more get 400
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
@@ -190,6 +192,16 @@ _FLAGS += [
     (("--slots",), "slots", "noop", False, "accepted for llama-server compatibility: /slots is on unless --no-slots"),
     (("--no-webui",), "no_webui", "noop", False, "accepted for llama-server compatibility: there is no web UI"),
     (("-cb", "--cont-batching"), "cont_batching", "noop", False, "accepted for llama-server compatibility: batching is always continuous"),
+]
+
+# Images in chat messages (a vision projector beside the model, through libmtmd).
+_FLAGS += [
+    (("-mm", "--mmproj"), "mmproj", str, None, "a multimodal projector GGUF for the model: chat messages may then hold images (image_url data: URLs)"),
+    (("--no-mmproj-offload",), "no_mmproj_offload", bool, False, "keep the projector on the CPU"),
+    (("--image-min-tokens",), "image_min_tokens", int, -1, "fewest tokens an image takes, for projectors of dynamic resolution (-1: the projector's own)"),
+    (("--image-max-tokens",), "image_max_tokens", int, -1, "most tokens an image takes, for projectors of dynamic resolution (-1: the projector's own)"),
+    (("--image-max-bytes",), "image_max_bytes", "size", "20m", "largest image accepted, decoded (a bare number is MiB); more get 400"),
+    (("--image-max-pixels",), "image_max_pixels", int, 33_554_432, "most pixels (width x height) of an image accepted; more get 400"),
 ]
 
 _CHOICES = {
@@ -302,6 +314,10 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cache_disk=a.cache_disk,
         cache_disk_size=disk_size,
         placement=placement_of(a),
+        mmproj=a.mmproj,
+        mmproj_offload=not a.no_mmproj_offload,
+        image_min_tokens=a.image_min_tokens,
+        image_max_tokens=a.image_max_tokens,
     )
     if a.reasoning_budget < -1:
         parser.error("--reasoning-budget must be -1 (no limit), 0 or more")
@@ -337,6 +353,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         slot_save_size=a.slot_save_size,
         max_messages=a.max_messages,
         max_tools=a.max_tools,
+        image_max_bytes=a.image_max_bytes,
+        image_max_pixels=a.image_max_pixels,
         max_n=a.max_n,
         responses_store=a.responses_store,
     )

@@ -150,6 +150,9 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_checkpoint_bytes", "Bytes of checkpoints held by the slots", value=held)
         yield CounterMetricFamily("warmslot_logits_reused", "Prompts whose last-token logits came from a checkpoint (nothing evaluated)", value=stats.logits_reused)
         yield CounterMetricFamily("warmslot_full_prefills", "Prompts that matched a candidate but could reuse none of it", value=stats.full_prefills)
+        yield CounterMetricFamily("warmslot_media_encodes", "Images run through the projector's encoder", value=stats.media_encodes)
+        yield CounterMetricFamily("warmslot_media_embeddings_reused", "Images decoded from embeddings encoded earlier (no encode)", value=stats.media_embeddings_reused)
+        yield CounterMetricFamily("warmslot_media_tokens", "Image embeddings decoded into slots", value=stats.media_tokens)
         yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)
         yield CounterMetricFamily("warmslot_slots_parked", "Idle slots moved to the prompt cache when another request started", value=stats.parked)
 

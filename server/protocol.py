@@ -18,6 +18,7 @@ from warmslot.slots import SamplingParams
 
 from .cache_hints import parse_cache_hints
 from .errors import InvalidRequest
+from .media import IMAGES_KEY, MEDIA_MARKER, image_part
 
 MAX_STOP = 16
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -289,14 +290,23 @@ class ChatParams:
     template_kwargs: dict = field(default_factory=dict)
 
 
-def _content(value: Any, where: str) -> str | None:
+def _content(value: Any, where: str, images: list | None = None) -> str | None:
+    """A message's content as text; image parts become media markers in it, their images
+    appended to `images` (None: images are refused)."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list):
         parts = []
         for i, part in enumerate(value):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image_url" and images is not None:
+                images.append(image_part(part, f"{where}.content[{i}]"))
+                parts.append(MEDIA_MARKER)
+                continue
+            if kind in ("input_audio", "audio", "file", "video_url"):
+                raise InvalidRequest(f"content of type {kind!r} is not supported: this server takes text and images", param=f"{where}.content[{i}]")
+            if kind != "text" or not isinstance(part.get("text"), str):
+                kind = kind if isinstance(part, dict) else type(part).__name__
                 raise InvalidRequest(f"content part of type {kind!r} is not supported; send text parts", param=f"{where}.content[{i}]")
             parts.append(part["text"])
         return "\n".join(parts)
@@ -345,7 +355,10 @@ def parse_messages(value: Any) -> list[dict]:
         role = msg.get("role")
         if role not in ROLES:
             raise InvalidRequest(f"'role' must be one of {', '.join(ROLES)}", param=f"{where}.role")
-        clean: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _content(msg.get("content"), where)}
+        images: list = []
+        clean: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _content(msg.get("content"), where, images if role == "user" else None)}
+        if images:
+            clean[IMAGES_KEY] = images
         if role == "assistant" and msg.get("tool_calls"):
             clean["tool_calls"] = _tool_calls(msg["tool_calls"], where)
         if role == "assistant" and isinstance(msg.get("reasoning_content"), str):

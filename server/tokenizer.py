@@ -66,3 +66,24 @@ class Tokenizer:
     def prompt(self, text: str, *, add_bos: bool = True) -> list[int]:
         """A plain text prompt (completions): BOS per the vocabulary, special tokens parsed."""
         return self.vocab.tokenize(text, add_special=add_bos, parse_special=True)
+
+
+MEDIA_TOKEN = -1  # where a media marker was (server/media.py replaces it by its image's parts)
+
+
+def split_marker(parts: list, marker: str) -> list:
+    """Raw text parts cut around each media marker, which becomes a MEDIA_TOKEN part."""
+    out = []
+    for rel, text, token in parts:
+        if token is not None or marker not in text:
+            out.append((rel, text, token))
+            continue
+        at = 0
+        for i, piece in enumerate(text.split(marker)):
+            if i:
+                out.append((rel + at, marker, MEDIA_TOKEN))
+                at += len(marker)
+            if piece:
+                out.append((rel + at, piece, None))
+            at += len(piece)
+    return out

@@ -13,7 +13,9 @@ from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
 from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, model_params, placement
+from .llama_api.mtmd import MediaError
 from .logprobs import TokenLogprob
+from .media_spans import MediaSpan, placeholder_ids
 from .reasoning_budget import ReasoningBudget
 from .requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, QueueSink, Rejected, Result, Reuse,
@@ -43,6 +45,8 @@ __all__ = [
     "GrammarSpec",
     "InputTooLong",
     "LlamaError",
+    "MediaError",
+    "MediaSpan",
     "MemoryKind",
     "NotReady",
     "Placement",
@@ -62,6 +66,7 @@ __all__ = [
     "check_grammar",
     "ggml_build",
     "model_params",
+    "placeholder_ids",
     "physical_memory",
     "placement",
     "slot_files",

@@ -211,12 +211,15 @@ def _submit(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     grammar, boundaries = (plan.grammar, plan.boundaries) if plan is not None else (None, ())
+    media = plan.media if plan is not None else ()
     reqs: list[GenerateRequest] = []
     for p, tokens in enumerate(prompts):
         first = None
         for j in range(gen.n):
             sink = TaggedSink(loop, queue, p * gen.n + j)
-            req = _engine_request(server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline)
+            req = _engine_request(
+                server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline, media=media,
+            )
             first = first or req.id
             reqs.append(req)
     limit = server.time_limit(gen.timeout)
@@ -225,7 +228,7 @@ def _submit(
 
 def _engine_request(
     server: Warmslot, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of,
-    deadline: float | None,
+    deadline: float | None, media=(),
 ) -> GenerateRequest:
     """The engine request for one choice (`choice` > 0: another choice of the same prompt,
     sampled with seed + choice when a seed is given)."""
@@ -253,6 +256,7 @@ def _engine_request(
         logprobs=gen.logprobs,
         sibling_of=sibling_of,
         deadline=deadline,
+        media=tuple(media),
     )
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warmslot.slots import GrammarSpec, ReasoningBudget
+from warmslot.slots import GrammarSpec, MediaSpan, ReasoningBudget
 
 from ..chat import Prompt, prompt_opens_reasoning
 from ..errors import InvalidRequest
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
+from ..media import MEDIA_MARKER, attach_images, message_images
 from ..output.parser import OutputParser
 from ..constraints import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
 from ..protocol import ChatParams
@@ -33,6 +34,7 @@ class ChatPlan:
     opens_reasoning: bool  # the prompt leaves a think block open
     grammar: GrammarSpec | None
     budget: ReasoningBudget | None = None  # --reasoning-budget
+    media: tuple[MediaSpan, ...] = ()  # the prompt's images (runs of placeholder ids in its tokens)
 
     @property
     def boundaries(self) -> list[int]:
@@ -61,12 +63,21 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     offered = tools if tools and choice.mode != "none" else None
     # NOTE: tool_choice "none" still renders the tools (only the grammar and the parsing turn
     # off), as llama-server and vLLM do: the prompt, and so the cached prefix, stays the same
-    prompt = server.builder.build(params.messages, tools or None, extra=params.template_kwargs)
+    images = message_images(params.messages)
+    projector = server.engine.projector
+    if images and projector is None:
+        raise InvalidRequest("this model takes no images: the server runs without a projector (--mmproj)", param=images[0].param)
+    marker = MEDIA_MARKER if images else None
+    prompt = server.builder.build(params.messages, tools or None, extra=params.template_kwargs, media_marker=marker)
+    media: tuple[MediaSpan, ...] = ()
+    if images:
+        config = server.config
+        prompt, media = attach_images(prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels)
     reasoning = server.reasoning[0]
     opens = prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens)
     spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
-    return ChatPlan(prompt, offered, reasoning and opens, grammar, spec)
+    return ChatPlan(prompt, offered, reasoning and opens, grammar, spec, media)
 
 
 def _grammar(

@@ -1,0 +1,120 @@
+"""Images in chat messages: parsing the content parts, and turning a rendered prompt's media
+markers into the image runs the engine decodes (`warmslot.slots.MediaSpan`).
+
+A message's image part becomes libmtmd's media marker in the message's text, so the chat
+template places it where the part was; the image's bytes ride along in the message
+(`IMAGES_KEY`). Once the prompt is tokenized (the builder gives each marker one token of
+its own, `MEDIA_TOKEN`), each marker is replaced by what the projector makes of its image:
+a run of placeholder ids named by the image's hash, plus any text tokens the model wraps
+images in.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from warmslot.slots import MediaError, MediaSpan, placeholder_ids
+
+from .chat import Prompt
+from .tokenizer import MEDIA_TOKEN
+from .errors import InvalidRequest
+
+IMAGES_KEY = "_images"  # a parsed message's images, in the order of its markers
+MEDIA_MARKER = "<__media__>"  # libmtmd's default marker: where an image goes in the text
+_DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    data: bytes
+    param: str  # the request field it came from, for errors
+
+    @property
+    def media_id(self) -> str:
+        """The image's identity: a hash of its bytes (the same bytes, the same prefix)."""
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def image_part(part: dict, param: str) -> ImageInput:
+    """A chat `image_url` part ({"image_url": {"url": "data:image/png;base64,..."}} or the
+    URL as a string) as an image's bytes; fetching http(s) URLs is not supported."""
+    value = part.get("image_url")
+    url = value.get("url") if isinstance(value, dict) else value
+    param = f"{param}.image_url.url" if isinstance(value, dict) else f"{param}.image_url"
+    if not isinstance(url, str):
+        raise InvalidRequest("'image_url.url' must be a string", param=param)
+    return image_from_url(url, param)
+
+
+def image_from_url(url: str, param: str) -> ImageInput:
+    if url.startswith(("http://", "https://")):
+        raise InvalidRequest("image URLs are not fetched; send the image inline as a data: URL (data:image/png;base64,...)", param=param)
+    match = _DATA_URL.match(url)
+    if match is None:
+        raise InvalidRequest("an image must be a base64 data: URL (data:image/png;base64,...)", param=param)
+    mime = (match.group("mime") or "").lower()
+    if mime and not mime.startswith("image/"):
+        raise InvalidRequest(f"media of type {mime!r} is not supported; send an image", param=param)
+    try:
+        data = base64.b64decode(url[match.end():], validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("the image's data is not valid base64", param=param) from None
+    if not data:
+        raise InvalidRequest("the image is empty", param=param)
+    return ImageInput(data, param)
+
+
+def message_images(messages: list[dict]) -> list[ImageInput]:
+    return [image for m in messages for image in m.get(IMAGES_KEY, ())]
+
+
+def attach_images(prompt: Prompt, images: list[ImageInput], projector: Any, *, max_bytes: int, max_pixels: int) -> tuple[Prompt, tuple[MediaSpan, ...]]:
+    """Replace each marker token of `prompt` by its image's parts (on the tokenize pool:
+    libmtmd decodes and preprocesses the image). Raises InvalidRequest naming the image's
+    field for an image that is too large or cannot be decoded."""
+    at = [i for i, t in enumerate(prompt.tokens) if t == MEDIA_TOKEN]
+    if len(at) != len(images):
+        raise InvalidRequest(
+            f"the rendered prompt holds {len(at)} media markers for {len(images)} images (a template that drops"
+            f" images, or text holding {projector.marker!r})", param=images[0].param if images else "messages",
+        )
+    tokens: list[int] = []
+    spans: list[MediaSpan] = []
+    shifts: list[tuple[int, int]] = []  # (old index of a marker, tokens it became)
+    last = 0
+    for index, image in zip(at, images):
+        if len(image.data) > max_bytes:
+            raise InvalidRequest(f"the image has {len(image.data)} bytes; at most {max_bytes} are accepted (--image-max-bytes)", param=image.param)
+        try:
+            parts = projector.tokenize_image(image.data, image.media_id, max_pixels=max_pixels)
+        except MediaError as exc:
+            raise InvalidRequest(f"{exc}", param=image.param) from None
+        tokens += prompt.tokens[last:index]
+        before = len(tokens)
+        for part in parts:
+            if isinstance(part, list):
+                tokens += part
+            else:
+                spans.append(MediaSpan(len(tokens), part))
+                tokens += placeholder_ids(part.media_id, part.n_tokens)
+        shifts.append((index, len(tokens) - before))
+        last = index + 1
+    tokens += prompt.tokens[last:]
+
+    def moved(i: int | None) -> int | None:
+        """Where the old token index i is now (a marker's index: where its parts start)."""
+        if i is None:
+            return None
+        return i + sum(n - 1 for old, n in shifts if old < i)
+
+    messages = [(role, moved(glue), moved(content)) for role, glue, content in prompt.messages]
+    return dataclasses.replace(
+        prompt, tokens=tokens, messages=messages,
+        generation_start=moved(prompt.generation_start), system_end=moved(prompt.system_end),
+    ), tuple(spans)

@@ -1,0 +1,114 @@
+"""Images in chat: a tiny model with a tiny random-weight projector (--mmproj) through the real
+libmtmd. A conversation whose first turn holds an image reuses its prefix past the image on
+the next turn, without running the encoder again, and answers as a cold run does."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import httpx
+import openai
+import pytest
+from PIL import Image
+
+from tests.helpers import warmslot_server
+
+
+def data_url(color, size=(20, 12), fmt="PNG") -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, fmt)
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def image_message(text, url):
+    return {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, tiny_mmproj):
+    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "1024", "--mmproj", str(tiny_mmproj),
+                           "--image-max-pixels", "10000", "--image-max-bytes", "1")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def metric(server, name) -> float:
+    text = httpx.get(server.url + "/metrics").text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def chat(client, messages, **kw):
+    return client.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0, **kw)
+
+
+def test_second_turn_reuses_the_prefix_past_the_image_without_encoding_again(server, client):
+    first = [image_message("What is this?", data_url((200, 10, 30)))]
+    r1 = chat(client, first)
+    assert r1.choices[0].message.content
+    assert r1.usage.prompt_tokens > 16  # the image's 16 embeddings count as prompt tokens
+    encodes = metric(server, "warmslot_media_encodes_total")
+    assert encodes == 1
+    second = first + [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "And more?"}]
+    r2 = chat(client, second)
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    # everything up to the new turn came from the slot: the image's run and the reply after it
+    assert cached >= r1.usage.prompt_tokens, (cached, r1.usage.prompt_tokens)
+    assert metric(server, "warmslot_media_encodes_total") == encodes
+    assert metric(server, "warmslot_media_embeddings_reused_total") == 0  # its KV was kept: nothing decoded again
+    # the same conversation evaluated cold (cache_prompt off) answers the same, greedy
+    cold = chat(client, second, extra_body={"cache_prompt": False})
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    assert cold.choices[0].message.content == r2.choices[0].message.content
+
+
+def test_different_images_give_different_prefixes(client):
+    a = chat(client, [image_message("Which?", data_url((0, 0, 255)))])
+    b = chat(client, [image_message("Which?", data_url((0, 255, 0)))])
+    # the second shares only the text before its image with the first
+    assert b.usage.prompt_tokens_details.cached_tokens < b.usage.prompt_tokens - 16
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens
+
+
+def post(server, messages):
+    return httpx.post(server.url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 2}, timeout=60)
+
+
+@pytest.mark.parametrize("url, words", [
+    ("https://example.com/cat.png", "not fetched"),
+    ("data:image/png;base64,!!!notbase64", "base64"),
+    ("data:image/png;base64," + base64.b64encode(b"not an image at all").decode(), "not an image"),
+    ("data:audio/wav;base64,AAAA", "not supported"),
+])
+def test_bad_images_get_400_naming_the_field(server, url, words):
+    r = post(server, [image_message("x", url)])
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "messages[0].content[1].image_url.url"
+    assert words in err["message"]
+
+
+def test_limits_and_modalities_get_400(server):
+    big = data_url((1, 2, 3), size=(200, 100))  # 20,000 pixels: over --image-max-pixels 10000
+    r = post(server, [image_message("x", big)])
+    assert r.status_code == 400 and "pixels" in r.json()["error"]["message"]
+    audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}
+    r = post(server, [audio])
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0]"
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_images_without_a_projector_get_400(tiny_models):
+    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "256")
+    try:
+        r = post(proc, [image_message("x", data_url((5, 5, 5)))])
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+        assert "--mmproj" in r.json()["error"]["message"]
+    finally:
+        proc.stop()
