@@ -64,7 +64,7 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     # NOTE: tool_choice "none" still renders the tools (only the grammar and the parsing turn
     # off), as llama-server and vLLM do: the prompt, and so the cached prefix, stays the same
     images = message_images(params.messages)
-    projector = server.engine.projector
+    projector = server.engine.projector if images else None
     if images and projector is None:
         raise InvalidRequest("this model takes no images: the server runs without a projector (--mmproj)", param=images[0].param)
     marker = MEDIA_MARKER if images else None
