@@ -105,11 +105,12 @@ class ServerConfig:
     slot_save_size: int = 4 << 30  # bytes the files in slot_save_path may take in all
     max_messages: int = 10000  # messages (or input items) in one request; more get 400
     max_tools: int = 256  # tools in one request; more get 400
+    webui: bool = True  # the chat and cache page at /
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
 _FLAGS = [
-    (("-m", "--model"), "model", str, None, "path of the GGUF model (default: the embedded Gemma 3 270M, if installed)"),
+    (("-m", "--model"), "model", str, None, "path of the GGUF model (default: the embedded SmolLM2 135M Instruct, or Gemma 3 270M, if installed)"),
     (("--host",), "host", str, "127.0.0.1", "address to listen on"),
     (("--port",), "port", int, 8080, "port to listen on"),
     (("-np", "--parallel"), "parallel", int, 4, "number of slots (sequences decoded together)"),
@@ -155,6 +156,7 @@ _FLAGS = [
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
     (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
+    (("--no-webui",), "no_webui", bool, False, "no web page at / (the chat and cache view)"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: thoughts go to reasoning_content when the chat template uses <think>; deepseek: always; none: leave them in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
@@ -188,7 +190,6 @@ _FLAGS += [
     (("--jinja",), "jinja", "noop", False, "accepted for llama-server compatibility: chat templates always run with Jinja"),
     (("--metrics",), "metrics", "noop", False, "accepted for llama-server compatibility: /metrics is always on"),
     (("--slots",), "slots", "noop", False, "accepted for llama-server compatibility: /slots is on unless --no-slots"),
-    (("--no-webui",), "no_webui", "noop", False, "accepted for llama-server compatibility: there is no web UI"),
     (("-cb", "--cont-batching"), "cont_batching", "noop", False, "accepted for llama-server compatibility: batching is always continuous"),
 ]
 
@@ -339,6 +340,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         max_tools=a.max_tools,
         max_n=a.max_n,
         responses_store=a.responses_store,
+        webui=not a.no_webui,
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")
