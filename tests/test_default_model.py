@@ -28,7 +28,7 @@ WEATHER = {
 @pytest.fixture(scope="module")
 def server(chat_model):
     cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "-np", "1", "-c", "2048"]
-    proc = ServerProcess("warmslot", cmd, ready_timeout=180).start()
+    proc = ServerProcess("warmslot", cmd, ready_timeout=180)
     yield proc
     proc.stop()
 

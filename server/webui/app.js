@@ -467,7 +467,12 @@ function bind() {
 
 bind();
 renderAll();
-start().catch((err) => {
-  if (err instanceof Unauthorized) askKey();
-  else { $("cache-error").textContent = String(err.message || err); $("cache-error").hidden = false; }
-});
+function begin() {
+  start().catch((err) => {
+    if (err instanceof Unauthorized) return askKey();
+    $("cache-error").textContent = String(err.message || err);  // e.g. 503 while the model loads
+    $("cache-error").hidden = false;
+    setTimeout(begin, 2000);
+  });
+}
+begin();
