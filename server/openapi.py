@@ -458,9 +458,9 @@ _SLOT_ACTION = {"post": {
 
 
 _WEBUI_FILE = {"get": {
-    "summary": "the web page's script and style sheet (not with --no-webui)",
+    "summary": "the web page's files: the page, its script and its style sheet (not with --no-webui)",
     "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["index.html", "app.js", "style.css"]}}],
-    "responses": {"200": {"description": "the file", "content": {"text/javascript": {"schema": {"type": "string"}}, "text/css": {"schema": {"type": "string"}}}}, **_errors(404)},
+    "responses": {"200": {"description": "the file", "content": {kind: {"schema": {"type": "string"}} for kind in ("text/html", "text/javascript", "text/css")}}, **_errors(404)},
 }}
 
 
