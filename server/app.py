@@ -28,7 +28,7 @@ from .openapi import openapi_endpoint
 from .api.chat.route import chat_completions
 from .api.completions.route import completions
 from .api.responses import route as responses
-from .routes import embeddings, props, service, slot_files, worker
+from .routes import embeddings, props, service, slot_files, webui, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -97,6 +97,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/metrics", metrics.metrics_endpoint),
         Route("/openapi.json", openapi_endpoint),
         *worker.ROUTES,  # what a load balancer asks its replicas
+        *(webui.ROUTES if config.webui else []),  # the chat and cache page (--no-webui: none)
     ]
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(

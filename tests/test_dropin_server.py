@@ -26,7 +26,7 @@ LLAMA_SERVER_PARAMS = {
     "seed", "temperature", "top_k", "top_p", "min_p", "repeat_last_n", "repeat_penalty", "presence_penalty",
     "frequency_penalty", "max_tokens", "n_predict", "stream", "reasoning_format", "samplers",
 }
-NO_EFFECT = ("--jinja", "--metrics", "--slots", "--no-webui", "-cb")
+NO_EFFECT = ("--jinja", "--metrics", "--slots", "-cb")
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_start_up_log(server):
     table = log[log.index("capacity:"):]
     for row in ("weights", "KV cache", "checkpoints", "prompt cache (RAM)  64.0 MiB", "pinned host memory"):
         assert row in table, row
-    for flag in ("--jinja", "--metrics", "--slots", "--no-webui", "--cont-batching"):
+    for flag in ("--jinja", "--metrics", "--slots", "--cont-batching"):
         assert f"{flag} has no effect" in log
 
 

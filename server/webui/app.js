@@ -1,0 +1,478 @@
+// warmslot's page: a chat with the model and a live view of the slots and the cache.
+// Plain JavaScript, no dependencies. It uses the server's public routes only, with the key
+// the user gives, so the cache view shows exactly what /slots shows to that key.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SOURCES = ["slot", "fork", "ram", "disk", "computed"];
+const POLL_MS = 1000;
+const WINDOW_S = 300;  // the source chart's span
+const BUCKET_S = 10;   // one bar
+
+// -- storage ---------------------------------------------------------------------------
+
+const store = {
+  load(name, fallback) {
+    try { return JSON.parse(localStorage.getItem("warmslot." + name)) ?? fallback; } catch { return fallback; }
+  },
+  save(name, value) { localStorage.setItem("warmslot." + name, JSON.stringify(value)); },
+};
+
+function apiKey() {
+  return sessionStorage.getItem("warmslot.key") || localStorage.getItem("warmslot.key") || "";
+}
+
+function setKey(key, remember) {
+  sessionStorage.setItem("warmslot.key", key);
+  if (remember) localStorage.setItem("warmslot.key", key); else localStorage.removeItem("warmslot.key");
+}
+
+function headers(extra) {
+  const out = Object.assign({}, extra || {});
+  const key = apiKey();
+  if (key) out.Authorization = "Bearer " + key;
+  return out;
+}
+
+class Unauthorized extends Error {}
+
+async function get(path, kind) {
+  const r = await fetch(path, { headers: headers(), cache: "no-store" });
+  if (r.status === 401) throw new Unauthorized(await errorText(r));
+  if (!r.ok) throw new Error(await errorText(r));
+  return kind === "text" ? r.text() : r.json();
+}
+
+async function errorText(r) {
+  const text = await r.text();
+  try { return `${r.status}: ${JSON.parse(text).error.message}`; } catch { return `${r.status}: ${text.slice(0, 200)}`; }
+}
+
+// -- Markdown: HTML escaped first, then a small safe subset ----------------------------
+
+function escapeHtml(text) {
+  return text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function inline(text) {  // text is already escaped
+  const codes = [];
+  text = text.replace(/`([^`\n]+)`/g, (_, code) => { codes.push(code); return `\u0000${codes.length - 1}\u0000`; });
+  text = text.replace(/\*\*([^*\n]+)\*\*/g, "<strong>$1</strong>").replace(/(^|[^*])\*([^*\n]+)\*/g, "$1<em>$2</em>");
+  return text.replace(/\u0000(\d+)\u0000/g, (_, i) => `<code>${codes[+i]}</code>`);
+}
+
+function renderMarkdown(source) {
+  const lines = escapeHtml(source).split("\n");
+  const out = [];
+  let para = [], list = null, code = null;
+  const flushPara = () => { if (para.length) out.push(`<p>${inline(para.join("<br>"))}</p>`); para = []; };
+  const flushList = () => { if (list) out.push(`<${list.tag}>${list.items.map((i) => `<li>${inline(i)}</li>`).join("")}</${list.tag}>`); list = null; };
+  for (const line of lines) {
+    if (code) {
+      if (/^\s*```/.test(line)) { out.push(`<pre><code${code.lang}>${code.lines.join("\n")}</code></pre>`); code = null; }
+      else code.lines.push(line);
+      continue;
+    }
+    const fence = line.match(/^\s*```\s*([\w+-]*)/);
+    const item = line.match(/^\s*(?:([-*+])|(\d+)[.)])\s+(.*)$/);
+    const heading = line.match(/^(#{1,4})\s+(.*)$/);
+    if (fence) { flushPara(); flushList(); code = { lang: fence[1] ? ` class="lang-${fence[1]}"` : "", lines: [] }; }
+    else if (item) {
+      flushPara();
+      const tag = item[1] ? "ul" : "ol";
+      if (list && list.tag !== tag) flushList();
+      list = list || { tag, items: [] };
+      list.items.push(item[3]);
+    } else if (heading) { flushPara(); flushList(); out.push(`<h4>${inline(heading[2])}</h4>`); }
+    else if (!line.trim()) { flushPara(); flushList(); }
+    else { flushList(); para.push(line); }
+  }
+  if (code) out.push(`<pre><code${code.lang}>${code.lines.join("\n")}</code></pre>`);  // still streaming
+  flushPara(); flushList();
+  return out.join("");
+}
+
+// -- conversations -----------------------------------------------------------------------
+
+let conversations = store.load("conversations", []);
+let current = store.load("current", null);
+const settings = Object.assign({ system: "", temperature: 0.7, max_tokens: 512 }, store.load("settings", {}));
+let running = null;  // { controller, message }
+const requestLog = [];
+
+function conversation() {
+  let c = conversations.find((c) => c.id === current);
+  if (!c) {
+    c = { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 6), title: "New chat", messages: [] };
+    conversations.unshift(c);
+    current = c.id;
+  }
+  return c;
+}
+
+function saveConversations() {
+  store.save("conversations", conversations.slice(0, 50));
+  store.save("current", current);
+}
+
+function renderConversations() {
+  const list = $("conversations");
+  list.replaceChildren(...conversations.map((c) => {
+    const li = document.createElement("li");
+    li.textContent = c.title;
+    li.className = c.id === current ? "current" : "";
+    li.addEventListener("click", () => { if (!running) { current = c.id; saveConversations(); renderAll(); } });
+    return li;
+  }));
+}
+
+function renderMessage(m) {
+  const div = document.createElement("div");
+  div.className = `msg ${m.role}`;
+  if (m.reasoning) {
+    const details = document.createElement("details");
+    details.className = "reasoning";
+    details.innerHTML = `<summary>reasoning</summary>${renderMarkdown(m.reasoning)}`;
+    div.append(details);
+  }
+  const body = document.createElement("div");
+  body.className = "content";
+  body.innerHTML = m.role === "user" ? `<p>${escapeHtml(m.content).replace(/\n/g, "<br>")}</p>` : renderMarkdown(m.content || "");
+  div.append(body);
+  for (const call of m.tool_calls || []) {
+    const pre = document.createElement("pre");
+    pre.className = "tool-call";
+    pre.textContent = `${call.function.name}(${call.function.arguments})`;
+    div.append(pre);
+  }
+  if (m.error) {
+    const p = document.createElement("p");
+    p.className = "error";
+    p.textContent = m.error;
+    div.append(p);
+  }
+  if (m.stats) {
+    const s = m.stats, p = document.createElement("p");
+    p.className = "stats";
+    p.dataset.cached = s.cached;
+    p.textContent = [
+      `TTFT ${s.ttft_ms} ms`, `${s.tokens_per_s} tokens/s`, `cached_tokens ${s.cached}`,
+      `prompt ${s.prompt}`, `${s.completion} tokens`, s.stopped ? "stopped" : s.finish,
+    ].filter(Boolean).join(" · ");
+    div.append(p);
+  }
+  return div;
+}
+
+function renderMessages() {
+  const box = $("messages");
+  box.replaceChildren(...conversation().messages.map(renderMessage));
+  box.scrollTop = box.scrollHeight;
+}
+
+function renderAll() { renderConversations(); renderMessages(); }
+
+// -- chat --------------------------------------------------------------------------------
+
+function apiMessages(c) {
+  const out = settings.system ? [{ role: "system", content: settings.system }] : [];
+  for (const m of c.messages) {
+    if (m.role === "assistant" && m.error && !m.content) continue;
+    let content = m.content || "";
+    if (!content && m.tool_calls) content = m.tool_calls.map((t) => `${t.function.name}(${t.function.arguments})`).join("\n");
+    out.push({ role: m.role, content });
+  }
+  return out;
+}
+
+async function* sseEvents(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+      if (data === "[DONE]") return;
+      if (data) yield JSON.parse(data);
+    }
+  }
+}
+
+async function send(text) {
+  const c = conversation();
+  if (c.messages.length === 0) c.title = text.slice(0, 40);
+  c.messages.push({ role: "user", content: text });
+  const reply = { role: "assistant", content: "", reasoning: "", tool_calls: null };
+  c.messages.push(reply);
+  saveConversations();
+  renderAll();
+  const controller = new AbortController();
+  running = { controller, reply };
+  setRunning(true);
+  const started = performance.now();
+  let first = null, usage = null, finish = null, line = null;
+  const view = () => $("messages").lastElementChild;
+  try {
+    const r = await fetch("/v1/chat/completions", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      signal: controller.signal,
+      body: JSON.stringify({
+        model: "default", messages: apiMessages(c).slice(0, -1), stream: true,
+        stream_options: { include_usage: true },
+        temperature: Number(settings.temperature), max_tokens: Number(settings.max_tokens),
+      }),
+    });
+    if (r.status === 401) askKey("the server refused the key: " + await errorText(r));
+    if (!r.ok) throw new Error(await errorText(r));
+    line = r.headers.get("x-warmslot-cache");
+    for await (const event of sseEvents(r)) {
+      if (event.error) throw new Error(event.error.message || JSON.stringify(event.error));
+      if (event.usage) usage = event.usage;
+      for (const choice of event.choices || []) {
+        const d = choice.delta || {};
+        if ((d.content || d.reasoning_content || d.tool_calls) && first === null) first = performance.now();
+        if (d.content) reply.content += d.content;
+        if (d.reasoning_content) reply.reasoning += d.reasoning_content;
+        for (const t of d.tool_calls || []) {
+          reply.tool_calls = reply.tool_calls || [];
+          const call = reply.tool_calls[t.index] = reply.tool_calls[t.index] || { function: { name: "", arguments: "" } };
+          if (t.function && t.function.name) call.function.name += t.function.name;
+          if (t.function && t.function.arguments) call.function.arguments += t.function.arguments;
+        }
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+      view().replaceWith(renderMessage(reply));
+      $("messages").scrollTop = $("messages").scrollHeight;
+    }
+  } catch (err) {
+    if (err.name !== "AbortError") reply.error = String(err.message || err);
+  }
+  const stopped = controller.signal.aborted;
+  const ended = performance.now();
+  if (usage || stopped) {
+    const u = usage || { prompt_tokens: 0, completion_tokens: 0, prompt_tokens_details: { cached_tokens: 0 } };
+    const cached = (u.prompt_tokens_details || {}).cached_tokens || 0;
+    const decodeS = first !== null ? (ended - first) / 1000 : 0;
+    reply.stats = {
+      ttft_ms: first !== null ? Math.round(first - started) : "-",
+      tokens_per_s: decodeS > 0 && u.completion_tokens > 1 ? ((u.completion_tokens - 1) / decodeS).toFixed(1) : "-",
+      cached, prompt: u.prompt_tokens, completion: u.completion_tokens, finish, stopped,
+    };
+    logRequest(reply.stats, line);
+  }
+  running = null;
+  setRunning(false);
+  saveConversations();
+  renderMessages();
+}
+
+function setRunning(on) {
+  $("send").hidden = on;
+  $("stop").hidden = !on;
+}
+
+// -- the cache view ----------------------------------------------------------------------
+
+const samples = [];  // { t, totals: { source: tokens } } from /metrics
+let capacity = null;
+
+function metricValues(text) {
+  const out = {};
+  for (const line of text.split("\n")) {
+    if (!line || line[0] === "#") continue;
+    const m = line.match(/^(warmslot_[a-z_]+)(\{[^}]*\})?\s+(\S+)$/);
+    if (m) out[m[1] + (m[2] || "")] = Number(m[3]);
+  }
+  return out;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function bar(used, total) {
+  const pct = total > 0 ? Math.min(100, (100 * used) / total) : 0;
+  return `<div class="bar"><div style="width:${pct.toFixed(1)}%"></div></div>`;
+}
+
+function cell(text) { const td = document.createElement("td"); td.innerHTML = text; return td; }
+function row(...cells) { const tr = document.createElement("tr"); tr.append(...cells.map(cell)); return tr; }
+
+function renderSlots(view) {
+  const perSlot = capacity ? capacity.n_ctx_slot : view.n_ctx;
+  $("queue").textContent = `${view.memory} · queue ${view.queue_depth}`;
+  $("slots").tBodies[0].replaceChildren(...view.slots.map((s) => {
+    const r = s.request;
+    let progress = s.redacted ? "another key's" : (s.idle_s ? `idle ${s.idle_s.toFixed(0)} s` : "");
+    if (r) {
+      progress = s.state === "prefill" ? `prefill ${r.n_cached}/${r.n_prompt}` : `prompt ${r.n_prompt} (${r.n_cached} cached) + ${r.n_generated}`;
+    }
+    const tr = row(String(s.id), `<span class="state ${s.state}">${s.state}</span>`,
+      `${s.n_tokens}${bar(s.n_tokens, perSlot)}`, escapeHtml(progress) + (s.tenant ? ` <span class="muted">tenant ${escapeHtml(s.tenant)}</span>` : ""));
+    tr.dataset.state = s.state;
+    tr.dataset.tokens = s.n_tokens;
+    return tr;
+  }));
+}
+
+function renderTiers(view, m) {
+  const rows = [];
+  if (view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes, `${view.cache.n_entries} entries`]);
+  const diskBudget = m["warmslot_disk_cache_budget_bytes"];
+  if (diskBudget) rows.push(["disk", m["warmslot_disk_cache_bytes"] || 0, diskBudget, `${m["warmslot_disk_cache_entries"] || 0} entries`]);
+  else if (m["warmslot_disk_cache_budget_bytes"] !== undefined || view.cache) rows.push(["disk", 0, 0, "off (--cache-disk)"]);
+  const ckpt = m["warmslot_checkpoint_bytes"];
+  if (ckpt !== undefined && capacity) rows.push(["checkpoints", ckpt, capacity.checkpoint_budget_bytes, ""]);
+  $("tiers").innerHTML = rows.map(([name, used, budget, note]) =>
+    `<div class="tier" data-tier="${name}"><span>${name}</span><span>${bytes(used)} / ${budget ? bytes(budget) : "-"} ${escapeHtml(note)}</span>${bar(used, budget)}</div>`).join("");
+}
+
+function renderSources() {
+  const now = Date.now() / 1000;
+  while (samples.length > 1 && samples[1].t < now - WINDOW_S) samples.shift();
+  const n = WINDOW_S / BUCKET_S;
+  const buckets = Array.from({ length: n }, () => Object.fromEntries(SOURCES.map((s) => [s, 0])));
+  const totals = Object.fromEntries(SOURCES.map((s) => [s, 0]));
+  for (let i = 1; i < samples.length; i++) {
+    const k = Math.floor((now - samples[i].t) / BUCKET_S);
+    if (k >= n) continue;
+    for (const s of SOURCES) {
+      const d = Math.max(0, samples[i].totals[s] - samples[i - 1].totals[s]);
+      buckets[n - 1 - k][s] += d;
+      totals[s] += d;
+    }
+  }
+  const peak = Math.max(1, ...buckets.map((b) => SOURCES.reduce((a, s) => a + b[s], 0)));
+  $("source-chart").innerHTML = buckets.map((b) =>
+    `<div class="col">${SOURCES.map((s) => b[s] ? `<div class="src-${s}" style="height:${(100 * b[s] / peak).toFixed(1)}%"></div>` : "").join("")}</div>`).join("");
+  $("source-legend").innerHTML = SOURCES.map((s) =>
+    `<li><span class="swatch src-${s}"></span>${s} <b data-source="${s}">${totals[s]}</b></li>`).join("");
+}
+
+function renderCapacity() {
+  if (!capacity) return;
+  const c = capacity, sum = (o) => Object.values(o || {}).reduce((a, b) => a + b, 0);
+  const by = (o) => Object.entries(o || {}).map(([d, b]) => `${escapeHtml(d)} ${bytes(b)}`).join(", ") || "-";
+  const rows = [
+    ["context", `${c.context ? c.context.n_ctx : "-"} tokens (${c.context ? escapeHtml(c.context.source) : "-"}), ${c.n_ctx_slot} per slot, ${c.n_slots} slots`],
+    ["weights", by(c.weights_bytes)],
+    ["KV cache", `${by(c.kv_bytes)}${c.kv_bytes_per_token ? `, ${bytes(c.kv_bytes_per_token)} per token` : ""}`],
+    ["recurrent state", c.recurrent_bytes_per_slot ? `${bytes(c.recurrent_bytes_per_slot)} per slot` : "-"],
+    ["compute buffers", by(c.compute_bytes)],
+    ["checkpoints", `up to ${c.checkpoints_per_slot} and ${bytes(c.checkpoint_bytes_per_slot)} per slot, ${bytes(c.checkpoint_budget_bytes)} in all`],
+    ["prompt cache (RAM)", `${bytes(c.cache_ram_bytes)} (${escapeHtml(String(c.cache_ram))})`],
+    ["pinned host memory", c.pinned_limit_bytes ? bytes(c.pinned_limit_bytes) : "none"],
+    ["in all", bytes(sum(c.weights_bytes) + sum(c.kv_bytes) + sum(c.compute_bytes))],
+  ];
+  $("capacity").tBodies[0].replaceChildren(...rows.map(([k, v]) => row(k, v)));
+}
+
+function logRequest(stats, line) {
+  const fields = Object.fromEntries((line || "").split(";").map((p) => p.trim().split("=")).filter((p) => p.length === 2));
+  let where = fields.source ? `${fields.source}${fields.slot ? ` (slot ${fields.slot})` : ""}` : "-";
+  if (fields.checkpoint) where += `, checkpoint ${fields.checkpoint}`;
+  if (fields.diverged) where += `, diverged at token ${fields.diverged}${fields.message ? ` in message ${fields.message}` : ""}`;
+  requestLog.unshift({ ttft: stats.ttft_ms, cached: stats.cached, computed: stats.prompt - stats.cached, where });
+  requestLog.length = Math.min(requestLog.length, 10);
+  $("requests").tBodies[0].replaceChildren(...requestLog.map((r) =>
+    row(`${r.ttft} ms`, String(r.cached), String(r.computed), escapeHtml(r.where))));
+}
+
+async function poll() {
+  try {
+    const [view, text] = await Promise.all([get("/slots"), get("/metrics", "text")]);
+    const m = metricValues(text);
+    capacity = view.capacity || capacity;
+    samples.push({ t: Date.now() / 1000, totals: Object.fromEntries(SOURCES.map((s) => [s, m[`warmslot_prompt_tokens_total{source="${s}"}`] || 0])) });
+    renderSlots(view);
+    renderTiers(view, m);
+    renderSources();
+    renderCapacity();
+    $("cache-error").hidden = true;
+  } catch (err) {
+    if (err instanceof Unauthorized) askKey();
+    $("cache-error").textContent = String(err.message || err);
+    $("cache-error").hidden = false;
+  }
+}
+
+// -- the key -----------------------------------------------------------------------------
+
+function askKey(message) {
+  const dialog = $("key-dialog");
+  $("key-button").hidden = false;
+  $("key-error").textContent = message || "";
+  $("key-error").hidden = !message;
+  if (!dialog.open) dialog.showModal();
+}
+
+async function tryKey(event) {
+  event.preventDefault();
+  const key = $("key-input").value.trim();
+  setKey(key, $("key-remember").checked);
+  try {
+    await start();
+    $("key-dialog").close();
+  } catch (err) {
+    askKey(err instanceof Unauthorized ? `the key was refused (${err.message})` : String(err.message || err));
+  }
+}
+
+// -- start -------------------------------------------------------------------------------
+
+let pollTimer = null;
+
+async function start() {
+  const props = await get("/props");  // 401 without the right key
+  $("model").textContent = props.model_alias || "";
+  capacity = props.capacity || null;
+  renderCapacity();
+  if (!pollTimer) pollTimer = setInterval(() => { if (!document.hidden) poll(); }, POLL_MS);
+  poll();
+}
+
+function bind() {
+  $("system-prompt").value = settings.system;
+  $("temperature").value = settings.temperature;
+  $("max-tokens").value = settings.max_tokens;
+  for (const [id, name] of [["system-prompt", "system"], ["temperature", "temperature"], ["max-tokens", "max_tokens"]]) {
+    $(id).addEventListener("change", () => { settings[name] = $(id).value; store.save("settings", settings); });
+  }
+  $("composer").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const text = $("input").value.trim();
+    if (!text || running) return;
+    $("input").value = "";
+    send(text);
+  });
+  $("input").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
+  });
+  $("stop").addEventListener("click", () => { if (running) running.controller.abort(); });
+  $("new-chat").addEventListener("click", () => { if (!running) { current = null; conversation(); saveConversations(); renderAll(); } });
+  $("key-form").addEventListener("submit", tryKey);
+  $("key-button").addEventListener("click", () => askKey());
+}
+
+bind();
+renderAll();
+function begin() {
+  start().catch((err) => {
+    if (err instanceof Unauthorized) return askKey();
+    $("cache-error").textContent = String(err.message || err);  // e.g. 503 while the model loads
+    $("cache-error").hidden = false;
+    setTimeout(begin, 2000);
+  });
+}
+begin();
