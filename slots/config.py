@@ -38,4 +38,10 @@ class EngineConfig:
     repack: bool | None = None  # CPU weight repacking (llama.cpp's extra buffer types); None: auto
     cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
     cache_disk_size: int = 0  # its budget in bytes
-    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers, tensor overrides
+    # --fit (fit.py): on a GPU, what was left unset (the context, expert placement, GPU layers)
+    # is chosen to fit the free device memory less fit_target bytes per device
+    fit: bool = True
+    fit_target: int = 1 << 30  # bytes left free on each device; also the margin of the capacity answer
+    fit_ctx: int = 4096  # the smallest context --fit may choose
+    n_gpu_layers_auto: bool = False  # -ngl was not given: --fit may offload fewer layers
