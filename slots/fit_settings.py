@@ -31,7 +31,7 @@ def fit_settings(cfg: EngineConfig, on_gpu: bool) -> tuple[EngineConfig, FitPlan
     cannot fit, naming the numbers."""
     if not cfg.fit or not on_gpu:
         return cfg, None
-    devices = gpu_memory()
+    devices = _fit_devices(cfg.placement)
     if not devices:
         return cfg, None
     try:
@@ -69,6 +69,16 @@ def fit_settings(cfg: EngineConfig, on_gpu: bool) -> tuple[EngineConfig, FitPlan
     return fitted, plan
 
 
+def _fit_devices(where: placement.Placement) -> list:
+    """The GPUs the model is spread over: those of -dev, or with -sm none the --main-gpu."""
+    devices = gpu_memory()
+    if where.devices is not None:
+        devices = [d for d in devices if d.name in where.devices]
+    elif where.split_mode == "none":
+        devices = devices[where.main_gpu:where.main_gpu + 1]
+    return devices
+
+
 def _experts_in_ram(overrides: tuple[tuple[str, str], ...], n_layer: int) -> int:
     """How many leading layers' experts the user's overrides keep in RAM, as fit.py counts
     them (every layer for --cpu-moe; for other -ot patterns: none is assumed moved)."""
@@ -86,7 +96,7 @@ def capacity_headroom(cfg: EngineConfig, *, on_device: bool, state_bytes: int, k
     """The capacity answer for the loaded server: where its sequences' state lives (free
     device memory, else available RAM less the prompt cache's budget), with --fit-target."""
     if on_device:
-        free, where = sum(d.free for d in gpu_memory()), "device memory"
+        free, where = sum(d.free for d in _fit_devices(cfg.placement)), "device memory"
     else:
         free, where = available_ram() - cfg.cache_ram, "RAM"
     return headroom(
