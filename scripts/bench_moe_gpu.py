@@ -120,7 +120,7 @@ def run_child(spec: dict) -> dict:
     return json.loads(lines[-1])
 
 
-def llama_server_fit(model: str, n_parallel: int) -> dict:
+def llama_server_fit(model: str, n_parallel: int, log_path: pathlib.Path) -> dict:
     """llama-server's own --fit on the same card: the lines of its log that say what it chose."""
     exe = shutil.which("llama-server")
     if exe is None:
@@ -139,6 +139,7 @@ def llama_server_fit(model: str, n_parallel: int) -> dict:
     finally:
         proc.kill()
         proc.wait()
+    log_path.write_text("\n".join(lines))
     keep = re.compile(r"fit|n_ctx|n_seq|offload|CUDA0 model|CPU_Mapped model|KV buffer|n_gpu_layers|exps", re.IGNORECASE)
     return {"load_s": round(time.monotonic() - t0, 1), "log": [line for line in lines if keep.search(line)][:80]}
 
@@ -162,7 +163,8 @@ def main() -> int:
             spec = {"model": args.model, "np": n_parallel, "ctx": ctx, "cpu_moe": cpu_moe}
             result = run_child(spec)
             if card_gib == 24 and n_parallel == 3:
-                report["llama_server_fit"][name] = llama_server_fit(args.model, n_parallel)
+                report["llama_server_fit"][name] = llama_server_fit(
+                    args.model, n_parallel, pathlib.Path(args.out).with_name(f"llama-server-{name}.log"))
                 printed = subprocess.run([sys.executable, "-m", "warmslot.server", "-m", args.model, "-np", "3", "--fit-print"],
                                          capture_output=True, text=True, timeout=600)
                 report["fit_print_cli"] = {"returncode": printed.returncode, "stdout": printed.stdout,

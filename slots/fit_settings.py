@@ -34,27 +34,10 @@ def fit_settings(cfg: EngineConfig, on_gpu: bool) -> tuple[EngineConfig, FitPlan
     devices = _fit_devices(cfg.placement)
     if not devices:
         return cfg, None
-    try:
-        tensors = tensor_sizes(cfg.model_path)
-    except (OSError, NotGGUF) as exc:
-        log.warning("--fit: cannot read the tensor table of %s (%s): nothing is adjusted", cfg.model_path, exc)
+    plan = plan_for(cfg, tuple(d.free for d in devices))
+    if plan is None:
         return cfg, None
-    meta = Model(cfg.model_path, vocab_only=True, repack=cfg.repack)
-    try:
-        n_layer, n_ctx_train = meta.info.n_layer, meta.info.n_ctx_train
-        per_token = meta.kv_bytes_per_token(cfg.type_k, cfg.type_v)
-    finally:
-        meta.close()
-    sizes = ModelSizes.from_tensors(tensors, n_layer)
     overrides = cfg.placement.tensor_overrides
-    request = FitRequest(
-        free_bytes=tuple(d.free for d in devices), margin_bytes=cfg.fit_target, n_parallel=cfg.n_parallel,
-        n_ctx_train=n_ctx_train, kv_bytes_per_token=per_token, n_ctx=cfg.n_ctx, n_ctx_min=cfg.fit_ctx,
-        n_gpu_layers=None if cfg.n_gpu_layers_auto else cfg.n_gpu_layers,
-        n_cpu_moe=_experts_in_ram(overrides, n_layer) if overrides else None,
-        fixed_bytes=COMPUTE_RESERVE + (cfg.cache_vram or 0),
-    )
-    plan = fit(sizes, request)
     if not plan.fits:
         raise CannotFit(
             f"--fit: the model does not fit {', '.join(d.name for d in devices)} with a margin of "
@@ -67,6 +50,42 @@ def fit_settings(cfg: EngineConfig, on_gpu: bool) -> tuple[EngineConfig, FitPlan
     if not overrides and plan.n_cpu_moe:
         fitted.placement = dataclasses.replace(cfg.placement, tensor_overrides=placement.expert_overrides(plan.n_cpu_moe))
     return fitted, plan
+
+
+def plan_for(cfg: EngineConfig, free_bytes: tuple[int, ...]) -> FitPlan | None:
+    """What --fit chooses for `cfg` on devices with `free_bytes` free; None when the GGUF's
+    tensor table or layer count cannot be read (then nothing is adjusted)."""
+    try:
+        tensors = tensor_sizes(cfg.model_path)
+    except (OSError, NotGGUF) as exc:
+        log.warning("--fit: cannot read the tensor table of %s (%s): nothing is adjusted", cfg.model_path, exc)
+        return None
+    # NOTE: a vocab-only load reads the metadata but leaves the hyperparameters (n_layer,
+    # n_ctx_train) at 0, so they are read from the metadata keys
+    meta = Model(cfg.model_path, vocab_only=True, repack=cfg.repack)
+    try:
+        arch = meta.info.arch
+        n_layer, n_ctx_train = _meta_int(meta, f"{arch}.block_count"), _meta_int(meta, f"{arch}.context_length")
+        per_token = meta.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    finally:
+        meta.close()
+    if not n_layer or not n_ctx_train:
+        log.warning("--fit: %s gives no layer count or training context: nothing is adjusted", cfg.model_path)
+        return None
+    overrides = cfg.placement.tensor_overrides
+    request = FitRequest(
+        free_bytes=free_bytes, margin_bytes=cfg.fit_target, n_parallel=cfg.n_parallel,
+        n_ctx_train=n_ctx_train, kv_bytes_per_token=per_token, n_ctx=cfg.n_ctx, n_ctx_min=cfg.fit_ctx,
+        n_gpu_layers=None if cfg.n_gpu_layers_auto else cfg.n_gpu_layers,
+        n_cpu_moe=_experts_in_ram(overrides, n_layer) if overrides else None,
+        fixed_bytes=COMPUTE_RESERVE + (cfg.cache_vram or 0),
+    )
+    return fit(ModelSizes.from_tensors(tensors, n_layer), request)
+
+
+def _meta_int(model: Model, key: str) -> int:
+    value = (model.meta(key) or "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 def _fit_devices(where: placement.Placement) -> list:

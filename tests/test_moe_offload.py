@@ -118,3 +118,27 @@ def test_a_bad_override_stops_the_start_up_naming_the_flag(tiny_moe, args, messa
     done = warmslot_cli("-m", str(tiny_moe), *args)
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_fit_plans_from_the_gguf_layers_and_a_stated_card(tiny_moe):
+    """The plan on a card of a stated size: the tensor table and the layer count come from the
+    file (a vocab-only load leaves llama.cpp's layer count at 0), so the context drops to
+    --fit-ctx and the experts of the fewest layers go to RAM."""
+    from warmslot.slots import EngineConfig
+    from warmslot.slots.fit import ModelSizes
+    from warmslot.slots.fit_settings import COMPUTE_RESERVE, plan_for
+    from warmslot.slots.gguf_tensors import tensor_sizes
+
+    tensors = tensor_sizes(tiny_moe)
+    sizes = ModelSizes.from_tensors(tensors, 4)
+    assert sum(tensors.values()) == 1125120  # llama_model_size of the file
+    assert sizes.expert_bytes == (3 * 64 * 64 * 4 * 4,) * 4
+    cfg = EngineConfig(model_path=str(tiny_moe), n_parallel=1, type_k="f32", type_v="f32", fit_target=0, fit_ctx=1024,
+                       n_gpu_layers_auto=True)
+    expert = sizes.expert_bytes[0]
+    card = COMPUTE_RESERVE + sum(sizes.layer_bytes) + sizes.output_bytes + 1024 * 1024 + 2 * expert + expert // 2
+    plan = plan_for(cfg, (card,))
+    assert (plan.n_ctx, plan.n_cpu_moe, plan.n_gpu_layers, plan.fits) == (1024, 2, 5, True)
+    # with room for everything the training context and every layer stay
+    plan = plan_for(cfg, (COMPUTE_RESERVE + sizes.total_bytes + 4096 * 1024,))
+    assert (plan.n_ctx, plan.n_cpu_moe, plan.n_gpu_layers, plan.changed) == (4096, 0, 5, ())
