@@ -5,6 +5,7 @@ files). --fit changes nothing on a CPU, and --fit-print answers without serving.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -142,3 +143,40 @@ def test_fit_plans_from_the_gguf_layers_and_a_stated_card(tiny_moe):
     # with room for everything the training context and every layer stay
     plan = plan_for(cfg, (COMPUTE_RESERVE + sizes.total_bytes + 4096 * 1024,))
     assert (plan.n_ctx, plan.n_cpu_moe, plan.n_gpu_layers, plan.changed) == (4096, 0, 5, ())
+
+
+def test_fit_settings_apply_the_plan_and_refuse_what_the_user_set_too_big(tiny_moe, monkeypatch):
+    """On a (stated) GPU: the fitted settings carry the experts' overrides and the layers, and
+    a context the user set that cannot fit stops the load with the numbers."""
+    from warmslot.slots import EngineConfig
+    from warmslot.slots import fit_settings as fitting
+    from warmslot.slots.fit import ModelSizes
+    from warmslot.slots.gguf_tensors import tensor_sizes
+    from warmslot.slots.llama_api import Device
+
+    sizes = ModelSizes.from_tensors(tensor_sizes(tiny_moe), 4)
+    expert = sizes.expert_bytes[0]
+    # the dense layers, the output, 1024 tokens of f32 KV and the experts of one layer and a half
+    card = fitting.COMPUTE_RESERVE + sum(sizes.layer_bytes) + sizes.output_bytes + 1024 * 1024 + expert + expert // 2
+    monkeypatch.setattr(fitting, "gpu_memory", lambda: [Device("CUDA0", "gpu", card, 2 * card)])
+    cfg = EngineConfig(model_path=str(tiny_moe), n_parallel=1, type_k="f32", type_v="f32", fit_target=0, fit_ctx=1024,
+                       n_gpu_layers_auto=True)
+    fitted, plan = fitting.fit_settings(cfg, on_gpu=True)
+    assert plan.fits and plan.n_cpu_moe == 3 and fitted.n_gpu_layers == 5 and fitted.n_ctx == 0
+    assert fitted.placement.tensor_overrides == placement.expert_overrides(3)
+    assert cfg.placement.tensor_overrides == ()  # the caller's settings are not changed
+    too_big = EngineConfig(model_path=str(tiny_moe), n_parallel=1, type_k="f32", type_v="f32", fit_target=0,
+                           n_ctx=4096, n_gpu_layers=-1, placement=Placement(tensor_overrides=placement.expert_overrides(None)))
+    with pytest.raises(fitting.CannotFit, match=r"does not fit CUDA0 with a margin of 0 MiB.*context of 4096"):
+        fitting.fit_settings(too_big, on_gpu=True)
+    off = dataclasses.replace(too_big, fit=False)
+    assert fitting.fit_settings(off, on_gpu=True) == (off, None)  # --fit off: loaded as set
+
+
+def test_a_file_that_is_not_gguf_is_named(tmp_path):
+    from warmslot.slots.gguf_tensors import NotGGUF, tensor_sizes
+
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"not a model at all, just some bytes")
+    with pytest.raises(NotGGUF):
+        tensor_sizes(path)
