@@ -199,7 +199,7 @@ _FLAGS += [
     (("-ncmoe", "--n-cpu-moe"), "n_cpu_moe", int, 0, "keep the experts of the first N layers in RAM"),
     (("-ot", "--override-tensor"), "override_tensor", parse_tensor_overrides, None, "PATTERN=BUFFER,...: tensors whose name the regular expression finds go to that buffer type (CPU, CUDA0, ...; the first match wins); repeatable"),
     (("--fit",), "fit", str, "on", "on: what is left unset (the context, expert placement, GPU layers) is chosen to fit the free device memory with --fit-target; off: load as set"),
-    (("-fitt", "--fit-target"), "fit_target", int, 1024, "MiB left free on each device by --fit, and the margin of the capacity answer"),
+    (("-fitt", "--fit-target"), "fit_target", int, 1024, "MiB left free on each device by --fit (one value for every device), and the margin of the capacity answer"),
     (("-fitc", "--fit-ctx"), "fit_ctx", int, 4096, "the smallest context --fit may choose"),
     (("--fit-print",), "fit_print", bool, False, "load the model, print the capacity table and what the server can hold (largest context per slot, most slots, prompt cache RAM), and exit without serving"),
 ]
