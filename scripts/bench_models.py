@@ -17,6 +17,9 @@ qwen35-27b   qwen35   E 5120, 64 layers: layer il is full attention when (il+1) 
 qwen35-9b    qwen35   E 4096, 32 layers, 16 heads / 4 KV, 16 key / 32 value heads, F 12288
 gemma3-4b    gemma3   E 2560, 34 layers, 8 heads / 4 KV of 256, F 10240, sliding window 1024
                       on 5 of every 6 layers (il % 6 < 5), the 6th global
+qwen3-30b-a3b qwen3moe E 2048, 48 layers, 32 heads / 4 KV of 128, QK-norm; 128 experts of
+                      F 768 per layer, 8 used (``ffn_{gate,up,down}_exps`` {E, 768, 128}),
+                      an F32 router ``ffn_gate_inp`` {E, 128}; context 262144 (as the 2507 release)
 ============ ======== =======================================================================
 
 ``--scale tiny`` keeps the architecture, the layer pattern, the head dimensions, the
@@ -160,6 +163,10 @@ class Shape:
     sliding_window_pattern: int = 0  # layer il uses the window when il % pattern < pattern - 1
     rope_freq_base_swa: float = 0.0
     rope_scaling_linear: float = 0.0  # linear rope scaling factor of the global layers
+    # qwen3moe
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
 
     @property
     def ssm_inner_size(self) -> int:
@@ -198,6 +205,11 @@ MODELS: dict[str, Shape] = {
         sliding_window=1024, sliding_window_pattern=6, rope_freq_base_swa=1e4,
         rope_scaling_linear=8.0,
     ),
+    "qwen3-30b-a3b": Shape(
+        name="qwen3-30b-a3b", arch="qwen3moe", n_embd=2048, n_layer=48, n_ff=6144,
+        n_head=32, n_head_kv=4, head_dim=128, n_ctx_train=262144, rope_freq_base=1e7,
+        n_expert=128, n_expert_used=8, n_ff_exp=768,
+    ),
 }
 
 # --scale tiny: same arch, pattern, head dims and rope; smaller widths, head counts and layers
@@ -208,6 +220,8 @@ TINY: dict[str, dict[str, Any]] = {
     "qwen35-9b": {"n_embd": 256, "n_ff": 512, "n_head": 2, "n_head_kv": 1, "n_layer": 8,
                   "ssm_group_count": 2, "ssm_time_step_rank": 4},
     "gemma3-4b": {"n_embd": 256, "n_ff": 512, "n_head": 2, "n_head_kv": 1, "n_layer": 6, "sliding_window": 128},
+    "qwen3-30b-a3b": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 1, "n_layer": 4, "n_expert": 8,
+                      "n_expert_used": 2, "n_ff_exp": 128},
 }
 
 SCALES = ("real", "tiny")
@@ -311,8 +325,17 @@ def tensor_plan(s: Shape, n_vocab: int) -> list[TensorSpec]:
             ]
             if s.arch == "gemma3":
                 plan.append(_f(f"{b}.post_attention_norm.weight", (E,), "ones"))
-        if s.arch in ("qwen3", "gemma3"):
+        if s.arch in ("qwen3", "gemma3", "qwen3moe"):
             plan.append(_f(f"{b}.ffn_norm.weight", (E,), "ones"))
+        if s.arch == "qwen3moe":
+            Fe, n = s.n_ff_exp, s.n_expert
+            plan += [
+                _f(f"{b}.ffn_gate_inp.weight", (E, n), "proj", role="ffn_gate_inp"),
+                TensorSpec(f"{b}.ffn_gate_exps.weight", (E, Fe, n), Q4_0, "ffn_gate_exps"),
+                TensorSpec(f"{b}.ffn_down_exps.weight", (Fe, E, n), Q4_0, "ffn_down_exps"),
+                TensorSpec(f"{b}.ffn_up_exps.weight", (E, Fe, n), Q4_0, "ffn_up_exps"),
+            ]
+            continue
         plan += [
             _q(f"{b}.ffn_gate.weight", E, F, "ffn_gate"),
             _q(f"{b}.ffn_up.weight", E, F, "ffn_up"),
@@ -531,6 +554,12 @@ def metadata(s: Shape, vocab: Vocab, scale: str) -> list[bytes]:
             f"{a}.attention.sliding_window_pattern": s.sliding_window_pattern,
             f"{a}.rope.freq_base_swa": float(s.rope_freq_base_swa),
         }
+    if s.n_expert:
+        kv |= {
+            f"{a}.expert_count": s.n_expert,
+            f"{a}.expert_used_count": s.n_expert_used,
+            f"{a}.expert_feed_forward_length": s.n_ff_exp,
+        }
     if s.rope_scaling_linear:
         kv |= {f"{a}.rope.scaling.type": "linear", f"{a}.rope.scaling.factor": float(s.rope_scaling_linear)}
     entries = [_kv(k, v) for k, v in kv.items()]
@@ -576,7 +605,7 @@ class _Buffers:
         return self.cache[key]
 
     def _q4_0(self, t: TensorSpec) -> np.ndarray:
-        ne0, ne1 = t.ne
+        ne0, ne1 = t.ne[0], int(np.prod(t.ne[1:]))  # an expert tensor {ne0, ne1, n_expert}: rows of all experts
         nb = ne0 // QK4_0
         d = np.full(ne1, t.gain / (NIBBLE_STD * np.sqrt(ne0)), dtype=np.float16)
         if t.role == "output":

@@ -84,6 +84,45 @@ def check_rpc(rpc_servers: tuple[str, ...]) -> str | None:
     return placement.RPC_BUILD_HINT if rpc_servers and not placement.supports_rpc() else None
 
 
+def check_overrides(config) -> str | None:
+    """Why -ot (or --cpu-moe) cannot work, before anything loads (None: it may). Buffer types
+    of RPC servers exist only once they are added, so those are checked at load."""
+    from warmslot.slots import LlamaError, placement
+
+    chosen = config.engine.placement
+    if not chosen.tensor_overrides or chosen.rpc_servers:
+        return None
+    try:
+        placement.check_tensor_overrides(chosen.tensor_overrides)
+    except LlamaError as exc:
+        return str(exc)
+    return None
+
+
+def fit_print(config) -> int:
+    """--fit-print: load the model as the server would, print the capacity table (what is held
+    where, and what the server can hold with the margin), and exit without serving."""
+    from warmslot.slots import Engine, NotReady
+
+    path = resolve_model(config)
+    if path is None:
+        return 2
+    config.engine.model_path = path
+    engine = Engine(config.engine)
+    engine.start()
+    try:
+        engine.wait_ready()
+    except NotReady as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
+        return 1
+    try:
+        print(f"{engine.info.model_name}: capacity with {config.engine.n_parallel} slots")
+        print(engine.info.capacity.table())
+    finally:
+        engine.stop()
+    return 0
+
+
 class CannotListen(OSError):
     """The address is taken (or not ours to take)."""
 
@@ -137,7 +176,7 @@ def resolve_model(config) -> str | None:
 def _address(argv: list[str]) -> tuple[str, int] | None:
     """--host and --port alone, read before anything heavy is imported (None for --help,
     --version or a port that is not a number: the full parser answers those)."""
-    if any(a in ("-h", "--help", "--version", "--list-devices") for a in argv):
+    if any(a in ("-h", "--help", "--version", "--list-devices", "--fit-print") for a in argv):
         return None
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--host", default=os.environ.get("WARMSLOT_HOST", "127.0.0.1"))
@@ -173,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(f"warmslot: --rpc: {problem}", file=sys.stderr)
             return 2
+        problem = check_overrides(config)
+        if problem is not None:
+            print(f"warmslot: {problem}", file=sys.stderr)
+            return 2
+        if args.fit_print:
+            return fit_print(config)
         for flag in config.ignored_flags:
             log.info("%s has no effect: warmslot always does what it asks for", flag)
         if sock is None:

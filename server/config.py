@@ -57,6 +57,7 @@ def _argument(parse):
 parse_tensor_split = _argument(placement.parse_tensor_split)
 parse_device_names = _argument(placement.parse_device_names)
 parse_rpc_servers = _argument(placement.parse_rpc_servers)
+parse_tensor_overrides = _argument(placement.parse_tensor_overrides)
 
 DEFAULT_CACHE_RAM = "auto"
 DISK_AUTO_MAX = 64 << 30
@@ -117,7 +118,7 @@ _FLAGS = [
     (("--port",), "port", int, 8080, "port to listen on"),
     (("-np", "--parallel"), "parallel", int, 4, "number of slots (sequences decoded together)"),
     (("-c", "--ctx-size"), "ctx_size", int, 0, "KV cache size in tokens, shared by all slots (0: the model's training context if it fits the free device memory, or RAM on a CPU, else the largest that fits)"),
-    (("-ngl", "--n-gpu-layers"), "n_gpu_layers", int, -1, "layers to offload to the GPU (-1: all)"),
+    (("-ngl", "--n-gpu-layers"), "n_gpu_layers", int, None, "layers to offload to the GPU (-1: all; default: all, or as many as fit with --fit on)"),
     (("-sm", "--split-mode"), "split_mode", str, "layer", "how to spread the model over several GPUs: none (one GPU, --main-gpu), layer (whole layers and their KV cache per GPU), row (weight rows across GPUs; KV cache and results on --main-gpu), tensor (experimental in llama.cpp)"),
     (("-ts", "--tensor-split"), "tensor_split", parse_tensor_split, None, "proportion of the model for each GPU, e.g. 3,1 (default: in proportion to free memory)"),
     (("-mg", "--main-gpu"), "main_gpu", int, 0, "the GPU for the whole model with --split-mode none, or for the KV cache and results with row"),
@@ -205,7 +206,21 @@ _FLAGS += [
     (("--image-max-pixels",), "image_max_pixels", int, 33_554_432, "most pixels (width x height) of an image accepted; more get 400"),
 ]
 
+# Expert offload, tensor placement and --fit (llama-server's names and meanings)
+_FLAGS += [
+    (("-cmoe", "--cpu-moe"), "cpu_moe", bool, False, "keep the experts of every layer of a mixture-of-experts model in RAM (tensors matching \\.ffn_(up|down|gate)_exps)"),
+    (("-ncmoe", "--n-cpu-moe"), "n_cpu_moe", int, 0, "keep the experts of the first N layers in RAM"),
+    (("-ot", "--override-tensor"), "override_tensor", parse_tensor_overrides, None, "PATTERN=BUFFER,...: tensors whose name the regular expression finds go to that buffer type (CPU, CUDA0, ...; the first match wins); repeatable"),
+    (("--fit",), "fit", str, "on", "on: what is left unset (the context, expert placement, GPU layers) is chosen to fit the free device memory with --fit-target; off: load as set"),
+    (("-fitt", "--fit-target"), "fit_target", int, 1024, "MiB left free on each device by --fit (one value for every device), and the margin of the capacity answer"),
+    (("-fitc", "--fit-ctx"), "fit_ctx", int, 4096, "the smallest context --fit may choose"),
+    (("--fit-print",), "fit_print", bool, False, "load the model, print the capacity table and what the server can hold (largest context per slot, most slots, prompt cache RAM), and exit without serving"),
+]
+
+_REPEATABLE = {"override_tensor"}  # each use adds to the list
+
 _CHOICES = {
+    "fit": ("on", "off"),
     "split_mode": tuple(placement.SPLIT_MODES),
     "flash_attn": ("on", "off", "auto"),
     "cache_type_k": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
@@ -252,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
             value = convert(value)
         elif value is not None and env is not None:
             value = convert(value)
+        if dest in _REPEATABLE:
+            parser.add_argument(*flags, dest=dest, type=convert, default=[value] if value else None, action="append", help=help_text)
+            continue
         parser.add_argument(*flags, dest=dest, type=convert, default=value, choices=_CHOICES.get(dest), help=help_text)
     return parser
 
@@ -259,8 +277,18 @@ def build_parser() -> argparse.ArgumentParser:
 def placement_of(a: argparse.Namespace) -> placement.Placement:
     return placement.Placement(
         split_mode=a.split_mode, main_gpu=a.main_gpu, tensor_split=a.tensor_split or (), devices=a.device,
-        rpc_servers=a.rpc or (),
+        rpc_servers=a.rpc or (), tensor_overrides=tensor_overrides_of(a),
     )
+
+
+def tensor_overrides_of(a: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    """-ot's overrides in the order given, then --cpu-moe's, then --n-cpu-moe's."""
+    out = [pair for group in a.override_tensor or () for pair in group]
+    if a.cpu_moe:
+        out += placement.expert_overrides(None)
+    if a.n_cpu_moe > 0:
+        out += placement.expert_overrides(a.n_cpu_moe)
+    return tuple(out)
 
 
 def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.Namespace]:
@@ -284,6 +312,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         parser.error("--cache-disk-size must be above 0")
     if a.main_gpu < 0:
         parser.error("--main-gpu must be a device index (0 or more)")
+    if a.n_cpu_moe < 0 or a.fit_target < 0 or a.fit_ctx < 0:
+        parser.error("--n-cpu-moe, --fit-target and --fit-ctx must be 0 or more")
     engine = EngineConfig(
         model_path=a.model or "",
         n_parallel=a.parallel,
@@ -292,7 +322,11 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         n_ubatch=a.ubatch_size,
         n_threads=a.threads,
         n_threads_batch=a.threads_batch,
-        n_gpu_layers=a.n_gpu_layers,
+        n_gpu_layers=-1 if a.n_gpu_layers is None else a.n_gpu_layers,
+        n_gpu_layers_auto=a.n_gpu_layers is None,
+        fit=a.fit == "on",
+        fit_target=a.fit_target << 20,
+        fit_ctx=a.fit_ctx,
         flash_attn=a.flash_attn,
         type_k=a.cache_type_k,
         type_v=a.cache_type_v,

@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .context_size import ContextChoice
+from .fit import FitPlan, Headroom
 
 
 def _device(buffer: str) -> str:
@@ -32,6 +33,15 @@ def buffers_by_device(records: list[tuple[str, str, int]], kind: str) -> dict[st
     out: dict[str, int] = defaultdict(int)
     for buffer, size in per_buffer.items():
         out[_device(buffer)] += size
+    return dict(out)
+
+
+def overridden_tensors(records: list[tuple[str, str, int]]) -> dict[str, int]:
+    """How many tensors -ot, --cpu-moe or --n-cpu-moe placed on each device."""
+    out: dict[str, int] = defaultdict(int)
+    for kind, buffer, _ in records:
+        if kind == "override":
+            out[_device(buffer)] += 1
     return dict(out)
 
 
@@ -81,6 +91,9 @@ class Capacity:
     embeddings_bytes: int = 0  # most the embedding context's buffers take (0: --embeddings off)
     projector: str = ""  # --mmproj: where its weights are ("" without one)
     projector_bytes: int = 0  # its file's size
+    overridden: dict[str, int] = field(default_factory=dict)  # tensors placed by -ot/--cpu-moe, per device
+    headroom: Headroom | None = None  # what the server could hold, with the margin
+    fit: FitPlan | None = None  # what --fit settled (None: it did not run)
 
     @property
     def checkpoint_budget_bytes(self) -> int:
@@ -108,6 +121,9 @@ class Capacity:
                               for d in self.device_memory],
             "embeddings_bytes": self.embeddings_bytes,
             "projector_bytes": self.projector_bytes,
+            "overridden_tensors": self.overridden,
+            "headroom": self.headroom.to_json() if self.headroom is not None else None,
+            "fit": self.fit.to_json() if self.fit is not None else None,
         }
 
     def rows(self) -> list[tuple[str, str]]:
@@ -132,6 +148,13 @@ class Capacity:
             ("pinned host memory", f"{_size(self.pinned_bytes)}, up to {_size(self.pinned_limit_bytes)}"
              if self.pinned_limit_bytes else "none (no CUDA device)"),
         ]
+        if self.overridden:
+            rows.append(("tensor overrides", ", ".join(f"{n} tensors on {d}" for d, n in sorted(self.overridden.items()))
+                         + " (-ot, --cpu-moe, --n-cpu-moe)"))
+        if self.fit is not None:
+            rows.append(("--fit", self.fit.explain() + (f"; chose {'; '.join(self.fit.changed)}" if self.fit.changed else "")))
+        if self.headroom is not None:
+            rows.append(("can hold", self.headroom.describe()))
         if self.embeddings_bytes:
             rows.append(("embeddings", f"up to {_size(self.embeddings_bytes)} (KV cache, outputs and compute of one batch of inputs)"))
         if self.projector_bytes:

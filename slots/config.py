@@ -43,3 +43,10 @@ class EngineConfig:
     mmproj_offload: bool = True  # the projector on the GPU
     image_min_tokens: int = -1  # -1: the projector's own
     image_max_tokens: int = -1
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers, tensor overrides
+    # --fit (fit.py): on a GPU, what was left unset (the context, expert placement, GPU layers)
+    # is chosen to fit the free device memory less fit_target bytes per device
+    fit: bool = True
+    fit_target: int = 1 << 30  # bytes left free on each device; also the margin of the capacity answer
+    fit_ctx: int = 4096  # the smallest context --fit may choose
+    n_gpu_layers_auto: bool = False  # -ngl was not given: --fit may offload fewer layers

@@ -28,6 +28,7 @@ class ContextSource(enum.Enum):
     TRAINING = "training"  # the model's training context fits
     MEMORY = "memory"  # the largest context that fits the memory
     FALLBACK = "fallback"  # the KV size per token is unknown: the training context, at most FALLBACK_CTX
+    FIT = "fit"  # --fit chose it with the model's weights and the margin (fit.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,9 @@ class ContextChoice:
         if self.source is ContextSource.MEMORY:
             return (f"{self.n_ctx} tokens, the largest that fits in {_gib(self.budget_bytes)} of {self.where} "
                     f"(the model was trained on {self.n_ctx_train}; give --ctx-size to choose)")
+        if self.source is ContextSource.FIT:
+            return (f"{self.n_ctx} tokens, chosen by --fit to fit {_gib(self.budget_bytes)} of {self.where} with the "
+                    f"weights (the model was trained on {self.n_ctx_train})")
         return f"{self.n_ctx} tokens (the KV size per token is unknown: the training context, at most {FALLBACK_CTX})"
 
     def to_json(self) -> dict:

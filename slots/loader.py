@@ -16,10 +16,12 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
-from .capacity import Capacity, buffers_by_device, device_memory
+from .capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
 from .config import EngineConfig
-from .context_size import ContextChoice, available_ram, choose_context, device_budget, physical_memory, ram_budget
+from .context_size import ContextChoice, ContextSource, available_ram, choose_context, device_budget, physical_memory, ram_budget
 from .embeddings import Embedder
+from .fit import FitPlan
+from .fit_settings import capacity_headroom, fit_settings
 from .layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
 from .llama_api.mtmd import Projector, ProjectorParams
@@ -65,16 +67,26 @@ class Parts:
 def load_parts(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
     """Load the model and build the engine's parts. `wake(fn)` runs fn on the engine thread
     (the disk tier's reads report back through it)."""
+    cfg, plan = fit_settings(cfg, _offloads(cfg))
     with record_buffers() as buffers:
-        parts = _load(cfg, stats, progress, buffers, wake)
-    parts.info = _with_capacity(parts, cfg, buffers)
+        parts = _load(cfg, stats, progress, buffers, wake, plan)
+    parts.info = _with_capacity(parts, cfg, buffers, plan)
     log.info("capacity:\n%s", parts.info.capacity.table())
     return parts
 
 
-def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool) -> ContextChoice:
-    """--ctx-size, or for 0 the training context if it fits the memory the server can see."""
+def _offloads(cfg: EngineConfig) -> bool:
+    return cfg.n_gpu_layers != 0 and cfg.placement.offloads and supports_gpu_offload()
+
+
+def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool, plan: FitPlan | None) -> ContextChoice:
+    """--ctx-size, or for 0 what --fit chose, else the training context if it fits the memory
+    the server can see."""
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    if plan is not None and cfg.n_ctx <= 0 and per_token:
+        choice = ContextChoice(plan.n_ctx, ContextSource.FIT, model.info.n_ctx_train, plan.budget_bytes, "free device memory")
+        log.info("context: %s", choice.describe())
+        return choice
     devices = gpu_memory() if on_gpu and cfg.n_ctx <= 0 else []
     if devices:
         budget, where = sum(device_budget(d.free, d.total) for d in devices), "free device memory"
@@ -86,7 +98,7 @@ def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool) -> ContextCho
     return choice
 
 
-def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake) -> Parts:
+def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake, plan: FitPlan | None) -> Parts:
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
     model = Model(
@@ -94,8 +106,8 @@ def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], Non
         placement=cfg.placement, repack=cfg.repack,
     )
     info = model.info
-    on_gpu = cfg.n_gpu_layers != 0 and cfg.placement.offloads and supports_gpu_offload()
-    choice = _context_choice(cfg, model, on_gpu)
+    on_gpu = _offloads(cfg)
+    choice = _context_choice(cfg, model, on_gpu, plan)
     layout = plan_layout(
         model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
@@ -204,10 +216,20 @@ def _projector(cfg: EngineConfig, model: Model, on_gpu: bool) -> Projector | Non
     return projector
 
 
-def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str, int]]) -> EngineInfo:
+def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str, int]], plan: FitPlan | None) -> EngineInfo:
     """The engine's info with its capacity table, from what llama.cpp allocated."""
     info = parts.info
     recurrent = buffers_by_device(buffers, "RS")
+    on_device = _offloads(cfg)
+    state = {**{d: 0 for d in recurrent}, **buffers_by_device(buffers, "KV")}
+    for device, size in recurrent.items():
+        state[device] += size
+    per_slot = sum(recurrent.values()) // info.n_seq if recurrent else 0
+    answer = capacity_headroom(
+        cfg, on_device=on_device, state_bytes=sum(n for d, n in state.items() if (d != "CPU") == on_device),
+        kv_bytes_per_token=info.kv_bytes_per_token, state_bytes_per_slot=per_slot, n_ctx_slot=info.n_ctx_slot,
+        n_ctx_train=info.n_ctx_train,
+    )
     capacity = Capacity(
         context=info.context, n_slots=info.n_slots, n_seq=info.n_seq, n_ctx_slot=info.n_ctx_slot,
         weights_bytes=buffers_by_device(buffers, "model") or {"unknown": info.size_bytes},
@@ -222,6 +244,7 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         embeddings_bytes=parts.embedder.memory_bytes if parts.embedder is not None else 0,
         projector=("device" if cfg.mmproj_offload and cfg.n_gpu_layers != 0 and supports_gpu_offload() else "CPU") if parts.projector else "",
         projector_bytes=parts.projector.size_bytes if parts.projector is not None else 0,
+        overridden=overridden_tensors(buffers), headroom=answer, fit=plan,
     )
     return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)
 

@@ -13,13 +13,16 @@ _native_log = logging.getLogger("llama.cpp")
 # "load_tensors:   CPU_Mapped model buffer size =   235.16 MiB", "llama_kv_cache: CUDA0 KV buffer
 # size = ...", "sched_reserve: CPU compute buffer size = ...": what llama.cpp allocated, per buffer
 _BUFFER_RE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+# "tensor blk.0.ffn_up_exps.weight (96 MiB q4_0) buffer type overridden to CPU": a tensor that
+# -ot, --cpu-moe or --n-cpu-moe placed (llama.cpp says so at debug level only)
+_OVERRIDE_RE = re.compile(r"tensor \S+ \((\d+) MiB [^)]*\) buffer type overridden to (\S+)")
 _recording = threading.local()
 
 
 @contextlib.contextmanager
 def record_buffers() -> Iterator[list[tuple[str, str, int]]]:
     """Collect the (kind, buffer, bytes) lines llama.cpp logs while this thread loads a model
-    or makes a context. NOTE: llama.cpp has no API that tells how much memory each device
+    or makes a context (kind "override": one tensor an override placed, its MiB rounded down). NOTE: llama.cpp has no API that tells how much memory each device
     holds; its log says it for every buffer, whatever the log level."""
     found: list[tuple[str, str, int]] = []
     _recording.found = found
@@ -54,5 +57,9 @@ class NativeLog:
             match = _BUFFER_RE.search(line)
             if match:
                 found.append((match.group(2), match.group(1), int(float(match.group(3)) * (1 << 20))))
+        elif found is not None and "overridden to" in line:
+            match = _OVERRIDE_RE.search(line)
+            if match:
+                found.append(("override", match.group(2), int(match.group(1)) << 20))
         if line and _native_log.isEnabledFor(self.level):
             _native_log.log(self.level, "%s", line)

@@ -19,7 +19,7 @@ from tests.tiny_models import KINDS, write_tiny_mmproj, write_tiny_model
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)
 
 # Fixtures that hand a test a GGUF file: a test using any of them loads a model.
-MODEL_FIXTURES = {"tiny_models", "default_model", "qwen35_vocab", "tiny_mmproj", "chat_model"}
+MODEL_FIXTURES = {"tiny_models", "tiny_moe", "default_model", "qwen35_vocab", "tiny_mmproj", "chat_model"}
 
 
 def pytest_collection_modifyitems(items):
@@ -40,6 +40,12 @@ def tiny_models(tmp_path_factory) -> dict[str, pathlib.Path]:
 def tiny_mmproj(tmp_path_factory) -> pathlib.Path:
     """A random-weight vision projector for the tiny models (16 tokens an image)."""
     return write_tiny_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_moe(tmp_path_factory) -> pathlib.Path:
+    """The tiny mixture-of-experts model (qwen3moe: 4 layers of 4 experts, 2 used)."""
+    return write_tiny_model("moe", tmp_path_factory.mktemp("tiny-moe") / "moe.gguf")
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,8 @@ from warmslot.slots import model_params
 pytestmark = pytest.mark.model
 
 # few layers, but each pattern present: qwen35 3 DeltaNet + 1 attention, gemma3 5 SWA + 1 global
-LAYERS = {"qwen3-8b": 2, "qwen35-27b": 4, "qwen35-9b": 4, "gemma3-4b": 6}
-ARCH = {"qwen3-8b": "qwen3", "qwen35-27b": "qwen35", "qwen35-9b": "qwen35", "gemma3-4b": "gemma3"}
+LAYERS = {"qwen3-8b": 2, "qwen35-27b": 4, "qwen35-9b": 4, "gemma3-4b": 6, "qwen3-30b-a3b": 2}
+ARCH = {"qwen3-8b": "qwen3", "qwen35-27b": "qwen35", "qwen35-9b": "qwen35", "gemma3-4b": "gemma3", "qwen3-30b-a3b": "qwen3moe"}
 N_GEN = 32
 PROMPT = "<|im_start|>user\nTell me about lighthouses.<|im_end|>\n<|im_start|>assistant\n"
 
@@ -189,6 +189,15 @@ def test_real_shapes(vocab_path):
     assert plan["output.weight"].ne == (5120, n_vocab)
     data = sum(t.nbytes for t in plan.values())
     assert abs(data / 2**30 - 13.66) < 0.005
+
+    s = bench_models.resolve_shape("qwen3-30b-a3b")
+    plan = {t.name: t for t in bench_models.tensor_plan(s, n_vocab)}
+    assert plan["blk.0.ffn_gate_exps.weight"].ne == (2048, 768, 128)
+    assert plan["blk.0.ffn_down_exps.weight"].ne == (768, 2048, 128)
+    assert plan["blk.47.ffn_gate_inp.weight"].ne == (2048, 128)
+    assert "blk.0.ffn_gate.weight" not in plan
+    data = sum(t.nbytes for t in plan.values())
+    assert abs(data / 2**30 - 16.04) < 0.005, data / 2**30
 
     s = bench_models.resolve_shape("gemma3-4b")
     assert [il for il in range(s.n_layer) if not s.is_swa(il)] == [5, 11, 17, 23, 29]

@@ -115,7 +115,7 @@ def test_same_seed_same_bytes(tmp_path):
 
 def test_unknown_kind(tmp_path):
     with pytest.raises(ValueError):
-        write_tiny_model("moe", tmp_path / "x.gguf")
+        write_tiny_model("nosuchkind", tmp_path / "x.gguf")
 
 
 @pytest.mark.parametrize("loaded", KINDS, indirect=True)

@@ -12,10 +12,13 @@ attention  llama     KV cache; any suffix can be removed
 swa        gemma3    iSWA cache: 4 local layers (window 8), 2 global
 recurrent  mamba2    recurrent state only
 hybrid     qwen35    3 Gated DeltaNet layers + 1 full-attention layer
+moe        qwen3moe  KV cache; each layer's FFN is 4 experts, 2 used
 ========== ========= ==================================================
 
 ``write_tiny_mmproj`` writes a vision projector (a 2-layer CLIP ViT with a LLaVA MLP
 projector) whose output width matches every kind: ``--mmproj`` with any of them.
+``moe`` is not one of ``KINDS`` (its memory is plain attention): the tests of
+expert placement ask for it by name.
 
 All models share a byte-level ``gpt2`` BPE vocabulary of 264 tokens: the
 256 bytes (token id == byte value), 4 merged tokens (``Ġt``, ``he``,
@@ -58,6 +61,7 @@ import numpy as np
 KINDS = ("attention", "swa", "recurrent", "hybrid")
 
 ARCHS = {
+    "moe": "qwen3moe",
     "attention": "llama",
     "swa": "gemma3",
     "recurrent": "mamba2",
@@ -343,20 +347,59 @@ def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors) -> None:
         t.ffn(il, p["n_ff"])
 
 
+# --------------------------------------------------------------------------
+# moe: qwen3moe (the tensors llama-server's --cpu-moe keeps in RAM: blk.N.ffn_{gate,up,down}_exps)
+
+QWEN3MOE = dict(n_layer=4, n_head=4, n_head_kv=2, head_dim=16, n_expert=4, n_expert_used=2, n_ff_exp=64)
+
+
+def _write_qwen3moe(w: gguf.GGUFWriter, t: _Tensors) -> None:
+    p = QWEN3MOE
+    hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
+    n_expert, n_ff = p["n_expert"], p["n_ff_exp"]
+    _common_kv(w, "moe", p["n_layer"])
+    w.add_feed_forward_length(n_ff)
+    w.add_expert_feed_forward_length(n_ff)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(p["n_expert_used"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1000000.0)
+
+    t.embeddings()
+    for il in range(p["n_layer"]):
+        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
+        t.mat(f"blk.{il}.attn_q.weight", N_EMBD, hd * nh, gain=2.0)
+        t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv, gain=2.0)
+        t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
+        t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
+        t.ones(f"blk.{il}.attn_q_norm.weight", hd)
+        t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+        t.mat(f"blk.{il}.ffn_gate_inp.weight", N_EMBD, n_expert, gain=2.0)
+        # ggml order {ne0, ne1, n_expert}: one projection per expert
+        t.normal(f"blk.{il}.ffn_gate_exps.weight", 1.0 / np.sqrt(N_EMBD), N_EMBD, n_ff, n_expert)
+        t.normal(f"blk.{il}.ffn_up_exps.weight", 1.0 / np.sqrt(N_EMBD), N_EMBD, n_ff, n_expert)
+        t.normal(f"blk.{il}.ffn_down_exps.weight", 1.0 / np.sqrt(n_ff), n_ff, N_EMBD, n_expert)
+
+
 _WRITERS: dict[str, Callable[[gguf.GGUFWriter, _Tensors], None]] = {
+    "moe": _write_qwen3moe,
     "attention": _write_llama,
     "swa": _write_gemma3,
     "recurrent": _write_mamba2,
     "hybrid": _write_qwen35,
 }
 
-HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35}
+HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35, "moe": QWEN3MOE}
 
 
 def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
-    """Write the tiny model of ``kind`` (one of ``KINDS``) to ``path`` and return the path."""
+    """Write the tiny model of ``kind`` (one of ``KINDS``, or ``moe``) to ``path`` and return the path."""
     if kind not in _WRITERS:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS}")
+        raise ValueError(f"unknown kind {kind!r}; expected one of {tuple(_WRITERS)}")
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -438,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write tiny random-weight GGUF models, one per memory kind.")
     ap.add_argument("out_dir")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--kind", choices=KINDS, action="append", help="only this kind (repeatable)")
+    ap.add_argument("--kind", choices=tuple(_WRITERS), action="append", help="only this kind (repeatable)")
     args = ap.parse_args(argv)
     for kind in args.kind or KINDS:
         path = write_tiny_model(kind, pathlib.Path(args.out_dir) / f"tiny-{kind}.gguf", seed=args.seed)

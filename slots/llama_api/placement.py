@@ -1,7 +1,8 @@
 """Where the model goes: llama.cpp's devices, split modes, tensor split and RPC servers.
 
-llama-server's `-sm`, `-ts`, `-mg`, `-dev`, `--list-devices` and `--rpc` with the same meanings,
-set through `llama_model_params` (split_mode, main_gpu, tensor_split, devices). RPC servers
+llama-server's `-sm`, `-ts`, `-mg`, `-dev`, `--list-devices`, `--rpc`, `-ot`, `--cpu-moe` and
+`--n-cpu-moe` with the same meanings, set through `llama_model_params` (split_mode, main_gpu,
+tensor_split, devices, tensor_buft_overrides). RPC servers
 join ggml's device registry before the model loads, as llama.cpp's own `--rpc` does: through
 the RPC backend's `ggml_backend_rpc_add_server`, which exists only in builds with
 `-DGGML_RPC=on`.
@@ -53,6 +54,9 @@ class Placement:
     tensor_split: tuple[float, ...] = ()  # a proportion per device; (): by free memory
     devices: tuple[str, ...] | None = None  # names from --list-devices; None: all; (): none
     rpc_servers: tuple[str, ...] = ()  # host:port
+    # (regex, buffer type name): a tensor whose name the regex finds goes to that buffer type
+    # (the first match wins), as llama-server's -ot; --cpu-moe and --n-cpu-moe add theirs last
+    tensor_overrides: tuple[tuple[str, str], ...] = ()
 
     @property
     def offloads(self) -> bool:
@@ -98,6 +102,36 @@ def parse_device_names(text: str) -> tuple[str, ...]:
     return names
 
 
+# llama-server's --cpu-moe pattern: the experts' projections of every layer
+EXPERTS_PATTERN = r"\.ffn_(up|down|gate)_exps"
+CPU_BUFFER = "CPU"
+
+
+def expert_overrides(n_layers: int | None) -> tuple[tuple[str, str], ...]:
+    """The overrides of --cpu-moe (None: the experts of every layer stay in RAM) and of
+    --n-cpu-moe N (those of the first N layers), as llama-server writes them."""
+    if n_layers is None:
+        return ((EXPERTS_PATTERN, CPU_BUFFER),)
+    return tuple((rf"blk\.{il}{EXPERTS_PATTERN}", CPU_BUFFER) for il in range(n_layers))
+
+
+def parse_tensor_overrides(text: str) -> tuple[tuple[str, str], ...]:
+    """'exps=CPU,blk\\.1\\.=CUDA0' -> ((pattern, buffer type), ...), as llama-server reads -ot
+    (split on ','; the buffer type is checked against the devices when the model loads).
+    Raises ValueError for a missing '=' or a pattern that is not a regular expression."""
+    out = []
+    for item in (part.strip() for part in str(text).split(",")):
+        pattern, sep, buffer = item.rpartition("=")
+        if not sep or not pattern or not buffer.strip():
+            raise ValueError(f"not PATTERN=BUFFER: {item!r} (example: exps=CPU)")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
+        out.append((pattern, buffer.strip()))
+    return tuple(out)
+
+
 def parse_rpc_servers(text: str) -> tuple[str, ...]:
     """'10.0.0.2:50052,[::1]:50052' -> its endpoints, each host:port. Raises ValueError."""
     servers = tuple(s.strip() for s in str(text).split(",") if s.strip())
@@ -138,6 +172,8 @@ class _Registry:
         self.dev_description = _bind(base.ggml_backend_dev_description, cp, [vp])
         size_p = ctypes.POINTER(ctypes.c_size_t)
         self.dev_memory = _bind(base.ggml_backend_dev_memory, None, [vp, size_p, size_p])
+        self.dev_buffer_type = _bind(base.ggml_backend_dev_buffer_type, vp, [vp])
+        self.buft_name = _bind(base.ggml_backend_buft_name, cp, [vp])
         self.proc_address = _bind(base.ggml_backend_reg_get_proc_address, vp, [vp, cp])
         self.rpc_added: dict[str, int] = {}  # endpoint -> its registry, once registered
         self.rpc_lock = threading.Lock()  # engines may load side by side
@@ -181,6 +217,27 @@ def offload_devices() -> list[DeviceListing]:
         ggml.dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
         out.append(DeviceListing(_text(ggml.dev_name(dev)), _text(ggml.dev_description(dev)), free.value, total.value))
     return out
+
+
+def buffer_types() -> dict[str, int]:
+    """Each device's buffer type by name (CPU, CUDA0, RPC0[host:port], ...): what -ot takes,
+    as llama-server lists them."""
+    ggml = _Registry.get()
+    out = {}
+    for i in range(ggml.dev_count()):
+        buft = ggml.dev_buffer_type(ggml.dev_get(i))
+        if buft:
+            out[_text(ggml.buft_name(buft))] = buft
+    return out
+
+
+def check_tensor_overrides(overrides: Iterable[tuple[str, str]]) -> None:
+    """Raises LlamaError naming the first buffer type no device offers."""
+    known = buffer_types()
+    for pattern, buffer in overrides:
+        if buffer not in known:
+            raise LlamaError(f"-ot/--override-tensor {pattern}={buffer}: unknown buffer type {buffer!r} "
+                             f"(available: {', '.join(known) or 'none'})")
 
 
 def format_device_list(devices: Iterable[DeviceListing]) -> str:
@@ -274,6 +331,7 @@ class PlacementParams:
         self.placement = placement
         self.split = (ctypes.c_float * MAX_DEVICES)(*placement.tensor_split) if placement.tensor_split else None
         self.devices = _device_array(placement.devices) if placement.devices is not None else None
+        self.overrides = _override_array(placement.tensor_overrides) if placement.tensor_overrides else None
 
     def apply(self, params) -> None:
         p = self.placement
@@ -283,6 +341,26 @@ class PlacementParams:
             params.tensor_split = ctypes.cast(self.split, ctypes.POINTER(ctypes.c_float))
         if self.devices is not None:
             params.devices = ctypes.addressof(self.devices)
+        if self.overrides is not None:
+            params.tensor_buft_overrides = ctypes.addressof(self.overrides[0])
+
+
+class _BuftOverride(ctypes.Structure):
+    """llama.h's llama_model_tensor_buft_override (the bindings declare no such type)."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def _override_array(overrides: tuple[tuple[str, str], ...]):
+    """A NULL-pattern-terminated array of tensor buffer overrides, and the pattern strings it
+    points to (llama.cpp keeps the pointers: the array lives as long as the model)."""
+    check_tensor_overrides(overrides)
+    known = buffer_types()
+    patterns = [pattern.encode() for pattern, _ in overrides]
+    array = (_BuftOverride * (len(overrides) + 1))(
+        *(_BuftOverride(p, known[buffer]) for p, (_, buffer) in zip(patterns, overrides)), _BuftOverride(None, None)
+    )
+    return array, patterns
 
 
 def _device_array(names: tuple[str, ...]):
