@@ -1,25 +1,54 @@
 #!/usr/bin/env bash
-# The Debian packages the tests use besides what pip installs: Debian's prometheus, which
-# tests/test_prometheus.py starts to scrape two replicas.
+# What the tests use besides what pip installs:
+# - Debian's prometheus, which tests/test_prometheus.py starts to scrape two replicas;
+# - the Claude Code CLI (npm's @anthropic-ai/claude-code, and Node.js for it), which
+#   tests/test_messages_api.py runs headless against the server.
 #
-# As root on Debian (CI), installs it with apt-get when it is missing. Elsewhere it says what
-# to install and goes on: that test then skips with the same message, except under CI
-# (CI set), where it fails. Always exits 0, so the README's test command carries on to pytest.
+# As root on Debian (CI), installs what is missing (apt-get, then npm). Elsewhere it says what
+# to install and goes on: those tests then skip with the same message, except under CI
+# (CI set), where they fail. Always exits 0, so the README's test command carries on to pytest.
 set -u
 
-if command -v prometheus >/dev/null 2>&1; then
-    exit 0
-fi
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+as_root_with_apt() {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
+}
+
+apt_install() {
     export DEBIAN_FRONTEND=noninteractive
-    # --no-install-recommends: the server only (no node exporter); the package's own service
-    # is not needed, the test starts its own prometheus on a free loopback port
-    if apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; then
-        echo "install_test_deps: installed $(prometheus --version 2>&1 | head -n 1)" >&2
-        exit 0
+    # --no-install-recommends: only what is named (for prometheus: no node exporter; the
+    # package's own service is not needed, the test starts its own on a free loopback port)
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+install_prometheus() {
+    command -v prometheus >/dev/null 2>&1 && return
+    if as_root_with_apt; then
+        if apt_install prometheus; then
+            echo "install_test_deps: installed $(prometheus --version 2>&1 | head -n 1)" >&2
+            return
+        fi
+        echo "install_test_deps: apt-get could not install prometheus" >&2
+    else
+        echo "install_test_deps: prometheus is not installed; 'sudo apt-get install prometheus' lets tests/test_prometheus.py run" >&2
     fi
-    echo "install_test_deps: apt-get could not install prometheus" >&2
-else
-    echo "install_test_deps: prometheus is not installed; 'sudo apt-get install prometheus' lets tests/test_prometheus.py run" >&2
-fi
+}
+
+install_claude_code() {
+    command -v claude >/dev/null 2>&1 && return
+    if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
+        apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
+    fi
+    if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
+        if npm install -g --silent @anthropic-ai/claude-code >/dev/null 2>&1 && command -v claude >/dev/null 2>&1; then
+            echo "install_test_deps: installed Claude Code $(claude --version 2>/dev/null)" >&2
+            return
+        fi
+        echo "install_test_deps: npm could not install @anthropic-ai/claude-code" >&2
+    else
+        echo "install_test_deps: the Claude Code CLI is not installed; 'npm install -g @anthropic-ai/claude-code' lets tests/test_messages_api.py run it" >&2
+    fi
+}
+
+install_prometheus
+install_claude_code
 exit 0

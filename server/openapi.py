@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .api.messages.openapi import messages_paths
 from .protocol import INT32_MAX, MAX_STOP, MAX_TIMEOUT, ROLES
 
 JSON = "application/json"
@@ -502,6 +503,7 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/get_model_info": _get(_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),
         "/get_server_info": _get(_object("version", "model_id", "placement", "device_memory"), "the server's configuration, placement and memory by device", 401, 500, 503),
         "/health_generate": _get(_object("status"), "200 once the engine answers a call", 500, 503),
+        **messages_paths(),
     }
     return {
         "openapi": "3.0.3",

@@ -167,3 +167,13 @@ def test_count_tokens_counts_the_prompt_a_request_submits(server, client):
     assert counted.input_tokens == len(server.engine.submitted[-1].tokens)
     text = server.engine.vocab.detokenize(server.engine.submitted[-1].tokens)
     assert "18C" in text and '"city": "Paris"' in text
+
+
+def test_a_users_sessions_share_one_tenant_and_users_do_not(server, client):
+    def tenant(user_id):
+        client.messages.create(**dict(BODY, metadata={"user_id": user_id}))
+        return server.engine.submitted[-1].tenant
+
+    device = '{"device_id":"d1","account_uuid":"","session_id":"%s"}'
+    assert tenant(device % "s-1") == tenant(device % "s-2") != tenant(device.replace("d1", "d2") % "s-1")
+    assert tenant("user_ab_account_cd_session_0f-1") == tenant("user_ab_account_cd_session_9e-2") != tenant("user_xy")

@@ -9,8 +9,8 @@
 - `tools` (`input_schema`) become function tools, `tool_choice` auto/any/tool/none becomes
   auto/required/a named function/none, `disable_parallel_tool_use` turns parallel calls off;
 - `stop_sequences`, `max_tokens`, `temperature`, `top_p`, `top_k` are chat's sampling
-  fields, `metadata.user_id` the tenant hint (as `user`), `thinking.budget_tokens` the
-  reasoning budget;
+  fields, `metadata.user_id` (less a session id in it) the tenant hint as `user` is in chat,
+  `thinking.budget_tokens` the reasoning budget;
 - a block with `cache_control` marks the end of its message as a checkpoint position.
 
 Claude Code's first system block, `x-anthropic-billing-header: cc_version=...; cch=...;`,
@@ -23,6 +23,7 @@ its first tokens and recompute the whole prompt. `--keep-billing-header` keeps i
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,8 +94,26 @@ def _generation_body(body: dict) -> dict:
             raise InvalidRequest(f"'stop_sequences' takes at most {MAX_STOP} strings", param="stop_sequences")
         out["stop"] = stops
     if user:
-        out["user"] = user
+        out["user"] = user_of(user)
     return out
+
+
+_SESSION_SUFFIX = re.compile(r"_session_[0-9a-fA-F-]+$")
+
+
+def user_of(user_id: str) -> str:
+    """The user a `metadata.user_id` names, without the session: Claude Code sends its
+    session id in it (`{"device_id", "account_uuid", "session_id"}` as JSON, or
+    `user_..._account_..._session_<uuid>`), and a tenant per session would make every new
+    session recompute the ~20K-token system prompt and tools that all of a user's sessions
+    share."""
+    try:
+        value = json.loads(user_id)
+    except ValueError:
+        return _SESSION_SUFFIX.sub("", user_id)
+    if isinstance(value, dict):
+        return json.dumps({k: v for k, v in value.items() if k != "session_id"}, sort_keys=True)
+    return user_id
 
 
 def _flag(value: dict, name: str, where: str) -> bool:
