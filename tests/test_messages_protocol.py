@@ -109,6 +109,10 @@ def test_a_streamed_tool_call_is_a_tool_use_block_of_json_deltas(server, client)
     assert call.type == "tool_use" and call.name == "get_weather" and call.input == {"city": "Paris"}
     plain = client.messages.create(**body)
     assert plain.stop_reason == "tool_use" and plain.content[-1].input == {"city": "Paris"}
+    # Claude Code's own tools bound strings far past what a grammar can afford
+    huge = json.loads(json.dumps(WEATHER))
+    huge["input_schema"]["properties"]["city"]["maxLength"] = 524288
+    assert client.messages.create(**dict(body, tools=[huge])).stop_reason == "tool_use"
     assert server.engine.submitted[-1].sampling.grammar is not None  # tool_choice reached the pipeline
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
+from ...gbnf.limits import MAX_COUNT
 from ...protocol import INT32_MAX, MAX_STOP, ChatParams, parse_generation, parse_messages
 
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -302,11 +303,25 @@ def _tools(value: Any) -> list[dict] | None:
             raise InvalidRequest("a tool needs 'name'", param=f"{at}.name")
         if not isinstance(schema, dict):
             raise InvalidRequest("a tool needs 'input_schema' (an object)", param=f"{at}.input_schema")
-        function = {"name": name, "parameters": schema}
+        function = {"name": name, "parameters": _loosened(schema)}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         out.append({"type": "function", "function": function})
     return out
+
+
+def _loosened(schema: Any) -> Any:
+    """The schema without upper bounds a grammar cannot afford (`maxLength` or `maxItems`
+    past `MAX_COUNT`): chat answers those with a 400, but Claude Code's own tools carry them
+    (a `maxLength` of 524288), and no reply comes near such a bound."""
+    if isinstance(schema, list):
+        return [_loosened(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: _loosened(value) for key, value in schema.items()
+        if not (key in ("maxLength", "maxItems") and isinstance(value, int) and not isinstance(value, bool) and value > MAX_COUNT)
+    }
 
 
 def _tool_choice(value: Any) -> Any:
