@@ -1,30 +1,59 @@
 #!/usr/bin/env bash
-# The Debian packages the tests use besides what pip installs: Debian's prometheus, which
-# tests/test_prometheus.py starts to scrape two replicas, and Debian's chromium, the headless
-# browser tests/test_webui.py drives the web page with (through Playwright, launched on this
-# executable, so Playwright downloads no browser of its own).
+# What the tests use besides what pip installs:
+# - Debian's prometheus, which tests/test_prometheus.py starts to scrape two replicas;
+# - Debian's chromium, the headless browser tests/test_webui.py drives the web page with
+#   (through Playwright, launched on this executable, so Playwright downloads no browser);
+# - the Claude Code CLI (npm's @anthropic-ai/claude-code, and Node.js for it), which
+#   tests/test_messages_api.py runs headless against the server.
 #
-# As root on Debian (CI), installs what is missing with apt-get. Elsewhere it says what to
-# install and goes on: those tests then skip with the same message, except under CI (CI
-# set), where they fail. Always exits 0, so the README's test command carries on to pytest.
+# As root on Debian (CI), installs what is missing (apt-get, then npm). Elsewhere it says what
+# to install and goes on: those tests then skip with the same message, except under CI
+# (CI set), where they fail. Always exits 0, so the README's test command carries on to pytest.
 set -u
 
-missing=()
-command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
-command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+as_root_with_apt() {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
+}
+
+apt_install() {
     export DEBIAN_FRONTEND=noninteractive
-    # --no-install-recommends: prometheus without the node exporter (the test starts its own
-    # on a free loopback port, not the package's service); chromium without extras
-    if apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
-        echo "install_test_deps: installed ${missing[*]}" >&2
-        exit 0
+    # --no-install-recommends: only what is named (for prometheus: no node exporter; the
+    # package's own service is not needed, the test starts its own on a free loopback port)
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+install_debian_packages() {
+    local missing=()
+    command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    [ ${#missing[@]} -eq 0 ] && return
+    if as_root_with_apt; then
+        if apt_install "${missing[@]}"; then
+            echo "install_test_deps: installed ${missing[*]}" >&2
+            return
+        fi
+        echo "install_test_deps: apt-get could not install ${missing[*]}" >&2
+    else
+        echo "install_test_deps: ${missing[*]} not installed; 'sudo apt-get install ${missing[*]}' lets tests/test_prometheus.py and tests/test_webui.py run" >&2
     fi
-    echo "install_test_deps: apt-get could not install ${missing[*]}" >&2
-else
-    echo "install_test_deps: ${missing[*]} not installed; 'sudo apt-get install ${missing[*]}' lets tests/test_prometheus.py and tests/test_webui.py run" >&2
-fi
+}
+
+install_claude_code() {
+    command -v claude >/dev/null 2>&1 && return
+    if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
+        apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
+    fi
+    if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
+        if npm install -g --silent @anthropic-ai/claude-code >/dev/null 2>&1 && command -v claude >/dev/null 2>&1; then
+            echo "install_test_deps: installed Claude Code $(claude --version 2>/dev/null)" >&2
+            return
+        fi
+        echo "install_test_deps: npm could not install @anthropic-ai/claude-code" >&2
+    else
+        echo "install_test_deps: the Claude Code CLI is not installed; 'npm install -g @anthropic-ai/claude-code' lets tests/test_messages_api.py run it" >&2
+    fi
+}
+
+install_debian_packages
+install_claude_code
 exit 0

@@ -23,11 +23,12 @@ from warmslot.slots import Engine
 from . import metrics
 from .config import ServerConfig
 from .errors import ApiError, MethodNotAllowed, NotFound
-from .guard import BodyLimit, ErrorGuard
+from .guard import BodyLimit, ErrorGuard, error_shape
 from .openapi import openapi_endpoint
 from .api.chat.route import chat_completions
 from .api.completions.route import completions
 from .api.responses import route as responses
+from .api.messages import route as messages
 from .routes import embeddings, props, service, slot_files, webui, worker
 from .state import Warmslot
 
@@ -38,7 +39,8 @@ log = logging.getLogger("warmslot.server")
 
 
 async def _api_error(request: Request, exc: ApiError) -> Response:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    status, body = error_shape(request.url.path, exc)
+    return JSONResponse(body, status_code=status, headers=exc.headers)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
@@ -49,7 +51,8 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     else:
         err = ApiError(str(exc.detail))
         err.status = exc.status_code
-    return JSONResponse(err.body(), status_code=err.status)
+    status, body = error_shape(request.url.path, err)
+    return JSONResponse(body, status_code=status)
 
 
 def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
@@ -88,6 +91,10 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/responses", responses.create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete_response, methods=["DELETE"]),
+        Route("/v1/messages", messages.create_message, methods=["POST"]),
+        Route("/messages", messages.create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/slots", service.slots_view),

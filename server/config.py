@@ -92,6 +92,7 @@ class ServerConfig:
     log_level: str = "info"
     max_n: int = 8  # choices per request (n)
     responses_store: int = 256  # responses kept per tenant for previous_response_id
+    keep_billing_header: bool = False  # /v1/messages: keep Claude Code's per-request billing header in the prompt
     aliases: list[str] = field(default_factory=list)  # every name of the model, alias first
     hf_repo: str | None = None  # USER/REPO[:QUANT] to download
     hf_file: str | None = None
@@ -167,6 +168,7 @@ _FLAGS = [
     (("--embeddings",), "embeddings", bool, False, "serve /v1/embeddings from a second llama context with embeddings on (generation is unaffected)"),
     (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls or last"),
     (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
+    (("--keep-billing-header",), "keep_billing_header", bool, False, "/v1/messages: keep Claude Code's x-anthropic-billing-header system block in the prompt (it changes on every request, so every request then recomputes the whole prompt; dropped by default)"),
 ]
 
 # Flags llama-server users type: its sampling defaults, reasoning, model download, and flags
@@ -393,6 +395,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         max_n=a.max_n,
         responses_store=a.responses_store,
         webui=not a.no_webui,
+        keep_billing_header=a.keep_billing_header,
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 
+from .api.messages.errors import error_body as anthropic_body, is_messages_path, status_of as anthropic_status
 from .errors import ApiError, ServerError
 
 log = logging.getLogger("warmslot.server")
@@ -34,12 +35,21 @@ class PayloadTooLarge(ApiError):
         )
 
 
-async def send_error(send, error: ApiError) -> None:
+def error_shape(path: str, error: ApiError) -> tuple[int, dict]:
+    """The status and body of `error` as the API of `path` words it: Anthropic's shape on
+    the Messages routes, OpenAI's everywhere else."""
+    if is_messages_path(path):
+        return anthropic_status(error), anthropic_body(error)
+    return error.status, error.body()
+
+
+async def send_error(send, error: ApiError, path: str = "") -> None:
     """Answer an ApiError as a complete JSON response through a raw ASGI `send`."""
-    body = json.dumps(error.body()).encode()
+    status, shaped = error_shape(path, error)
+    body = json.dumps(shaped).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -66,7 +76,7 @@ class ErrorGuard:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
             if started:
                 raise  # part of a response is out: only closing the connection can end it
-            await send_error(send, ServerError(f"internal error: {type(exc).__name__}"))
+            await send_error(send, ServerError(f"internal error: {type(exc).__name__}"), scope.get("path", ""))
 
 
 class BodyLimit:
@@ -81,7 +91,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = _content_length(scope)
         if declared is not None and declared > self.limit:
-            return await send_error(send, PayloadTooLarge(self.limit))
+            return await send_error(send, PayloadTooLarge(self.limit), scope.get("path", ""))
         seen = 0
 
         async def counted():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .api.messages.openapi import messages_paths
 from .protocol import INT32_MAX, MAX_STOP, MAX_TIMEOUT, ROLES
 
 JSON = "application/json"
@@ -511,6 +512,7 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/health_generate": _get(_object("status"), "200 once the engine answers a call", 500, 503),
         "/": _get({"type": "string"}, "the web page: a chat with the model and a live view of the slots and the cache (not with --no-webui)", 404, media="text/html"),
         "/webui/{name}": _WEBUI_FILE,
+        **messages_paths(),
     }
     return {
         "openapi": "3.0.3",

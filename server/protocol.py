@@ -288,6 +288,7 @@ class ChatParams:
     parallel_tool_calls: bool = True
     response_format: dict | None = None
     template_kwargs: dict = field(default_factory=dict)
+    breakpoints: tuple[int, ...] = ()  # messages whose end is a checkpoint position (cache_control)
 
 
 def _content(value: Any, where: str, images: list | None = None) -> str | None:

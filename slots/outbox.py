@@ -48,6 +48,7 @@ class Outbox:
             self.stats.requests[error.kind.value] += 1
         else:
             event.finish = reason
+            event.stop_sequence = active.text.stopped_by
             self.stats.requests[reason.value] += 1
         self.stats.add_prompt(reuse.source.value, reuse.cached, usage.computed_tokens)
         self.stats.generated_tokens += len(active.generated)

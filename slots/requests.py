@@ -163,6 +163,7 @@ class Event:
     error: EngineError | None = None
     prompt_logits: np.ndarray | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token in `tokens`, if asked
+    stop_sequence: str | None = None  # at the finish: the stop string that ended the request, if one did
 
 
 class QueueSink:

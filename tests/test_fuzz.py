@@ -7,7 +7,8 @@ and every response is checked:
 
 - no 5xx;
 - the status, content type and body are the ones the document declares for the route
-  (every 4xx is an OpenAI error body: message, type, param, code);
+  (every 4xx is an OpenAI error body: message, type, param, code; Anthropic's on the
+  Messages routes);
 - afterwards /health answers 200 and no slot is left busy, nothing left queued.
 
 Generation is kept cheap so that 2,000 requests fit in CI: a max_tokens above 2 becomes 2,
@@ -75,6 +76,18 @@ def openai_error_shape(response) -> str | None:
     return None
 
 
+def anthropic_error_shape(response) -> str | None:
+    """What is wrong with a 4xx body of a Messages route, or None when it is Anthropic's."""
+    try:
+        body = response.json()
+        error = body["error"]
+    except (ValueError, KeyError, TypeError):
+        return "not an Anthropic error body"
+    if body.get("type") != "error" or not isinstance(error.get("message"), str) or not isinstance(error.get("type"), str):
+        return "type must be 'error', error.message and error.type strings"
+    return None
+
+
 def fuzz(url: str, n: int, record) -> None:
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
     strategy = st.one_of(schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE))
@@ -93,7 +106,8 @@ def fuzz(url: str, n: int, record) -> None:
         except Exception as exc:  # noqa: BLE001 - every failure is collected, the run goes on
             problem = str(exc)[:1500]
         if problem is None and 400 <= response.status_code < 500:
-            problem = openai_error_shape(response)
+            anthropic = case.path.startswith(("/v1/messages", "/messages"))
+            problem = anthropic_error_shape(response) if anthropic else openai_error_shape(response)
         record(case, response, problem)
 
     one()

@@ -31,8 +31,8 @@ BODIES = {
 class FakeServer:
     """The real app on a loopback port, its engine scripted."""
 
-    def __init__(self, engine: FakeEngine) -> None:
-        config, _ = parse_config(["-m", "/nonexistent.gguf"])
+    def __init__(self, engine: FakeEngine, *flags: str) -> None:
+        config, _ = parse_config(["-m", "/nonexistent.gguf", *flags])
         self.engine = engine
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

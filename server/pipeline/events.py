@@ -57,6 +57,7 @@ class ChoiceEnd:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     truncated: bool = False  # the token limit ended it (also after whole tool calls)
     cut_call: int | None = None  # the index of a tool call max_tokens cut (never sent whole)
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 @dataclass(slots=True)
@@ -82,6 +83,7 @@ class ChoiceReply:
     usage: Usage
     truncated: bool = False  # the token limit ended it (also after whole tool calls)
     cut_call: int | None = None
+    stop_sequence: str | None = None  # the stop string that ended it, if one did
 
 
 @dataclass(slots=True)

@@ -90,7 +90,8 @@ class Generation:
             if ev.finish is not None:
                 usages[i] = ev.usage
                 finish = finish_of(ev.finish, has_calls[i], self._cut(i))
-                yield ChoiceEnd(i, finish, ev.usage, pending[i], ev.finish is FinishReason.LENGTH, self._cut_call(i))
+                truncated = ev.finish is FinishReason.LENGTH
+                yield ChoiceEnd(i, finish, ev.usage, pending[i], truncated, self._cut_call(i), ev.stop_sequence)
                 pending[i] = []
         usage = total_usage(usages, self.gen.n)
         self._log(usage)
@@ -130,7 +131,8 @@ class Generation:
             text, end = "".join(texts[i]), ends[i]
             parsed = parse_reply(self.parsers[i], text, end.finish) if self.parsers is not None else None
             finish = finish_of(end.finish, bool(parsed and parsed.tool_calls), self._cut(i))
-            choices.append(ChoiceReply(i, text, parsed, logprobs[i], finish, end.usage, end.finish is FinishReason.LENGTH, self._cut_call(i)))
+            truncated = end.finish is FinishReason.LENGTH
+            choices.append(ChoiceReply(i, text, parsed, logprobs[i], finish, end.usage, truncated, self._cut_call(i), end.stop_sequence))
         usage = total_usage([c.usage for c in choices], self.gen.n)
         self._log(usage)
         reasoning = "".join(c.parsed.reasoning_content or "" for c in choices if c.parsed is not None)

@@ -35,10 +35,11 @@ class ChatPlan:
     grammar: GrammarSpec | None
     budget: ReasoningBudget | None = None  # --reasoning-budget
     media: tuple[MediaSpan, ...] = ()  # the prompt's images (runs of placeholder ids in its tokens)
+    breakpoints: tuple[int, ...] = ()  # messages the client marked as cache breakpoints
 
     @property
     def boundaries(self) -> list[int]:
-        return checkpoint_boundaries(self.prompt)
+        return checkpoint_boundaries(self.prompt, self.breakpoints)
 
     def parser(self, server: Warmslot) -> OutputParser:
         """A fresh output parser for one choice of this plan's reply."""
@@ -77,7 +78,7 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     opens = prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens)
     spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
-    return ChatPlan(prompt, offered, reasoning and opens, grammar, spec, media)
+    return ChatPlan(prompt, offered, reasoning and opens, grammar, spec, media, params.breakpoints)
 
 
 def _grammar(
@@ -99,14 +100,20 @@ def _grammar(
     return spec
 
 
-def checkpoint_boundaries(prompt: Prompt) -> list[int]:
+def checkpoint_boundaries(prompt: Prompt, breakpoints: tuple[int, ...] = ()) -> list[int]:
     """Where agent histories diverge: the end of the system text itself (a turn that drops
     the tools, such as a summary turn, still reuses the system prompt), the end of the
     system+tools prefix (the content start of the first non-system message), the start of
     every user or tool message, and the start of the generation prompt (templates often
     render the previous turn's generation prompt differently once the reply is in the
-    history, e.g. adding an empty think block)."""
+    history, e.g. adding an empty think block). `breakpoints`: messages the client marked
+    (Anthropic's `cache_control`), each a boundary where the next message's glue starts."""
     out = [prompt.system_end] if prompt.system_end is not None else []
+    for i in breakpoints:
+        if i + 1 < len(prompt.messages):
+            out.append(prompt.messages[i + 1][1])
+        elif prompt.generation_start is not None:
+            out.append(prompt.generation_start)
     seen_non_system = False
     for role, _glue, content in prompt.messages:
         if role != "system" and not seen_non_system:

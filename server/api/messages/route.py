@@ -1,0 +1,51 @@
+"""/v1/messages and /v1/messages/count_tokens: Anthropic's Messages API over the pipeline.
+
+A request is converted to the chat request it stands for (`convert`) and goes through the
+chat pipeline exactly as /v1/chat/completions would, so a conversation keeps its cached
+prefix whichever API it comes through. Any model name is accepted: the loaded model answers,
+under the name the client sent (Claude Code sends its own model names). Both `x-api-key` and
+`Authorization: Bearer` carry the key (`Warmslot.authorize`); `anthropic-version` and
+`anthropic-beta` are accepted and change nothing.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ... import pipeline
+from ...state import open_request
+from .convert import parse_request
+from .render import MessageStream, message_body
+
+
+async def create_message(request: Request) -> Response:
+    server, key, body = await open_request(request)
+    parsed = _parse(server, body)
+    generation = await pipeline.start_chat(
+        request, server, key, parsed.chat, budget=parsed.budget, endpoint="messages", prompt_param="messages"
+    )
+    message_id = f"msg_{generation.id}"
+    if parsed.chat.gen.stream:
+        cached = generation.reuse.cached if generation.reuse is not None else 0
+        renderer = MessageStream(message_id, parsed.model, len(generation.prompts[0]), cached)
+        return pipeline.sse_response(generation, renderer)
+    reply = await generation.collect(request)
+    return JSONResponse(message_body(message_id, parsed.model, reply), headers=generation.headers)
+
+
+async def count_tokens(request: Request) -> Response:
+    """The prompt tokens the same body would take, rendered and tokenized exactly as
+    /v1/messages renders it (tools and the system prompt included)."""
+    server, key, body = await open_request(request)
+    parsed = _parse(server, body, count_only=True)
+    plan = await server.offload(pipeline.plan_chat, server, parsed.chat, -1, request=request)
+    return JSONResponse({"input_tokens": len(plan.prompt.tokens)})
+
+
+def _parse(server, body: dict, count_only: bool = False):
+    config = server.config
+    return parse_request(
+        body, server.engine.info.n_vocab, config.sampling, default_budget=config.reasoning_budget,
+        keep_billing_header=config.keep_billing_header, count_only=count_only,
+    )
