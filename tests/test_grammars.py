@@ -540,6 +540,20 @@ def test_schema_whose_root_is_a_reference():
     assert not matches(grammar, '{"name": "f", "arguments": {"sub": {"k": "v"}}}')
 
 
+def test_a_property_described_only_in_words_takes_any_value():
+    """Claude Code's tools describe some properties with a description and no type; such a
+    tool was refused with a 400 (the library knows only `{}` as "any value")."""
+    schema = {"type": "object", "properties": {"x": {"description": "anything", "title": "X"}, "n": {"type": "integer"}},
+              "required": ["x"]}
+    tools = validate_tools([{"type": "function", "function": {"name": "f", "parameters": schema}}])
+    for fmt in FORMATS:
+        assert grammar_is_valid(tool_call_grammar(tools, ToolChoice("required"), fmt).grammar)
+    grammar = tool_call_grammar(tools, ToolChoice("required"), "json").grammar
+    for value in ('"text"', "12", '[1, {"a": null}]', "true"):
+        assert matches(grammar, '{"name": "f", "arguments": {"x": %s, "n": 1}}' % value)
+    assert not matches(grammar, '{"name": "f", "arguments": {"n": 1}}')
+
+
 def test_no_grammar_for_none_choice_or_format():
     tools = validate_tools(TOOLS)
     assert tool_call_grammar(tools, ToolChoice("none"), "hermes") is None

@@ -14,6 +14,10 @@ from .numbers import integer_range, number_range, numeric_bounds
 from .text import gbnf_literal
 
 
+
+# keywords that describe a value without constraining it
+ANNOTATIONS = frozenset({"description", "title", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly", "$schema", "$id"})
+
 class _SchemaConverter(SchemaConverter):
     """llama-cpp-python's converter, with the keywords it drops enforced.
 
@@ -79,6 +83,10 @@ class _SchemaConverter(SchemaConverter):
             return self._add_rule(rule_name, self._generate_union_rule(name, alternatives))
         if valued:
             return super().visit(schema, name)
+        if kind is None and all(key in ANNOTATIONS for key in schema):
+            # no type and nothing that constrains: any JSON value (a tool's property described
+            # in words only; the library knows only the empty schema as that)
+            return self._add_rule(rule_name, self._add_primitive("value", PRIMITIVE_RULES["value"]))
         if kind in ("integer", "number"):
             low, low_open, high, high_open = numeric_bounds(schema)
             if low is None and high is None:
