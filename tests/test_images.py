@@ -112,3 +112,23 @@ def test_images_without_a_projector_get_400(tiny_models):
         assert "--mmproj" in r.json()["error"]["message"]
     finally:
         proc.stop()
+
+
+def test_an_anthropic_image_block_is_the_same_image_as_a_chat_part(server, client):
+    """/v1/messages image blocks (base64 source) go through the same path: a Messages request
+    with the image that a chat request sent reuses that chat's prefix past the image."""
+    url = data_url((90, 90, 250))
+    first = chat(client, [image_message("Describe.", url)])
+    media_type, data = url[len("data:"):].split(";base64,")
+    content = [{"type": "text", "text": "Describe."}, {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}]
+    body = {"model": "m", "max_tokens": 8, "temperature": 0, "messages": [{"role": "user", "content": content}]}
+    encodes = metric(server, "warmslot_media_encodes_total")
+    r = httpx.post(server.url + "/v1/messages", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["cache_read_input_tokens"] + usage["input_tokens"] == first.usage.prompt_tokens
+    assert usage["cache_read_input_tokens"] >= first.usage.prompt_tokens - 1  # past the image
+    assert metric(server, "warmslot_media_encodes_total") == encodes
+    bad = dict(body, messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}])
+    r = httpx.post(server.url + "/v1/messages", json=bad, timeout=60)
+    assert r.status_code == 400 and "messages[0].content[0].source.type" in r.json()["error"]["message"], r.text

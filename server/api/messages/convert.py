@@ -185,9 +185,30 @@ def _block_type(block: Any, where: str) -> str:
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
         raise InvalidRequest("each content block must be an object with a 'type'", param=where)
     kind = block["type"]
-    if kind in ("image", "document"):
-        raise InvalidRequest(f"{kind} blocks are not supported: the loaded model reads text only", param=where)
+    if kind == "document":
+        raise InvalidRequest("document blocks are not supported: send the text, or images with --mmproj", param=where)
     return kind
+
+
+def _image(block: dict, where: str) -> dict:
+    """An image block as the chat image part it stands for (a data: URL or a URL), which the
+    chat path checks and decodes like any other (a 400 without a projector)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise InvalidRequest("an image block needs 'source'", param=f"{where}.source")
+    kind = source.get("type")
+    if kind == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str):
+            raise InvalidRequest("a base64 image source needs 'media_type' and 'data' (strings)", param=f"{where}.source")
+        url = f"data:{media_type};base64,{data}"
+    elif kind == "url":
+        url = source.get("url")
+        if not isinstance(url, str):
+            raise InvalidRequest("a url image source needs 'url' (a string)", param=f"{where}.source.url")
+    else:
+        raise InvalidRequest("an image source's 'type' is base64 or url", param=f"{where}.source.type")
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _system_text(blocks: list, at: str) -> str:
@@ -208,23 +229,33 @@ def _text_of(block: dict, where: str) -> str:
 
 
 def _user(blocks: list, at: str) -> list[dict]:
-    """A user message's blocks: each tool_result a tool message, the text a user message."""
+    """A user message's blocks: each tool_result a tool message, the text and images a user
+    message (its parts in order; text alone joins as chat joins text parts)."""
     out: list[dict] = []
-    texts: list[str] = []
+    parts: list[dict] = []
+
+    def flush() -> None:
+        if any(part["type"] != "text" for part in parts):
+            out.append({"role": "user", "content": list(parts)})
+        else:
+            out.append({"role": "user", "content": "\n".join(part["text"] for part in parts)})
+        parts.clear()
+
     for j, block in enumerate(blocks):
         where = f"{at}.content[{j}]"
         kind = _block_type(block, where)
         if kind == "text":
-            texts.append(_text_of(block, where))
+            parts.append({"type": "text", "text": _text_of(block, where)})
+        elif kind == "image":
+            parts.append(_image(block, where))
         elif kind == "tool_result":
-            if texts:  # text before a result keeps its place
-                out.append({"role": "user", "content": "\n".join(texts)})
-                texts = []
+            if parts:  # what comes before a result keeps its place
+                flush()
             out.append(_tool_result(block, where))
         else:
             raise InvalidRequest(f"a user message cannot hold a {kind!r} block", param=f"{where}.type")
-    if texts or not out:
-        out.append({"role": "user", "content": "\n".join(texts)})
+    if parts or not out:
+        flush()
     return out
 
 
