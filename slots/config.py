@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .llama_api import Placement
+from .speculative import SpecConfig
 
 
 @dataclass(slots=True)
@@ -39,3 +40,4 @@ class EngineConfig:
     cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
     cache_disk_size: int = 0  # its budget in bytes
     placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
+    spec: SpecConfig = SpecConfig()  # speculative decoding (--spec-type, --draft-max, ...)

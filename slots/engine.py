@@ -48,6 +48,7 @@ from .router import Fetch, Fork, Route, Router, Wait
 from .scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
+from .speculative import Speculator
 from .stats import EngineStats
 from .text import TextStream
 from .vocab import Vocab
@@ -84,6 +85,7 @@ class Engine:
         self.prefixes: Prefixes | None = None  # applies that decision
         self.sampling: BatchSampler | None = None
         self.post: Postprocess | None = None  # the token path after each decode
+        self.spec: Speculator | None = None  # drafts tokens and verifies them (speculative decoding)
         self._batch: Batch | None = None
         self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
@@ -239,11 +241,14 @@ class Engine:
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
         self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)
+        self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa)
         self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab), self.slots)
         self._publish()
 
     def _take_snapshot(self, *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
-        return take_snapshot(self.slots, self.cache, self.ctx, self.queue_depth, detail=detail, visible=visible)
+        return take_snapshot(
+            self.slots, self.cache, self.ctx, self.queue_depth, detail=detail, visible=visible, stats=self.stats,
+        )
 
     def _publish(self) -> None:
         """Replace the light snapshot that /metrics reads (one reference swap)."""
@@ -278,9 +283,10 @@ class Engine:
         self._reap_aborts()
         self.lifecycle.expire_deadlines()
         self._admit()
+        drafts = self.spec.drafts(self.slots, self._batch.capacity, self.ctx.n_ubatch, self.memory.fork_pending)
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
-            by_sequence=not self.ctx.unified, filler_budget=self._filler_budget,
+            by_sequence=not self.ctx.unified, filler_budget=self._filler_budget, drafts=drafts,
         )
         if entries:
             self._run(entries)  # flushes the previous step's events once its decode is launched
@@ -416,7 +422,8 @@ class Engine:
                     self.ctx.seq_rm(entry.slot.id, entry.start, -1)
             entries = [e for e in entries if not e.filler]
         if rc == 1:
-            self._on_kv_full(entries)
+            if not self.spec.kv_full(entries):  # drafts give way first
+                self._on_kv_full(entries)
             return
         if rc != 0:
             self._on_decode_error(entries, rc)
@@ -428,9 +435,10 @@ class Engine:
         t2 = time.monotonic()
         self.ctx.synchronize()
         self.stats.device_wait_seconds += time.monotonic() - t2
-        n_decode = sum(1 for e in entries if e.is_decode)
+        n_decode = sum(e.n for e in entries if e.is_decode)  # drafted tokens included
         n_filler = sum(1 for e in entries if e.filler)
         to_sample: list[BatchEntry] = []
+        to_verify: list[BatchEntry] = []
         for entry in entries:
             slot = entry.slot
             if entry.filler:
@@ -438,7 +446,9 @@ class Engine:
                 continue
             if slot.active is None:
                 continue
-            if entry.is_decode:
+            if entry.is_decode and entry.draft:
+                to_verify.append(entry)
+            elif entry.is_decode:
                 slot.tokens.append(slot.active.pending)
                 slot.active.pending = None
                 to_sample.append(entry)
@@ -447,8 +457,10 @@ class Engine:
         tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
         for entry, token in zip(to_sample, tokens):
             self.post.on_token(entry.slot, token, entry.out_index)
+        # a rejected drafted token counts as neither prompt nor generated
+        n_rejected = sum(len(e.draft) - self.spec.verify(e, self.post) for e in to_verify)
         self.stats.filler_tokens += n_filler
-        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode, time.monotonic() - t0)
+        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode - n_rejected, time.monotonic() - t0)
 
     # -- failures ----------------------------------------------------------------------
 
