@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from warmslot.slots import EngineConfig, SamplingParams, physical_memory, placement
+from warmslot.slots import SPEC_TYPES, EngineConfig, SamplingParams, SpecConfig, physical_memory, placement
 
 from .output.markers import FORMATS
 from .version import version_text
@@ -192,6 +192,16 @@ _FLAGS += [
     (("-cb", "--cont-batching"), "cont_batching", "noop", False, "accepted for llama-server compatibility: batching is always continuous"),
 ]
 
+# Speculative decoding (llama-server's names; see slots/speculative.py).
+_FLAGS += [
+    (("--spec-type",), "spec_type", str, "none", "speculative decoding: none, or ngram-simple (drafts from the slot's own prompt and output: the tokens that followed the last earlier occurrence of the last --spec-ngram-size-n tokens)"),
+    (("--draft", "--draft-n", "--draft-max"), "draft_max", int, 16, "most tokens drafted per step (0: no drafting)"),
+    (("--draft-min", "--draft-n-min"), "draft_min", int, 0, "a shorter draft is not used"),
+    (("--draft-p-min",), "draft_p_min", float, 0.75, "minimum draft probability, for a draft model (n-gram drafts have no probabilities; accepted and unused)"),
+    (("--spec-ngram-size-n",), "spec_ngram_size_n", int, 12, "ngram-simple: tokens of the n-gram looked up in the slot's history"),
+    (("--spec-ngram-size-m",), "spec_ngram_size_m", int, 48, "ngram-simple: most tokens drafted after a match (before --draft-max)"),
+]
+
 _CHOICES = {
     "split_mode": tuple(placement.SPLIT_MODES),
     "flash_attn": ("on", "off", "auto"),
@@ -201,6 +211,7 @@ _CHOICES = {
     "reasoning_format": ("auto", "deepseek", "none"),
     "log_level": ("debug", "info", "warning", "error"),
     "pooling": ("auto", "mean", "cls", "last"),
+    "spec_type": SPEC_TYPES,
 }
 
 
@@ -302,6 +313,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cache_disk=a.cache_disk,
         cache_disk_size=disk_size,
         placement=placement_of(a),
+        spec=_spec(a, parser),
     )
     if a.reasoning_budget < -1:
         parser.error("--reasoning-budget must be -1 (no limit), 0 or more")
@@ -343,6 +355,17 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")
     return config, a
+
+
+def _spec(a: argparse.Namespace, parser: argparse.ArgumentParser) -> SpecConfig:
+    """Speculative decoding from its flags (refused with llama-server's names when out of range)."""
+    try:
+        return SpecConfig(
+            type=a.spec_type, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+            ngram_n=a.spec_ngram_size_n, ngram_m=a.spec_ngram_size_m,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _sampling(a: argparse.Namespace) -> SamplingParams:
