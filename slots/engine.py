@@ -48,6 +48,7 @@ from .router import Fetch, Fork, Route, Router, Wait
 from .scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
+from .draft_model import load_draft
 from .speculative import Speculator
 from .stats import EngineStats
 from .text import TextStream
@@ -241,7 +242,7 @@ class Engine:
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
         self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)
-        self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa)
+        self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa, load_draft(self.config, self.model, self.ctx))
         self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab), self.slots)
         self._publish()
 
@@ -263,6 +264,8 @@ class Engine:
             self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False))
         if self.sampling is not None:
             self.sampling.close()
+        if self.spec is not None:
+            self.spec.close()
         if self.ctx is not None:
             self.ctx.close()
         if self.embedder is not None:

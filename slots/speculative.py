@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warmslot.speculative")
 
-SPEC_TYPES = ("none", "ngram-simple")
+SPEC_TYPES = ("none", "ngram-simple", "draft")
 NGRAM_SIMPLE = "ngram-simple"
+DRAFT = "draft"  # a draft model (-md): draft_model.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +63,16 @@ class SpecConfig:
     p_min: float = 0.75  # --draft-p-min: a draft model's threshold; n-gram drafts have no probabilities
     ngram_n: int = 12  # --spec-ngram-size-n: tokens of the n-gram looked up
     ngram_m: int = 48  # --spec-ngram-size-m: tokens drafted after a match (before --draft-max)
+    draft_model: str | None = None  # -md: the draft model's GGUF (type "draft")
+    draft_gpu_layers: int = -1  # -ngld
+    draft_type_k: str = "f16"  # -ctkd
+    draft_type_v: str = "f16"  # -ctvd
 
     def __post_init__(self) -> None:
         if self.type not in SPEC_TYPES:
             raise ValueError(f"--spec-type must be one of {', '.join(SPEC_TYPES)}")
+        if (self.type == DRAFT) != (self.draft_model is not None):
+            raise ValueError("a draft model (-md) and --spec-type draft go together")
         if self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1:
             raise ValueError("--draft-max and --draft-min must be 0 or more, --spec-ngram-size-n and -m at least 1")
         if not 0.0 <= self.p_min <= 1.0:
@@ -123,10 +130,12 @@ def off_reason(config: SpecConfig, kind: MemoryKind) -> str | None:
 
 
 class Speculator:
-    """Plans each step's drafts and verifies them after the decode. Engine thread only."""
+    """Plans each step's drafts and verifies them after the decode. Engine thread only.
+    `draft`: the loaded draft model (draft_model.DraftModel) when the type is "draft"."""
 
-    def __init__(self, config: SpecConfig, ctx: Context, stats: EngineStats, n_swa: int) -> None:
+    def __init__(self, config: SpecConfig, ctx: Context, stats: EngineStats, n_swa: int, draft=None) -> None:
         self.config = config
+        self.draft_model = draft
         self.ctx = ctx
         self.stats = stats
         self.kind = ctx.memory_kind
@@ -137,24 +146,27 @@ class Speculator:
         if self.reason:
             log.warning("%s", self.reason)
         elif self.on:
+            how = f"draft model {config.draft_model}" if draft is not None else f"n-gram {config.ngram_n}"
             log.info(
-                "speculative decoding: %s, n-gram %d, up to %d drafted tokens (at least %d)",
-                config.type, config.ngram_n, config.n_max, config.n_min,
+                "speculative decoding: %s, %s, up to %d drafted tokens (at least %d)",
+                config.type, how, config.n_max, config.n_min,
             )
 
     # -- planning -----------------------------------------------------------------------
 
-    def limits(self, active: "Active") -> tuple[int, int]:
-        """(n_max, n_min) for this request: the server's, narrowed by the request's own."""
+    def limits(self, active: "Active") -> tuple[int, int, float]:
+        """(n_max, n_min, p_min) for this request: the server's, narrowed by the request's own."""
         cfg = self.config
-        n_max, n_min = cfg.n_max, cfg.n_min
+        n_max, n_min, p_min = cfg.n_max, cfg.n_min, cfg.p_min
         own = active.req.sampling.speculative
         if own is not None:
             if own.n_max is not None:
                 n_max = min(n_max, own.n_max)
             if own.n_min is not None:
                 n_min = own.n_min
-        return n_max, n_min
+            if own.p_min is not None:
+                p_min = own.p_min
+        return n_max, n_min, p_min
 
     def drafts(self, slots: Sequence["Slot"], capacity: int, n_ubatch: int, fork_pending: bool) -> dict[int, list[int]]:
         """The drafted tokens of this step, by slot id (each after its pending token)."""
@@ -186,15 +198,18 @@ class Speculator:
 
     def _draft(self, slot: "Slot", room: int) -> list[int]:
         active = slot.active
-        n_max, n_min = self.limits(active)
+        n_max, n_min, p_min = self.limits(active)
         limit = min(n_max, room, self.ctx.n_ctx_seq - slot.n_past - 2)
         if active.req.max_tokens is not None:
             limit = min(limit, active.req.max_tokens - len(active.generated) - 1)
         if limit <= 0 or limit < n_min:
             return []
-        if active.drafter is None:
-            active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m)
-        draft = active.drafter.draft(slot.tokens, active.pending, limit)
+        if self.draft_model is not None:
+            draft = self.draft_model.draft(slot.id, slot.tokens + [active.pending], limit, p_min)
+        else:
+            if active.drafter is None:
+                active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m)
+            draft = active.drafter.draft(slot.tokens, active.pending, limit)
         return draft if len(draft) >= max(1, n_min) else []
 
     def kv_full(self, entries: Sequence["BatchEntry"]) -> bool:
@@ -204,6 +219,11 @@ class Speculator:
             self._skip_next = True
             return True
         return False
+
+    def close(self) -> None:
+        if self.draft_model is not None:
+            self.draft_model.close()
+            self.draft_model = None
 
     # -- after the decode ---------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
 from warmslot.server.config import parse_config
-from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, QueueSink, SamplingParams, SpecConfig
+from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
 from warmslot.slots.speculative import NgramDrafter
 
 NGRAM = SpecConfig(type="ngram-simple", n_max=16, ngram_n=4)
@@ -42,6 +42,17 @@ def test_spec_flags_follow_llama_server():
     assert config.engine.spec == SpecConfig("ngram-simple", 8, 2, 0.5, 5, 20)
     assert parse_config(["-m", "x.gguf"])[0].engine.spec.on is False  # off by default
     for argv in (["--spec-type", "eagle"], ["--draft-max", "-1"], ["--draft-p-min", "2"], ["--spec-ngram-size-n", "0"]):
+        with pytest.raises(SystemExit):
+            parse_config(["-m", "x.gguf", *argv])
+
+
+def test_draft_model_flags(tmp_path):
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    config, _ = parse_config(["-m", "x.gguf", "-md", str(draft), "-ngld", "0", "-ctkd", "q8_0", "--draft-p-min", "0.5"])
+    spec = config.engine.spec
+    assert (spec.type, spec.draft_model, spec.draft_gpu_layers, spec.draft_type_k, spec.p_min) == ("draft", str(draft), 0, "q8_0", 0.5)
+    for argv in (["-md", str(draft), "--spec-type", "ngram-simple"], ["--spec-type", "draft"], ["-md", str(tmp_path / "none.gguf")]):
         with pytest.raises(SystemExit):
             parse_config(["-m", "x.gguf", *argv])
 
@@ -193,3 +204,38 @@ def test_drafts_show_on_metrics_slots_and_the_log_line(server):
     slot = httpx.get(server.url + "/slots").json()["slots"][0]
     assert (slot["spec_drafted"], slot["spec_accepted"]) == (drafted, accepted)
     assert re.search(r"drafted \d+ accepted \d+ \(\d+%\)", server.output())
+
+
+# -- a draft model ---------------------------------------------------------------------------
+
+
+def test_a_draft_model_drafts_and_follows_the_slot(tiny_models):
+    """The tiny attention model drafting for itself: what it drafts is what the model says,
+    so the drafts are accepted and the output is unchanged; its KV follows the slot, so a
+    second turn on the same slot evaluates in the draft model only what is new."""
+    target = tiny_models["attention"]
+    spec = SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0)
+    prompt = random_tokens(5, 50)
+    results = {}
+    for config in (SpecConfig(), spec):
+        engine = tiny_engine(target, n_ctx=1024, n_parallel=2, spec=config)
+        try:
+            first = generate(engine, prompt, max_tokens=30, cache_key="c")
+            before = engine.spec.draft_model.evaluated if config.on else 0
+            follow = prompt + first.tokens + random_tokens(6, 10)
+            second = generate(engine, follow, max_tokens=10, cache_key="c")
+            after = engine.spec.draft_model.evaluated if config.on else 0
+            results[config.on] = (first, second, after - before)
+        finally:
+            engine.stop()
+    (plain1, plain2, _), (fast1, fast2, evaluated) = results[False], results[True]
+    assert (fast1.tokens, fast2.tokens) == (plain1.tokens, plain2.tokens)
+    assert fast1.usage.draft_accepted >= 0.9 * fast1.usage.draft_tokens > 0
+    # the second prompt has 90 tokens: the draft model evaluated its 10 new ones, and the few
+    # of the first turn's output that it had not drafted
+    assert 10 <= evaluated <= 25, evaluated
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(tiny_models, default_model):
+    with pytest.raises(NotReady, match="vocabulary"):
+        tiny_engine(tiny_models["attention"], spec=SpecConfig(type="draft", draft_model=str(default_model)))
