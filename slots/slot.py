@@ -39,6 +39,7 @@ class Active:
     drafter: Any = None  # speculative.NgramDrafter over this request's history, once it drafts
     n_drafted: int = 0  # tokens drafted for it (speculative decoding)
     n_accepted: int = 0  # of those, accepted
+    draft_cap: int = 0  # the next draft's most tokens, from the last one's acceptance (0: --draft-max)
 
     @property
     def prompt(self) -> list[int]:

@@ -51,6 +51,12 @@ log = logging.getLogger("warmslot.speculative")
 SPEC_TYPES = ("none", "ngram-simple", "draft")
 NGRAM_SIMPLE = "ngram-simple"
 DRAFT = "draft"  # a draft model (-md): draft_model.py
+# After a rejection, the next draft is at most the accepted run plus this many tokens (then it
+# doubles with every draft accepted whole, up to --draft-max). Verifying a token that is then
+# rejected is not free: on 2 shared CPU cores (Gemma 3 270M, Q4_K) a step of 17 tokens took
+# about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of 16-token
+# drafts ran no faster than without drafts (scripts/bench_spec.py).
+DRAFT_FLOOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +208,8 @@ class Speculator:
         limit = min(n_max, room, self.ctx.n_ctx_seq - slot.n_past - 2)
         if active.req.max_tokens is not None:
             limit = min(limit, active.req.max_tokens - len(active.generated) - 1)
+        if active.draft_cap:
+            limit = min(limit, max(active.draft_cap, n_min))
         if limit <= 0 or limit < n_min:
             return []
         if self.draft_model is not None:
@@ -235,11 +243,14 @@ class Speculator:
         active = slot.active
         draft = entry.draft
         accepted = 0
+        active.n_drafted += len(draft)  # counted before the request may end in on_token
         for i in range(len(draft) + 1):
             # the token at batch row i was decoded with the history the sampler has seen
             slot.tokens.append(draft[i - 1] if i else active.pending)
             active.pending = None
-            accepted += 1 if i else 0
+            if i:
+                accepted += 1
+                active.n_accepted += 1
             token = active.sampler.sample(self.ctx, entry.out_index + i)
             post.on_token(slot, token, entry.out_index + i)
             if slot.active is None or i == len(draft) or token != draft[i]:
@@ -248,11 +259,12 @@ class Speculator:
         if slot.n_past < end:
             self.ctx.seq_rm(slot.id, slot.n_past, -1)
             self._check_window(slot)
+        # the next draft follows this one's acceptance: twice as long after a whole draft was
+        # accepted, a little past the accepted run after a rejection (see DRAFT_FLOOR)
+        active.draft_cap = 2 * len(draft) if accepted == len(draft) else accepted + DRAFT_FLOOR
         kind = self.config.type
         self.stats.spec_drafted[(kind, slot.id)] += len(draft)
         self.stats.spec_accepted[(kind, slot.id)] += accepted
-        active.n_drafted += len(draft)
-        active.n_accepted += accepted
         return accepted
 
     def _check_window(self, slot: "Slot") -> None:

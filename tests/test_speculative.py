@@ -75,9 +75,12 @@ def test_greedy_output_is_unchanged_and_drafts_are_accepted(engines):
     steps = off.stats.steps
     plain = generate(off, prompt, max_tokens=40)
     plain_steps = off.stats.steps - steps
-    steps = on.stats.steps
+    steps, drafted, accepted = on.stats.steps, sum(on.stats.spec_drafted.values()), sum(on.stats.spec_accepted.values())
     fast = generate(on, prompt, max_tokens=40)
     fast_steps = on.stats.steps - steps
+    # the request's usage counts every step's draft, the last one's too
+    assert fast.usage.draft_tokens == sum(on.stats.spec_drafted.values()) - drafted
+    assert fast.usage.draft_accepted == sum(on.stats.spec_accepted.values()) - accepted
     assert fast.tokens == plain.tokens and len(plain.tokens) == 40
     assert fast.usage.draft_accepted > 10 and fast.usage.draft_tokens >= fast.usage.draft_accepted
     assert plain.usage.draft_tokens == 0
