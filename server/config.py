@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from warmslot.slots import EngineConfig, SamplingParams, physical_memory, placement
+from warmslot.slots import SPEC_TYPES, EngineConfig, SamplingParams, SpecConfig, physical_memory, placement
 
 from .output.markers import FORMATS
 from .version import version_text
@@ -221,6 +221,20 @@ _FLAGS += [
 
 _REPEATABLE = {"override_tensor"}  # each use adds to the list
 
+# Speculative decoding (llama-server's names; see slots/speculative.py).
+_FLAGS += [
+    (("--spec-type",), "spec_type", str, "none", "speculative decoding: none; ngram-simple (drafts from the slot's own prompt and output: the tokens that followed the last earlier occurrence of the last --spec-ngram-size-n tokens); draft (a draft model, -md)"),
+    (("--draft", "--draft-n", "--draft-max"), "draft_max", int, 16, "most tokens drafted per step (0: no drafting)"),
+    (("--draft-min", "--draft-n-min"), "draft_min", int, 0, "a shorter draft is not used"),
+    (("--draft-p-min",), "draft_p_min", float, 0.75, "a draft model stops drafting before a token it gives less probability (n-gram drafts have none)"),
+    (("--spec-ngram-size-n",), "spec_ngram_size_n", int, 12, "ngram-simple: tokens of the n-gram looked up in the slot's history"),
+    (("--spec-ngram-size-m",), "spec_ngram_size_m", int, 48, "ngram-simple: most tokens drafted after a match (before --draft-max)"),
+    (("-md", "--model-draft"), "model_draft", str, None, "a draft model for speculative decoding (same vocabulary; sets --spec-type draft): it drafts greedily while each token is at least --draft-p-min likely"),
+    (("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), "gpu_layers_draft", int, -1, "layers of the draft model on the GPU (-1: all)"),
+    (("-ctkd", "--cache-type-k-draft"), "cache_type_k_draft", str, "f16", "KV cache type for K of the draft model"),
+    (("-ctvd", "--cache-type-v-draft"), "cache_type_v_draft", str, "f16", "KV cache type for V of the draft model"),
+]
+
 _CHOICES = {
     "fit": ("on", "off"),
     "split_mode": tuple(placement.SPLIT_MODES),
@@ -231,6 +245,9 @@ _CHOICES = {
     "reasoning_format": ("auto", "deepseek", "none"),
     "log_level": ("debug", "info", "warning", "error"),
     "pooling": ("auto", "mean", "cls", "last"),
+    "spec_type": SPEC_TYPES,
+    "cache_type_k_draft": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
+    "cache_type_v_draft": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
 }
 
 
@@ -355,6 +372,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         mmproj_offload=not a.no_mmproj_offload,
         image_min_tokens=a.image_min_tokens,
         image_max_tokens=a.image_max_tokens,
+        spec=_spec(a, parser),
     )
     if a.reasoning_budget < -1:
         parser.error("--reasoning-budget must be -1 (no limit), 0 or more")
@@ -400,6 +418,27 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")
     return config, a
+
+
+def _spec(a: argparse.Namespace, parser: argparse.ArgumentParser) -> SpecConfig:
+    """Speculative decoding from its flags (refused with llama-server's names when out of range)."""
+    kind = a.spec_type
+    if a.model_draft and kind == "none":
+        kind = "draft"  # -md alone turns it on, as in llama-server
+    if a.model_draft and kind != "draft":
+        parser.error(f"--spec-type {kind} drafts without a model: give it or -md, not both")
+    if kind == "draft" and not a.model_draft:
+        parser.error("--spec-type draft needs a draft model (-md)")
+    if a.model_draft and not os.path.isfile(a.model_draft):
+        parser.error(f"-md: no such file: {a.model_draft}")
+    try:
+        return SpecConfig(
+            type=kind, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
+            ngram_n=a.spec_ngram_size_n, ngram_m=a.spec_ngram_size_m, draft_model=a.model_draft or None,
+            draft_gpu_layers=a.gpu_layers_draft, draft_type_k=a.cache_type_k_draft, draft_type_v=a.cache_type_v_draft,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _sampling(a: argparse.Namespace) -> SamplingParams:

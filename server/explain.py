@@ -80,6 +80,11 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
     )
     if reuse.restored_checkpoint is not None:
         line += f", restored checkpoint {reuse.restored_checkpoint}"
+    if usage.draft_tokens:
+        line += (
+            f", drafted {usage.draft_tokens} accepted {usage.draft_accepted} "
+            f"({usage.draft_accepted / usage.draft_tokens:.0%})"
+        )
     where = divergence(reuse, usage.prompt_tokens, prompt)
     if where is not None:
         place = f" in message {where['message']} ({where['role']})" if "message" in where else ""

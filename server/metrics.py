@@ -100,6 +100,7 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_queue_depth", "Requests waiting for a slot", value=engine.queue_depth)
         yield CounterMetricFamily("warmslot_queue_rejected", "Requests rejected because the queue was full", value=stats.queue_rejected)
         yield from self._engine_time(stats)
+        yield from self._speculative(stats)
         snap = engine.snapshot()  # the view published after the last step
         if snap is not None:
             yield from self._slots(snap)
@@ -137,6 +138,21 @@ class EngineCollector:
             spent.add_metric([cause.value], stats.copy_seconds.get(cause, 0.0))
         yield copied
         yield spent
+
+    def _speculative(self, stats):
+        """Speculative decoding by type and slot: drafted and accepted tokens, and their ratio."""
+        drafted = CounterMetricFamily("warmslot_spec_draft_tokens", "Tokens drafted by speculative decoding, by type and slot", labels=["type", "slot"])
+        accepted = CounterMetricFamily("warmslot_spec_accepted_tokens", "Drafted tokens accepted (each saved a decode step), by type and slot", labels=["type", "slot"])
+        rate = GaugeMetricFamily("warmslot_spec_acceptance_rate", "Accepted over drafted tokens since the start, by type and slot", labels=["type", "slot"])
+        counts, hits = dict(stats.spec_drafted), dict(stats.spec_accepted)
+        for (kind, slot), n in sorted(counts.items()):
+            labels = [kind, str(slot)]
+            drafted.add_metric(labels, n)
+            accepted.add_metric(labels, hits.get((kind, slot), 0))
+            rate.add_metric(labels, hits.get((kind, slot), 0) / n if n else 0.0)
+        yield drafted
+        yield accepted
+        yield rate
 
     def _checkpoints(self, snap, stats):
         yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)

@@ -95,6 +95,10 @@ _GENERATION = {
     "warmslot_explain": _nullable({"type": "boolean", "description": "add the cache explanation as a `warmslot` field"}),
     "timeout": _nullable({"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": MAX_TIMEOUT,
                           "description": "seconds the request may take, waiting and running (at most --request-timeout)"}),
+    "speculative.n_max": _nullable({"type": "integer", "minimum": 0, "maximum": 1024,
+                                    "description": "most tokens drafted per step, at most --draft-max (0: no speculative decoding for this request)"}),
+    "speculative.n_min": _nullable({"type": "integer", "minimum": 0, "maximum": 1024, "description": "a shorter draft is not used"}),
+    "speculative.p_min": _number(0, 1),
 }
 
 _CHAT_REQUEST = {

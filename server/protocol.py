@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from warmslot.slots import SamplingParams
+from warmslot.slots import DraftLimits, SamplingParams
 
 from .cache_hints import parse_cache_hints
 from .errors import InvalidRequest
@@ -194,6 +194,24 @@ def _logprobs(body: dict, completion: bool) -> int | None:
     return _integer(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
 
 
+MAX_DRAFT = 1024  # llama-server's bound on its draft sizes
+
+
+def _draft_limits(body: dict) -> DraftLimits | None:
+    """llama-server's per-request speculative-decoding fields: `speculative.n_max` (0 turns
+    drafting off for this request), `speculative.n_min`, `speculative.p_min`. They narrow the
+    server's --draft-max; None when the body sends none."""
+    names = ("speculative.n_max", "speculative.n_min", "speculative.p_min")
+    if all(body.get(name) is None for name in names):
+        return None
+    n_max = _integer(body, names[0], None, 0, MAX_DRAFT)
+    n_min = _integer(body, names[1], None, 0, MAX_DRAFT)
+    p_min = _number(body, names[2], None, 0.0, 1.0)
+    if n_max is not None and n_min is not None and n_max and n_min > n_max:
+        raise InvalidRequest("'speculative.n_min' must not exceed 'speculative.n_max'", param="speculative.n_min")
+    return DraftLimits(n_max, n_min, p_min)
+
+
 # -- shared generation parameters -----------------------------------------------------------
 
 
@@ -238,6 +256,7 @@ def parse_generation(
         presence_penalty=_number(body, "presence_penalty", d.presence_penalty, -2.0, 2.0),
         seed=_integer(body, "seed", d.seed, -(2**63), 2**64 - 1),
         logit_bias=_logit_bias(body, n_vocab),
+        speculative=_draft_limits(body),
     )
     stream = _boolean(body, "stream", False)
     options = body.get("stream_options")

@@ -21,17 +21,20 @@ from .requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, QueueSink, Rejected, Result, Reuse,
     ShuttingDown, Source, Usage,
 )
-from .sampling import SamplingParams
+from .sampling import DraftLimits, SamplingParams
 from .snapshot import EngineInfo, EngineSnapshot
+from .speculative import SPEC_TYPES, SpecConfig
 from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab
 
 __all__ = [
     "PRIMITIVE_RULES",
     "PROMPT_SOURCES",
+    "SPEC_TYPES",
     "RESERVED_NAMES",
     "STRING_FORMAT_RULES",
     "CopyCause",
+    "DraftLimits",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -60,6 +63,7 @@ __all__ = [
     "SchemaConverter",
     "ShuttingDown",
     "Source",
+    "SpecConfig",
     "TokenLogprob",
     "Usage",
     "Vocab",

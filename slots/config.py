@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .llama_api import Placement
+from .speculative import SpecConfig
 
 
 @dataclass(slots=True)
@@ -50,3 +51,4 @@ class EngineConfig:
     fit_target: int = 1 << 30  # bytes left free on each device; also the margin of the capacity answer
     fit_ctx: int = 4096  # the smallest context --fit may choose
     n_gpu_layers_auto: bool = False  # -ngl was not given: --fit may offload fewer layers
+    spec: SpecConfig = SpecConfig()  # speculative decoding (--spec-type, --draft-max, ...)

@@ -49,6 +49,8 @@ from .router import Fetch, Fork, Route, Router, Wait
 from .scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
+from .draft_model import load_draft
+from .speculative import Speculator
 from .stats import EngineStats
 from .text import TextStream
 from .vocab import Vocab
@@ -87,6 +89,7 @@ class Engine:
         self.post: Postprocess | None = None  # the token path after each decode
         self.media: MediaPrefill | None = None  # --mmproj: images in prompts
         self.projector = None  # --mmproj: its `tokenize_image` may be called from any thread
+        self.spec: Speculator | None = None  # drafts tokens and verifies them (speculative decoding)
         self._batch: Batch | None = None
         self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
@@ -247,11 +250,14 @@ class Engine:
             self.media = MediaPrefill(
                 parts.projector, self.ctx, self.memory, self.outbox, self.stats, truncatable=self.ctx.memory_kind.truncatable,
             )
+        self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa, load_draft(self.config, self.model, self.ctx))
         self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab, parts.projector is not None), self.slots)
         self._publish()
 
     def _take_snapshot(self, *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
-        return take_snapshot(self.slots, self.cache, self.ctx, self.queue_depth, detail=detail, visible=visible)
+        return take_snapshot(
+            self.slots, self.cache, self.ctx, self.queue_depth, detail=detail, visible=visible, stats=self.stats,
+        )
 
     def _publish(self) -> None:
         """Replace the light snapshot that /metrics reads (one reference swap)."""
@@ -266,6 +272,8 @@ class Engine:
             self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False))
         if self.sampling is not None:
             self.sampling.close()
+        if self.spec is not None:
+            self.spec.close()
         if self.ctx is not None:
             self.ctx.close()
         if self.embedder is not None:
@@ -291,9 +299,10 @@ class Engine:
         if self.media is not None:
             for slot, n in self.media.run(self.slots):  # images are decoded apart from the batch
                 self.post.defer_checkpoint(slot, n)
+        drafts = self.spec.drafts(self.slots, self._batch.capacity, self.ctx.n_ubatch, self.memory.fork_pending)
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
-            by_sequence=not self.ctx.unified, filler_budget=self._filler_budget,
+            by_sequence=not self.ctx.unified, filler_budget=self._filler_budget, drafts=drafts,
         )
         if entries:
             self._run(entries)  # flushes the previous step's events once its decode is launched
@@ -429,7 +438,8 @@ class Engine:
                     self.ctx.seq_rm(entry.slot.id, entry.start, -1)
             entries = [e for e in entries if not e.filler]
         if rc == 1:
-            self._on_kv_full(entries)
+            if not self.spec.kv_full(entries):  # drafts give way first
+                self._on_kv_full(entries)
             return
         if rc != 0:
             self._on_decode_error(entries, rc)
@@ -441,9 +451,10 @@ class Engine:
         t2 = time.monotonic()
         self.ctx.synchronize()
         self.stats.device_wait_seconds += time.monotonic() - t2
-        n_decode = sum(1 for e in entries if e.is_decode)
+        n_decode = sum(e.n for e in entries if e.is_decode)  # drafted tokens included
         n_filler = sum(1 for e in entries if e.filler)
         to_sample: list[BatchEntry] = []
+        to_verify: list[BatchEntry] = []
         for entry in entries:
             slot = entry.slot
             if entry.filler:
@@ -451,7 +462,9 @@ class Engine:
                 continue
             if slot.active is None:
                 continue
-            if entry.is_decode:
+            if entry.is_decode and entry.draft:
+                to_verify.append(entry)
+            elif entry.is_decode:
                 slot.tokens.append(slot.active.pending)
                 slot.active.pending = None
                 to_sample.append(entry)
@@ -460,8 +473,10 @@ class Engine:
         tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
         for entry, token in zip(to_sample, tokens):
             self.post.on_token(entry.slot, token, entry.out_index)
+        # a rejected drafted token counts as neither prompt nor generated
+        n_rejected = sum(len(e.draft) - self.spec.verify(e, self.post) for e in to_verify)
         self.stats.filler_tokens += n_filler
-        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode, time.monotonic() - t0)
+        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode - n_rejected, time.monotonic() - t0)
 
     # -- failures ----------------------------------------------------------------------
 

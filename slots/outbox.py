@@ -41,6 +41,8 @@ class Outbox:
             prefill_s=(active.first_token_at or now) - active.admitted,
             decode_s=now - active.first_token_at if active.first_token_at else 0.0,
             ttft_s=(active.first_token_at - active.req.submitted) if active.first_token_at else 0.0,
+            draft_tokens=active.n_drafted,
+            draft_accepted=active.n_accepted,
         )
         event.usage = usage
         if error is not None:

@@ -140,6 +140,8 @@ class Usage:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     ttft_s: float = 0.0
+    draft_tokens: int = 0  # tokens drafted by speculative decoding
+    draft_accepted: int = 0  # of those, accepted (each saved a decode step)
 
     def __post_init__(self) -> None:
         assert 0 <= self.cached_tokens <= self.prompt_tokens

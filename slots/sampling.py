@@ -8,6 +8,16 @@ from .grammar import GrammarSpec
 from .reasoning_budget import ReasoningBudget
 
 
+@dataclass(frozen=True, slots=True)
+class DraftLimits:
+    """A request's own speculative-decoding limits (llama-server's `speculative.*` fields);
+    None: the server's. They narrow the server's settings: n_max 0 turns drafting off."""
+
+    n_max: int | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+
+
 @dataclass(slots=True)
 class SamplingParams:
     temperature: float = 0.8
@@ -22,6 +32,7 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: GrammarSpec | None = None
     reasoning_budget: ReasoningBudget | None = None  # force the end of thinking after N tokens
+    speculative: DraftLimits | None = None  # None: the server's speculative-decoding settings
 
     @property
     def greedy(self) -> bool:

@@ -23,6 +23,7 @@ class BatchEntry:
     n: int  # tokens added
     out_index: int  # batch index whose logits are read after the decode; -1: none
     filler: bool = False  # a throwaway token that keeps the batch's sequence ids consecutive
+    draft: tuple[int, ...] = ()  # drafted tokens after the pending one, each with its own row of logits
 
     @property
     def is_decode(self) -> bool:
@@ -30,9 +31,11 @@ class BatchEntry:
 
 
 def plan_batch(
-    slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False, filler_budget: int = 0
+    slots: Sequence[Slot], batch: Batch, prefill_budget: int, *, by_sequence: bool = False, filler_budget: int = 0,
+    drafts: dict[int, list[int]] | None = None,
 ) -> list[BatchEntry]:
-    """Fill `batch` for one step. Mutates the batch only.
+    """Fill `batch` for one step. Mutates the batch only. `drafts`: tokens drafted after a
+    decoding slot's pending token, by slot id, verified in this decode (speculative.py).
 
     NOTE: with a KV stream per sequence (`by_sequence`), llama.cpp splits a batch into
     micro-batches of consecutive sequence ids that each add the same number of tokens. Laid
@@ -48,11 +51,12 @@ def plan_batch(
     first."""
     batch.clear()
     picks: list[tuple[Slot, int]] = []  # (slot, tokens to add)
+    drafts = drafts or {}
     for slot in slots:
         active = slot.active
         if active is not None and active.prefill_done and active.pending is not None:
-            picks.append((slot, 1))
-    budget = min(prefill_budget, batch.free - len(picks))
+            picks.append((slot, 1 + len(drafts.get(slot.id, ()))))
+    budget = min(prefill_budget, batch.free - sum(n for _, n in picks))
     prefilling = [s for s in slots if s.active is not None and not s.active.prefill_done]
     for slot in sorted(prefilling, key=lambda s: s.active.admitted):
         if budget <= 0:
@@ -66,7 +70,7 @@ def plan_batch(
         if filler_budget and picks:
             picks += [(slot, 0) for slot in _gaps_worth_filling(slots, picks, filler_budget)]
         picks.sort(key=lambda pick: pick[0].id)
-    entries = [_add(slot, n, batch) if n else _filler(slot, batch) for slot, n in picks]
+    entries = [_add(slot, n, batch, drafts.get(slot.id)) if n else _filler(slot, batch) for slot, n in picks]
     _check(entries, batch)
     return entries
 
@@ -125,9 +129,14 @@ def _filler(slot: Slot, batch: Batch) -> BatchEntry:
     return BatchEntry(slot, slot.n_past, 1, -1, filler=True)
 
 
-def _add(slot: Slot, n: int, batch: Batch) -> BatchEntry:
+def _add(slot: Slot, n: int, batch: Batch, draft: list[int] | None = None) -> BatchEntry:
     active = slot.active
     start = slot.n_past
+    if active.prefill_done and draft:
+        # the pending token and the draft, with logits at every position: row i is sampled
+        # for the token after the i-th (speculative.Speculator.verify)
+        last = batch.add((active.pending, *draft), start, slot.id, logits_last=True, logits_all=True)
+        return BatchEntry(slot, start, n, last - len(draft), draft=tuple(draft))
     if active.prefill_done:
         index = batch.add((active.pending,), start, slot.id, logits_last=True)
         return BatchEntry(slot, start, 1, index)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from warmslot.cache.checkpoints import CheckpointList
 
@@ -35,6 +36,10 @@ class Active:
     last_token_at: float = 0.0
     events: list[Event] = field(default_factory=list)
     prefill_done: bool = False
+    drafter: Any = None  # speculative.NgramDrafter over this request's history, once it drafts
+    n_drafted: int = 0  # tokens drafted for it (speculative decoding)
+    n_accepted: int = 0  # of those, accepted
+    draft_cap: int = 0  # the next draft's most tokens, from the last one's acceptance (0: --draft-max)
 
     @property
     def prompt(self) -> list[int]:

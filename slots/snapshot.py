@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .capacity import Capacity, DeviceMemory
     from .context_size import ContextChoice
     from .llama_api import Context
+    from .stats import EngineStats
     from .slot import Slot
 
 
@@ -67,6 +68,8 @@ class RequestView:
     n_prompt: int
     n_cached: int
     n_generated: int
+    n_drafted: int = 0  # tokens drafted for it by speculative decoding
+    n_accepted: int = 0  # of those, accepted
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ class SlotView:
     checkpoints: tuple[CheckpointView, ...] = ()
     request: RequestView | None = None
     redacted: bool = False  # another tenant's slot: only its id and state are shown
+    spec_drafted: int = 0  # tokens drafted in this slot since the start (speculative decoding)
+    spec_accepted: int = 0  # of those, accepted
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +137,7 @@ def tenant_hash(tenant: str) -> str:
 
 def take_snapshot(
     slots: "Sequence[Slot]", cache: "PromptCache | None", ctx: "Context", queue_depth: int,
-    *, detail: bool, visible: Callable[[str], bool] | None = None,
+    *, detail: bool, visible: Callable[[str], bool] | None = None, stats: "EngineStats | None" = None,
 ) -> EngineSnapshot:
     """Describe the engine's slots, queue and prompt cache. Runs on the engine thread (it
     reads slots and the cache).
@@ -143,7 +148,7 @@ def take_snapshot(
     now = time.monotonic()
     shown = visible or (lambda tenant: True)
     views = tuple(
-        _slot_view(slot, now, detail) if shown(slot.tenant) else SlotView(slot.id, slot.state.value, 0, "", "", 0, 0.0, redacted=True)
+        _slot_view(slot, now, detail, stats) if shown(slot.tenant) else SlotView(slot.id, slot.state.value, 0, "", "", 0, 0.0, redacted=True)
         for slot in slots
     )
     cache_view = None
@@ -168,11 +173,17 @@ def take_snapshot(
     )
 
 
-def _slot_view(slot, now: float, detail: bool) -> SlotView:
+def _slot_view(slot, now: float, detail: bool, stats: "EngineStats | None" = None) -> SlotView:
     active = slot.active
     request = None
     if active is not None:
-        request = RequestView(active.req.id, len(active.prompt), active.reuse.cached, len(active.generated))
+        request = RequestView(
+            active.req.id, len(active.prompt), active.reuse.cached, len(active.generated), active.n_drafted, active.n_accepted,
+        )
+    drafted = accepted = 0
+    if stats is not None and stats.spec_drafted:
+        drafted = sum(n for (_, slot_id), n in list(stats.spec_drafted.items()) if slot_id == slot.id)
+        accepted = sum(n for (_, slot_id), n in list(stats.spec_accepted.items()) if slot_id == slot.id)
     return SlotView(
         id=slot.id,
         state=slot.state.value,
@@ -183,4 +194,6 @@ def _slot_view(slot, now: float, detail: bool) -> SlotView:
         idle_s=round(now - slot.last_used, 3) if slot.last_used and active is None else 0.0,
         checkpoints=tuple(CheckpointView(c.n_tokens, c.nbytes, c.logits is not None) for c in slot.checkpoints) if detail else (),
         request=request,
+        spec_drafted=drafted,
+        spec_accepted=accepted,
     )

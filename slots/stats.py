@@ -95,6 +95,9 @@ class EngineStats:
     step_seconds: float = 0.0
     decode_call_seconds: float = 0.0
     device_wait_seconds: float = 0.0
+    # speculative decoding, by (type, slot id): tokens drafted, and of those accepted
+    spec_drafted: Counter = field(default_factory=Counter)
+    spec_accepted: Counter = field(default_factory=Counter)
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)

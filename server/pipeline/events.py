@@ -102,4 +102,5 @@ def total_usage(usages: list[Usage], n: int) -> Usage:
     return dataclasses.replace(
         firsts[0], prompt_tokens=sum(u.prompt_tokens for u in firsts), cached_tokens=cached, source=source,
         completion_tokens=sum(u.completion_tokens for u in usages),
+        draft_tokens=sum(u.draft_tokens for u in usages), draft_accepted=sum(u.draft_accepted for u in usages),
     )

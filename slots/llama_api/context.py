@@ -165,15 +165,16 @@ class Batch:
     def clear(self) -> None:
         self.n = 0
 
-    def add(self, tokens: Sequence[int], pos0: int, seq: int, *, logits_last: bool) -> int:
-        """Append tokens at positions pos0.. for `seq`. Returns the batch index of the last one."""
+    def add(self, tokens: Sequence[int], pos0: int, seq: int, *, logits_last: bool, logits_all: bool = False) -> int:
+        """Append tokens at positions pos0.. for `seq`. Returns the batch index of the last one.
+        `logits_all`: logits for every token (a draft to verify), not only the last."""
         k = len(tokens)
         assert 0 < k <= self.free, (k, self.free)
         i, j = self.n, self.n + k
         self.token[i:j] = tokens
         self.pos[i:j] = np.arange(pos0, pos0 + k, dtype=np.int32)
         self.seq_ptrs[i:j] = self._seq_base + 4 * seq
-        self.logits[i:j] = 0
+        self.logits[i:j] = 1 if logits_all else 0
         if logits_last:
             self.logits[j - 1] = 1
         self.n = j

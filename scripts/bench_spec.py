@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Speculative decoding: decode tokens/s with and without drafts, in the engine itself.
+
+The workload is an agent's "write this file back with one change": a ~1,500-token Python file
+in the prompt, then the request to rewrite it, greedy, `--n-predict` tokens. Each case runs on
+a fresh engine (one slot, every layer on the GPU when there is one) with the same settings;
+decode speed is (completion_tokens - 1) / decode_s of the request's usage (from its first
+token to its last), the median over `--reps` requests whose prompts differ in their first
+line (so none reuses another's prefill).
+
+Cases:
+- `off`: no speculation (the baseline);
+- `ngram-simple`: drafts from the slot's own tokens (`--spec-type ngram-simple`);
+- `copy`: the same verification, but each draft is the baseline's own output from that point
+  on (an oracle drafter). A random-weight benchmark model does not copy the file it is shown,
+  so `ngram-simple` is accepted there only where greedy decoding falls into a loop. `copy`
+  drafts --draft-max tokens at every step, so its step time is the real cost of verifying a
+  full draft; (1 + --draft-max) tokens per such step is what a model that writes the file
+  back verbatim gets (`full_copy_tokens_per_s`). Its own acceptance stays below 1 wherever
+  the batched verification rounds a near-tie of the random logits the other way than the
+  one-token baseline did: from there on the oracle's drafts are misaligned;
+- `free`: free text at temperature 0.8 (little to accept), off and ngram-simple, for the cost
+  of drafting and verifying when the drafts are rejected.
+
+    python scripts/bench_spec.py --model qwen3-8b [--scale real] [--vocab PATH] \
+        [--n-predict 256] [--reps 3] [--draft-max 16] --json OUT.json
+
+Benchmark models come from scripts/bench_models.py (written to /tmp/models unless given with
+--gguf).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import llama_cpp  # noqa: E402,F401,I001  (before numpy, see slots/llama_api)
+
+from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, SamplingParams, SpecConfig  # noqa: E402
+from warmslot.slots import speculative  # noqa: E402
+
+from scripts import bench_common as bc  # noqa: E402
+
+
+def source_file(n_functions: int = 40) -> str:
+    """A deterministic Python file of small, similar functions (about 37 tokens each)."""
+    parts = ['"""Geometry helpers."""\n\nimport math\n\n']
+    for i in range(n_functions):
+        parts.append(
+            f"def shape_{i}(width, height, depth={i % 7 + 1}):\n"
+            f"    \"\"\"Volume of box {i}.\"\"\"\n"
+            f"    area = width * height + {i}\n"
+            f"    return math.sqrt(area * depth)\n\n\n"
+        )
+    return "".join(parts)
+
+
+def rewrite_prompt(i: int) -> str:
+    return (
+        f"Request {i}.\nHere is a file, geometry.py:\n```python\n{source_file()}```\n"
+        "Write the whole file back with one change: rename `depth` to `length`. Output only the file.\n"
+        "```python\n"
+    )
+
+
+FREE_PROMPT = "Request {i}.\nWrite a short story about a lighthouse keeper and the ships he logged.\n"
+
+
+class OracleDrafter:
+    """Drafts the expected output from the request's position on (the `copy` case)."""
+
+    expected: list[int] = []
+    n_prompt = 0
+
+    def __init__(self, n: int, m: int) -> None:
+        pass
+
+    def draft(self, tokens, pending: int, limit: int) -> list[int]:
+        done = len(tokens) + 1 - OracleDrafter.n_prompt  # tokens generated so far
+        return list(OracleDrafter.expected[done : done + limit])
+
+
+def engine_for(gguf: str, spec: SpecConfig, args) -> Engine:
+    config = EngineConfig(
+        model_path=gguf, n_parallel=1, n_ctx=args.ctx_size, n_gpu_layers=args.n_gpu_layers, spec=spec,
+        cache_ram=0, flash_attn="auto",
+    )
+    engine = Engine(config)
+    engine.start()
+    engine.wait_ready(600)
+    return engine
+
+
+def run(engine: Engine, prompt: list[int], n: int, sampling: SamplingParams) -> dict:
+    sink = QueueSink()
+    engine.submit(GenerateRequest(f"r{time.monotonic_ns()}", prompt, sink, sampling, max_tokens=n, ignore_eos=True))
+    r = sink.collect(timeout=600)
+    assert r.error is None, r.error
+    u = r.usage
+    steps = u.completion_tokens - 1 - u.draft_accepted  # decode steps: each emits 1 + the accepted drafts
+    return {
+        "completion_tokens": u.completion_tokens,
+        "decode_s": u.decode_s,
+        "decode_steps": steps,
+        "step_ms": 1000 * u.decode_s / steps if steps > 0 else 0.0,
+        "tokens_per_s": (u.completion_tokens - 1) / u.decode_s if u.decode_s > 0 else 0.0,
+        "drafted": u.draft_tokens,
+        "accepted": u.draft_accepted,
+        "tokens": r.tokens,
+    }
+
+
+def case(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingParams, oracle: list[list[int]] | None = None) -> dict:
+    runs = []
+    run(engine, prompts[0], 8, sampling)  # warm-up (graphs, allocations)
+    for i, prompt in enumerate(prompts):
+        if oracle is not None:
+            OracleDrafter.expected, OracleDrafter.n_prompt = oracle[i], len(prompt)
+        runs.append(run(engine, prompt, n, sampling))
+    drafted = sum(r["drafted"] for r in runs)
+    accepted = sum(r["accepted"] for r in runs)
+    return {
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in runs),
+        "step_ms": statistics.median(r["step_ms"] for r in runs),
+        "runs": [{k: v for k, v in r.items() if k != "tokens"} for r in runs],
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance": accepted / drafted if drafted else 0.0,
+        "_tokens": [r["tokens"] for r in runs],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="qwen3-8b", help="bench_models.py name")
+    p.add_argument("--scale", default="real")
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--vocab", default=None)
+    p.add_argument("--gguf", default=None, help="an existing GGUF instead of writing a bench model")
+    p.add_argument("--n-predict", type=int, default=256)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--draft-max", type=int, default=16)
+    p.add_argument("--ngram-n", type=int, default=12, help="--spec-ngram-size-n")
+    p.add_argument("--ctx-size", type=int, default=8192)
+    p.add_argument("--n-gpu-layers", type=int, default=-1)
+    p.add_argument("--json", required=True)
+    args = p.parse_args(argv)
+
+    t0 = time.monotonic()
+    gguf = args.gguf
+    if gguf is None:
+        from scripts.bench_models import write_bench_model
+
+        gguf = str(write_bench_model(args.model, f"/tmp/models/{args.model}-{args.scale}.gguf", args.vocab, args.scale, args.layers))
+    spec = SpecConfig(type="ngram-simple", n_max=args.draft_max, ngram_n=args.ngram_n)
+    greedy = SamplingParams(temperature=0.0)
+    sampled = SamplingParams(temperature=0.8, seed=1)
+    results: dict = {}
+
+    base = engine_for(gguf, SpecConfig(), args)
+    try:
+        rewrite = [base.model.tokenize(rewrite_prompt(i), add_special=True) for i in range(args.reps)]
+        free = [base.model.tokenize(FREE_PROMPT.format(i=i), add_special=True) for i in range(args.reps)]
+        results["off"] = case(base, rewrite, args.n_predict, greedy)
+        results["free_off"] = case(base, free, args.n_predict, sampled)
+    finally:
+        base.stop()
+    drafting = engine_for(gguf, spec, args)
+    try:
+        results["ngram-simple"] = case(drafting, rewrite, args.n_predict, greedy)
+        results["free_ngram-simple"] = case(drafting, free, args.n_predict, sampled)
+        real = speculative.NgramDrafter
+        speculative.NgramDrafter = OracleDrafter  # the `copy` case: drafts of the baseline's output
+        try:
+            results["copy"] = case(drafting, rewrite, args.n_predict, greedy, oracle=results["off"]["_tokens"])
+        finally:
+            speculative.NgramDrafter = real
+    finally:
+        drafting.stop()
+    same = results["ngram-simple"]["_tokens"] == results["off"]["_tokens"]
+    for r in results.values():
+        del r["_tokens"]
+    off = results["off"]["tokens_per_s"]
+    summary = {
+        "ngram_speedup": results["ngram-simple"]["tokens_per_s"] / off if off else None,
+        "copy_speedup": results["copy"]["tokens_per_s"] / off if off else None,
+        "free_ratio": (results["free_ngram-simple"]["tokens_per_s"] / results["free_off"]["tokens_per_s"]
+                       if results["free_off"]["tokens_per_s"] else None),
+        "greedy_output_identical": same,
+        # every step of `copy` verifies the pending token and --draft-max drafted ones: a model
+        # that writes the file back verbatim emits all of them per step of this length
+        "verify_step_ms": results["copy"]["step_ms"],
+        "decode_step_ms": results["off"]["step_ms"],
+        "full_copy_tokens_per_s": (1 + args.draft_max) * 1000 / results["copy"]["step_ms"] if results["copy"]["step_ms"] else None,
+    }
+    if off and summary["full_copy_tokens_per_s"]:
+        summary["full_copy_speedup"] = summary["full_copy_tokens_per_s"] / off
+    out = {
+        "benchmark": "speculative decoding, rewrite-a-file workload",
+        "model": args.model, "scale": args.scale, "gguf": gguf,
+        "settings": {"n_predict": args.n_predict, "reps": args.reps, "draft_max": args.draft_max,
+                     "ngram_n": args.ngram_n, "ctx_size": args.ctx_size, "n_gpu_layers": args.n_gpu_layers, "np": 1},
+        "summary": summary,
+        "results": results,
+        "machine": bc.machine_info(),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps({"summary": summary, **{k: {"tokens_per_s": round(v["tokens_per_s"], 1), "acceptance": round(v["acceptance"], 3)}
+                                             for k, v in results.items()}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

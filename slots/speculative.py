@@ -1,0 +1,283 @@
+"""Speculative decoding: drafts from a slot's own tokens, verified inside the step's one decode.
+
+Drafting (`NgramDrafter`, llama-server's `ngram-simple`): the last N tokens of the slot's
+history (what its memory holds, then the sampled token not yet decoded) are looked up among
+the earlier ones; the up to M tokens that followed their latest earlier occurrence are the
+draft, cut to `--draft-max` (and dropped below `--draft-min`). Agents re-emit what their
+context holds (a file written back with one change, a quoted tool output), and such a draft
+then runs along the copy.
+
+Verification (`Speculator.verify`): the draft goes into the step's batch right after the
+slot's pending token, with logits at every position, next to the other slots' tokens and
+prefill chunks (continuous batching). After the decode the request's own sampler chain
+samples the rows in order: the row of the pending token gives a token; while it equals the
+next drafted token, that drafted token was decoded at the right place with the right
+history, so it enters the slot's history as a decoded token would, and its row gives the
+next token. The first token that differs (or the last row) ends the step, and the memory of
+the drafted tokens after it is removed with seq_rm.
+
+Every emitted token is thus sampled by the request's chain (grammar, penalties, logit bias,
+temperature, seed) from the logits it would have had without speculation, one sample per
+emitted token as without speculation: greedy output is unchanged, and no token a grammar
+rejects is ever accepted, since the chain's grammar sampler chose it. For temperature > 0
+this is the standard rule for a deterministic draft: a drafted token is accepted with
+probability p_target(token), and on rejection the token emitted is distributed as p_target
+with the drafted token removed and renormalised.
+
+Where it is off: recurrent and hybrid memory (a rejected draft would need a state rollback
+that costs more than a draft saves on a CPU; the reason is logged once at load). Sliding-
+window memory drops cells that fall out of the window while the draft is decoded; the draft
+is safe only while the slot's tokens stay within one micro-batch of the decode, so there a
+step drafts for one slot only, and only in steps without prefill chunks and within one ubatch
+(the window is checked after every rollback).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from .llama_api import Context, MemoryKind
+from .stats import EngineStats
+
+if TYPE_CHECKING:
+    from .postprocess import Postprocess
+    from .scheduler import BatchEntry
+    from .slot import Active, Slot
+
+log = logging.getLogger("warmslot.speculative")
+
+SPEC_TYPES = ("none", "ngram-simple", "draft")
+NGRAM_SIMPLE = "ngram-simple"
+DRAFT = "draft"  # a draft model (-md): draft_model.py
+# After a rejection, the next draft is at most the accepted run plus this many tokens (then it
+# doubles with every draft accepted whole, up to --draft-max). Verifying a token that is then
+# rejected is not free: on 2 shared CPU cores (Gemma 3 270M, Q4_K) a step of 17 tokens took
+# about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of 16-token
+# drafts ran no faster than without drafts (scripts/bench_spec.py).
+DRAFT_FLOOR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SpecConfig:
+    """The server's speculation settings (llama-server's flags)."""
+
+    type: str = "none"  # --spec-type: none or ngram-simple
+    n_max: int = 16  # --draft-max: most tokens drafted per step
+    n_min: int = 0  # --draft-min: a shorter draft is not used
+    p_min: float = 0.75  # --draft-p-min: a draft model's threshold; n-gram drafts have no probabilities
+    ngram_n: int = 12  # --spec-ngram-size-n: tokens of the n-gram looked up
+    ngram_m: int = 48  # --spec-ngram-size-m: tokens drafted after a match (before --draft-max)
+    draft_model: str | None = None  # -md: the draft model's GGUF (type "draft")
+    draft_gpu_layers: int = -1  # -ngld
+    draft_type_k: str = "f16"  # -ctkd
+    draft_type_v: str = "f16"  # -ctvd
+
+    def __post_init__(self) -> None:
+        if self.type not in SPEC_TYPES:
+            raise ValueError(f"--spec-type must be one of {', '.join(SPEC_TYPES)}")
+        if (self.type == DRAFT) != (self.draft_model is not None):
+            raise ValueError("a draft model (-md) and --spec-type draft go together")
+        if self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1:
+            raise ValueError("--draft-max and --draft-min must be 0 or more, --spec-ngram-size-n and -m at least 1")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError("--draft-p-min must be between 0 and 1")
+
+    @property
+    def on(self) -> bool:
+        return self.type != "none" and self.n_max > 0
+
+
+class NgramDrafter:
+    """ngram-simple over one request's history: an index of where each n-gram last started,
+    grown as the history grows (the history of a running request only grows)."""
+
+    def __init__(self, n: int, m: int) -> None:
+        self.n = n
+        self.m = m
+        self._last: dict[int, int] = {}  # hash of an n-gram -> its latest start
+        self._indexed = 0  # n-grams starting before this position are in `_last`
+
+    def draft(self, tokens: Sequence[int], pending: int, limit: int) -> list[int]:
+        """Up to min(M, limit) tokens that followed the latest earlier occurrence of the last
+        N tokens of tokens + [pending]; [] when they did not occur before."""
+        n = self.n
+        key_start = len(tokens) + 1 - n  # where the last n-gram of the history starts
+        if key_start <= 0 or limit <= 0:
+            return []
+        last = self._last
+        for s in range(self._indexed, key_start):  # n-grams wholly inside `tokens`, before the key
+            last[hash(tuple(tokens[s : s + n]))] = s
+        self._indexed = max(self._indexed, key_start)
+        key = list(tokens[key_start:])
+        key.append(pending)
+        s = last.get(hash(tuple(key)))
+        if s is None or list(tokens[s : s + n]) != key:  # not seen, or a hash collision
+            return []
+        start = s + n
+        end = min(start + min(self.m, limit), len(tokens) + 1)
+        out = list(tokens[start : min(end, len(tokens))])
+        if end > len(tokens):
+            out.append(pending)
+        return out
+
+
+def off_reason(config: SpecConfig, kind: MemoryKind) -> str | None:
+    """Why speculation stays off for this model, or None when it runs."""
+    if not config.on:
+        return None
+    if kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
+        return (
+            f"speculative decoding is off on {kind.value} memory: a rejected draft needs a state "
+            "rollback (a checkpoint before every draft), which costs more than the draft saves"
+        )
+    return None
+
+
+class Speculator:
+    """Plans each step's drafts and verifies them after the decode. Engine thread only.
+    `draft`: the loaded draft model (draft_model.DraftModel) when the type is "draft"."""
+
+    def __init__(self, config: SpecConfig, ctx: Context, stats: EngineStats, n_swa: int, draft=None) -> None:
+        self.config = config
+        self.draft_model = draft
+        self.ctx = ctx
+        self.stats = stats
+        self.kind = ctx.memory_kind
+        self.n_swa = n_swa
+        self.reason = off_reason(config, self.kind)
+        self.on = config.on and self.reason is None
+        self._skip_next = False  # the last batch with drafts did not fit the KV pool
+        if self.reason:
+            log.warning("%s", self.reason)
+        elif self.on:
+            how = f"draft model {config.draft_model}" if draft is not None else f"n-gram {config.ngram_n}"
+            log.info(
+                "speculative decoding: %s, %s, up to %d drafted tokens (at least %d)",
+                config.type, how, config.n_max, config.n_min,
+            )
+
+    # -- planning -----------------------------------------------------------------------
+
+    def limits(self, active: "Active") -> tuple[int, int, float]:
+        """(n_max, n_min, p_min) for this request: the server's, narrowed by the request's own."""
+        cfg = self.config
+        n_max, n_min, p_min = cfg.n_max, cfg.n_min, cfg.p_min
+        own = active.req.sampling.speculative
+        if own is not None:
+            if own.n_max is not None:
+                n_max = min(n_max, own.n_max)
+            if own.n_min is not None:
+                n_min = own.n_min
+            if own.p_min is not None:
+                p_min = own.p_min
+        return n_max, n_min, p_min
+
+    def drafts(self, slots: Sequence["Slot"], capacity: int, n_ubatch: int, fork_pending: bool) -> dict[int, list[int]]:
+        """The drafted tokens of this step, by slot id (each after its pending token)."""
+        if not self.on or fork_pending:
+            return {}
+        if self._skip_next:
+            self._skip_next = False
+            return {}
+        decoding = [s for s in slots if s.active is not None and s.active.prefill_done and s.active.pending is not None]
+        if not decoding:
+            return {}
+        window = self.kind is MemoryKind.SWA
+        if window and any(s.active is not None and not s.active.prefill_done for s in slots):
+            return {}  # a prefill chunk could put the draft in another micro-batch (see above)
+        room = capacity - len(decoding)
+        if window:
+            room = min(room, n_ubatch - len(decoding))
+        out: dict[int, list[int]] = {}
+        for slot in decoding:
+            if room <= 0:
+                break
+            draft = self._draft(slot, room)
+            if draft:
+                out[slot.id] = draft
+                room -= len(draft)
+                if window:
+                    break
+        return out
+
+    def _draft(self, slot: "Slot", room: int) -> list[int]:
+        active = slot.active
+        n_max, n_min, p_min = self.limits(active)
+        limit = min(n_max, room, self.ctx.n_ctx_seq - slot.n_past - 2)
+        if active.req.max_tokens is not None:
+            limit = min(limit, active.req.max_tokens - len(active.generated) - 1)
+        if active.draft_cap:
+            limit = min(limit, max(active.draft_cap, n_min))
+        if limit <= 0 or limit < n_min:
+            return []
+        if self.draft_model is not None:
+            if active.req.media:
+                return []  # the draft model would read an image's placeholder ids as tokens
+            draft = self.draft_model.draft(slot.id, slot.tokens + [active.pending], limit, p_min)
+        else:
+            if active.drafter is None:
+                active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m)
+            draft = active.drafter.draft(slot.tokens, active.pending, limit)
+            cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
+            draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
+        return draft if len(draft) >= max(1, n_min) else []
+
+    def kv_full(self, entries: Sequence["BatchEntry"]) -> bool:
+        """The decode found no room in the KV pool. True when the batch had drafts: the next
+        step runs without them (memory is unchanged) before anything else gives way."""
+        if any(e.draft for e in entries):
+            self._skip_next = True
+            return True
+        return False
+
+    def close(self) -> None:
+        if self.draft_model is not None:
+            self.draft_model.close()
+            self.draft_model = None
+
+    # -- after the decode ---------------------------------------------------------------
+
+    def verify(self, entry: "BatchEntry", post: "Postprocess") -> int:
+        """Sample the entry's rows in order while the samples equal the draft; returns the
+        drafted tokens accepted. The slot's history grows by the pending token and the
+        accepted ones; the memory of the rest is removed."""
+        slot = entry.slot
+        active = slot.active
+        draft = entry.draft
+        accepted = 0
+        active.n_drafted += len(draft)  # counted before the request may end in on_token
+        for i in range(len(draft) + 1):
+            # the token at batch row i was decoded with the history the sampler has seen
+            slot.tokens.append(draft[i - 1] if i else active.pending)
+            active.pending = None
+            if i:
+                accepted += 1
+                active.n_accepted += 1
+            token = active.sampler.sample(self.ctx, entry.out_index + i)
+            post.on_token(slot, token, entry.out_index + i)
+            if slot.active is None or i == len(draft) or token != draft[i]:
+                break
+        end = entry.start + entry.n
+        if slot.n_past < end:
+            self.ctx.seq_rm(slot.id, slot.n_past, -1)
+            self._check_window(slot)
+        # the next draft follows this one's acceptance: twice as long after a whole draft was
+        # accepted, a little past the accepted run after a rejection (see DRAFT_FLOOR)
+        active.draft_cap = 2 * len(draft) if accepted == len(draft) else accepted + DRAFT_FLOOR
+        kind = self.config.type
+        self.stats.spec_drafted[(kind, slot.id)] += len(draft)
+        self.stats.spec_accepted[(kind, slot.id)] += accepted
+        return accepted
+
+    def _check_window(self, slot: "Slot") -> None:
+        """Sliding-window memory: the next token's window must still be in memory."""
+        if self.kind is not MemoryKind.SWA:
+            return
+        n = slot.n_past
+        pos_min = self.ctx.seq_pos_min(slot.id)
+        if not 0 <= pos_min <= max(0, n - self.n_swa):
+            self.on = False
+            self.reason = f"the sliding window of slot {slot.id} lost cells during a draft; speculative decoding is off"
+            log.error("%s (window starts at %d, %d tokens)", self.reason, pos_min, n)

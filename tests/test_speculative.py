@@ -1,0 +1,244 @@
+"""Speculative decoding (ngram-simple): drafts from the slot's own tokens are verified in the
+step's one decode; output, grammars and reuse are as without it. Real llama.cpp: the default
+model (a sliding-window model) and the tiny models per memory kind."""
+
+import re
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
+from warmslot.server.config import parse_config
+from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
+from warmslot.slots.speculative import NgramDrafter
+
+NGRAM = SpecConfig(type="ngram-simple", n_max=16, ngram_n=4)
+# the model copies the earlier answer: every generated token wins by a clear margin (its top
+# two logprobs are at least 0.25 apart), so batch-shape rounding cannot flip a greedy choice
+REPEAT = (
+    "Q: Repeat 'one two three four five six seven eight nine ten' twice.\n"
+    "A: one two three four five six seven eight nine ten one two three four five six seven eight nine ten\n"
+    "Q: Repeat 'one two three four five six seven eight nine ten' twice.\nA:"
+)
+
+
+# -- drafting (no model) --------------------------------------------------------------------
+
+
+def test_ngram_simple_drafts_what_followed_the_latest_earlier_occurrence():
+    d = NgramDrafter(3, 48)
+    history = [9, 1, 2, 3, 4, 5, 7, 1, 2, 3, 6, 8, 1, 2]
+    # the last 3 tokens with the pending one are [1, 2, 3]: latest earlier start is 7
+    assert d.draft(history, 3, limit=16) == [6, 8, 1, 2, 3]
+    assert d.draft(history, 3, limit=2) == [6, 8]
+    assert d.draft(history + [3], 5, limit=16) == []  # [2, 3, 5] never occurred
+    assert NgramDrafter(3, 2).draft(history, 3, limit=16) == [6, 8]  # --spec-ngram-size-m
+
+
+def test_spec_flags_follow_llama_server():
+    config, _ = parse_config(["-m", "x.gguf", "--spec-type", "ngram-simple", "--draft-max", "8", "--draft-min", "2",
+                              "--spec-ngram-size-n", "5", "--spec-ngram-size-m", "20", "--draft-p-min", "0.5"])
+    assert config.engine.spec == SpecConfig("ngram-simple", 8, 2, 0.5, 5, 20)
+    assert parse_config(["-m", "x.gguf"])[0].engine.spec.on is False  # off by default
+    for argv in (["--spec-type", "eagle"], ["--draft-max", "-1"], ["--draft-p-min", "2"], ["--spec-ngram-size-n", "0"]):
+        with pytest.raises(SystemExit):
+            parse_config(["-m", "x.gguf", *argv])
+
+
+def test_draft_model_flags(tmp_path):
+    draft = tmp_path / "draft.gguf"
+    draft.write_bytes(b"GGUF")
+    config, _ = parse_config(["-m", "x.gguf", "-md", str(draft), "-ngld", "0", "-ctkd", "q8_0", "--draft-p-min", "0.5"])
+    spec = config.engine.spec
+    assert (spec.type, spec.draft_model, spec.draft_gpu_layers, spec.draft_type_k, spec.p_min) == ("draft", str(draft), 0, "q8_0", 0.5)
+    for argv in (["-md", str(draft), "--spec-type", "ngram-simple"], ["--spec-type", "draft"], ["-md", str(tmp_path / "none.gguf")]):
+        with pytest.raises(SystemExit):
+            parse_config(["-m", "x.gguf", *argv])
+
+
+# -- the engine on the default model --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engines(default_model):
+    off = tiny_engine(default_model, n_ctx=2048, n_parallel=2)
+    on = tiny_engine(default_model, n_ctx=2048, n_parallel=2, spec=NGRAM)
+    yield off, on
+    off.stop()
+    on.stop()
+
+
+def test_greedy_output_is_unchanged_and_drafts_are_accepted(engines):
+    off, on = engines
+    prompt = off.model.tokenize(REPEAT, add_special=True, parse_special=False)
+    steps = off.stats.steps
+    plain = generate(off, prompt, max_tokens=40)
+    plain_steps = off.stats.steps - steps
+    steps, drafted, accepted = on.stats.steps, sum(on.stats.spec_drafted.values()), sum(on.stats.spec_accepted.values())
+    fast = generate(on, prompt, max_tokens=40)
+    fast_steps = on.stats.steps - steps
+    # the request's usage counts every step's draft, the last one's too
+    assert fast.usage.draft_tokens == sum(on.stats.spec_drafted.values()) - drafted
+    assert fast.usage.draft_accepted == sum(on.stats.spec_accepted.values()) - accepted
+    assert fast.tokens == plain.tokens and len(plain.tokens) == 40
+    assert fast.usage.draft_accepted > 10 and fast.usage.draft_tokens >= fast.usage.draft_accepted
+    assert plain.usage.draft_tokens == 0
+    assert fast_steps < plain_steps / 2, (fast_steps, plain_steps)
+
+
+def test_two_slots_at_once_give_each_its_own_output(engines):
+    off, on = engines
+    prompts = [off.model.tokenize(REPEAT, add_special=True, parse_special=False),
+               off.model.tokenize("The capital of France is", add_special=True, parse_special=False)]
+    want = [generate(off, p, max_tokens=24).tokens for p in prompts]
+    sinks = [QueueSink(), QueueSink()]
+    for i, (p, sink) in enumerate(zip(prompts, sinks)):
+        on.submit(GenerateRequest(f"two{i}", p, sink, SamplingParams(temperature=0.0), max_tokens=24))
+    got = [sink.collect() for sink in sinks]
+    assert [r.tokens for r in got] == want
+    assert got[0].usage.draft_accepted > 0
+
+
+def test_the_next_turn_reuses_the_accepted_tokens(engines):
+    _, on = engines
+    prompt = on.model.tokenize(REPEAT, add_special=True, parse_special=False)
+    first = generate(on, prompt, max_tokens=30, cache_key="conversation")
+    assert first.usage.draft_accepted > 0
+    follow = prompt + first.tokens + on.model.tokenize("\nQ: Thanks.\nA:", add_special=False, parse_special=False)
+    second = generate(on, follow, max_tokens=4, cache_key="conversation")
+    # everything the slot decoded: the prompt and every output token but the last sampled one
+    assert second.usage.cached_tokens >= len(prompt) + len(first.tokens) - 1
+
+
+def test_a_request_turns_drafting_off(engines):
+    off, on = engines
+    prompt = on.model.tokenize(REPEAT, add_special=True, parse_special=False)
+    quiet = SamplingParams(temperature=0.0, speculative=DraftLimits(n_max=0))
+    r = generate(on, prompt, max_tokens=20, sampling=quiet)
+    assert r.usage.draft_tokens == 0
+    assert r.tokens == generate(off, prompt, max_tokens=20).tokens
+
+
+def test_a_grammar_never_accepts_a_drafted_token_it_rejects(engines):
+    """The history says ' seven' after ' six'; the grammar allows only one to six, so drafts
+    of the copy must be cut there, and the output is what it is without drafts."""
+    off, on = engines
+    prompt = on.model.tokenize(REPEAT, add_special=True, parse_special=False)
+    grammar = GrammarSpec('root ::= (" " word)+\nword ::= "one" | "two" | "three" | "four" | "five" | "six"')
+    sampling = SamplingParams(temperature=0.0, grammar=grammar)
+    r = generate(on, prompt, max_tokens=24, sampling=sampling)
+    words = r.text.split()
+    assert all(w in ("one", "two", "three", "four", "five", "six") for w in words[:-1]), r.text
+    assert re.fullmatch(r"( (one|two|three|four|five|six))*( \w*)?", r.text), r.text
+    assert r.usage.draft_tokens > r.usage.draft_accepted > 0
+    assert r.tokens == generate(off, prompt, max_tokens=24, sampling=SamplingParams(temperature=0.0, grammar=grammar)).tokens
+
+
+# -- the tiny models: four slots, greedy and sampled ----------------------------------------
+
+
+def _four(engine, kind):
+    base = random_tokens(1, 30)
+    prompts = [base * 3, random_tokens(2, 20) * 4, base * 2 + random_tokens(3, 10), random_tokens(4, 40)]
+    sinks = []
+    for i, prompt in enumerate(prompts):
+        sinks.append(QueueSink())
+        # two greedy requests, two at temperature 1 with a seed: a sampled token is drawn by
+        # the same chain from the same logits with or without drafts, so even these agree
+        sampling = SamplingParams(temperature=0.0) if i < 2 else SamplingParams(temperature=1.0, seed=7 + i)
+        engine.submit(GenerateRequest(f"{kind}{i}", prompt, sinks[-1], sampling, max_tokens=40))
+    return [sink.collect() for sink in sinks]
+
+
+@pytest.mark.parametrize("kind", ["attention", "swa", "hybrid"])
+def test_four_slots_agree_with_and_without_drafts(tiny_models, kind):
+    args = dict(n_ctx=1024, n_parallel=4, n_batch=64, n_ubatch=64)
+    results = {}
+    for spec in (SpecConfig(), SpecConfig(type="ngram-simple", n_max=8, ngram_n=3)):
+        engine = tiny_engine(tiny_models[kind], spec=spec, **args)
+        try:
+            results[spec.on] = _four(engine, kind)
+            reason = engine.spec.reason
+        finally:
+            engine.stop()
+    assert [r.tokens for r in results[True]] == [r.tokens for r in results[False]]
+    drafted = sum(r.usage.draft_tokens for r in results[True])
+    if kind == "hybrid":
+        assert drafted == 0 and "hybrid" in reason  # off there, with the reason logged
+    else:
+        assert drafted > 0 and reason is None
+
+
+# -- the server: per-request fields, /metrics, /slots and the log line -----------------------
+
+
+@pytest.fixture(scope="module")
+def server(default_model):
+    proc = warmslot_server(default_model, "-np", "1", "-c", "2048", "--spec-type", "ngram-simple", "--spec-ngram-size-n", "4")
+    yield proc
+    proc.stop()
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("field,value", [
+    ("speculative.n_max", -1), ("speculative.n_min", "two"), ("speculative.p_min", 1.5),
+])
+def test_bad_speculative_fields_get_400_naming_them(server, field, value):
+    body = {"prompt": "Hi", "max_tokens": 2, field: value}
+    r = httpx.post(server.url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
+
+
+@pytest.mark.server
+def test_drafts_show_on_metrics_slots_and_the_log_line(server):
+    body = {"prompt": REPEAT, "max_tokens": 40, "temperature": 0, "speculative.n_max": 12}
+    r = httpx.post(server.url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    metrics = {}
+    for family in text_string_to_metric_families(httpx.get(server.url + "/metrics").text):
+        for sample in family.samples:
+            metrics[(sample.name, sample.labels.get("slot"), sample.labels.get("type"))] = sample.value
+    drafted = metrics[("warmslot_spec_draft_tokens_total", "0", "ngram-simple")]
+    accepted = metrics[("warmslot_spec_accepted_tokens_total", "0", "ngram-simple")]
+    assert drafted >= accepted > 0
+    assert metrics[("warmslot_spec_acceptance_rate", "0", "ngram-simple")] == pytest.approx(accepted / drafted)
+    slot = httpx.get(server.url + "/slots").json()["slots"][0]
+    assert (slot["spec_drafted"], slot["spec_accepted"]) == (drafted, accepted)
+    assert re.search(r"drafted \d+ accepted \d+ \(\d+%\)", server.output())
+
+
+# -- a draft model ---------------------------------------------------------------------------
+
+
+def test_a_draft_model_drafts_and_follows_the_slot(tiny_models):
+    """The tiny attention model drafting for itself: what it drafts is what the model says,
+    so the drafts are accepted and the output is unchanged; its KV follows the slot, so a
+    second turn on the same slot evaluates in the draft model only what is new."""
+    target = tiny_models["attention"]
+    spec = SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0)
+    prompt = random_tokens(5, 50)
+    results = {}
+    for config in (SpecConfig(), spec):
+        engine = tiny_engine(target, n_ctx=1024, n_parallel=2, spec=config)
+        try:
+            first = generate(engine, prompt, max_tokens=30, cache_key="c")
+            before = engine.spec.draft_model.evaluated if config.on else 0
+            follow = prompt + first.tokens + random_tokens(6, 10)
+            second = generate(engine, follow, max_tokens=10, cache_key="c")
+            after = engine.spec.draft_model.evaluated if config.on else 0
+            results[config.on] = (first, second, after - before)
+        finally:
+            engine.stop()
+    (plain1, plain2, _), (fast1, fast2, evaluated) = results[False], results[True]
+    assert (fast1.tokens, fast2.tokens) == (plain1.tokens, plain2.tokens)
+    assert fast1.usage.draft_accepted >= 0.9 * fast1.usage.draft_tokens > 0
+    # the second prompt has 90 tokens: the draft model evaluated its 10 new ones, and the few
+    # of the first turn's output that it had not drafted
+    assert 10 <= evaluated <= 25, evaluated
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(tiny_models, default_model):
+    with pytest.raises(NotReady, match="vocabulary"):
+        tiny_engine(tiny_models["attention"], spec=SpecConfig(type="draft", draft_model=str(default_model)))
