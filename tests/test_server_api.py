@@ -162,7 +162,7 @@ def test_nonstreaming_client_disconnect_frees_the_slot(server):
         (json.dumps({"messages": HELLO, "top_logprobs": 2}).encode(), "top_logprobs"),
         (json.dumps({"messages": HELLO, "stop": [1]}).encode(), "stop"),
         (json.dumps({"messages": HELLO, "logit_bias": {"abc": 1}}).encode(), "logit_bias"),
-        (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), "messages[0].content[0]"),
+        (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}).encode(), "messages[0].content[0].image_url"),
     ],
 )
 def test_bad_chat_input_gets_400_with_the_field_named(server, body, param):
