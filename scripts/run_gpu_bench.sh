@@ -52,7 +52,7 @@ gguf="/tmp/models/$model-${SCALE:-real}${LAYERS:+-$LAYERS}.gguf"
 template=${CHAT_TEMPLATE:-}
 if [[ -z $template ]]; then
     case $model in
-        qwen3-8b) tpl=Qwen-Qwen3-0.6B.jinja ;;
+        qwen3-8b|qwen3-30b-a3b) tpl=Qwen-Qwen3-0.6B.jinja ;;
         qwen35-*) tpl=Qwen3.5-4B.jinja ;;
         *) tpl= ;;
     esac
