@@ -268,8 +268,9 @@ class Session:
         }
 
     def size_estimate(self, agent: str, n_results: int) -> int:
-        """Tokens of an agent's prompt with `n_results` results (the context's budget)."""
+        """Tokens of an agent's prompt with `n_results` results (the context's budget), from the
+        settings alone: no text is made, so the texts are still calibrated on the first server."""
         a = self.agents[agent]
-        tools = sum(len(json.dumps(t)) for t in a.tools()) // 3
+        tools = sum(len(json.dumps(SPECS[n][2])) // 2 + 60 + a.doc_tokens for n in a.tool_names)
         results = sum(tool_sizes(n_results, *a.result_range, a.size_offset)) if n_results else 0
         return a.system_tokens + tools + 200 + results + n_results * 120

@@ -43,7 +43,7 @@ def add_messages_arguments(p: argparse.ArgumentParser) -> None:
                    help="what changes in the billing header of every request: cc_version and cch (version), "
                         "or cch only (which llama-server normalizes)")
     p.add_argument("--msg-ctx-size", type=int, default=0,
-                   help="0: -np x the main agent's longest prompt, +20%% (llama-server's slots get ctx/np each)")
+                   help="0: -np x the main agent's longest prompt, +30%% (llama-server's slots get ctx/np each)")
 
 
 def parse_messages_np(a: argparse.Namespace) -> None:
@@ -167,7 +167,7 @@ def messages_ctx(a: argparse.Namespace, session: Session, np_: int) -> int:
     if a.msg_ctx_size:
         return a.msg_ctx_size
     longest = session.size_estimate("main", a.msg_main_turns + 1) + a.msg_gen_tokens
-    return round_up(int(longest * 1.2) * np_, 1024)
+    return round_up(int(longest * 1.3) * np_, 1024)
 
 
 def run_session(run: Run, srv: Served, session: Session, label: str) -> list[dict]:
