@@ -4,12 +4,15 @@
 #
 # Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
 #   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
-#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk (words or
-#               comma lists; default: the first five)
+#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk messages (words
+#               or comma lists; default: the first five)
 #     throughput  distinct requests from 32 clients, -np 1,4,8,16 (--tp-* flags, --profile-warmslot S)
 #     multiagent  8 agents looping at once on -np 4 (--ma-* flags)
 #     disk        warmslot only: restart with a 30K-token conversation on disk, spills behind a
 #                 stream (--disk-* and --spill-* flags); e.g. scripts/run_gpu_bench.sh qwen35-27b disk
+#     messages    a Claude-Code-shaped session through /v1/messages: a ~20K-token main agent with a
+#                 billing header that changes on every request, two ~6K sub-agents in between, a
+#                 compaction; -np 1 and 2 (--msg-* flags; --msg-scale 0.1 for a CPU run)
 # e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
 #      scripts/run_gpu_bench.sh qwen3-8b throughput multiagent -- --profile-warmslot 12
 #

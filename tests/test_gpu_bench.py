@@ -212,3 +212,34 @@ def test_disk_workload_arguments_and_window_rate(tmp_path):
     assert drop_page_cache(tmp_path) == 5000
     fs = filesystem_of(tmp_path)
     assert fs["mount"] and fs["free_bytes"] > 0
+
+
+def test_messages_session_interleaves_agents_and_compacts_after_the_first_request():
+    from scripts.gpu_bench.claude_code import CLEARED, Session, schedule
+    from scripts.gpu_bench.text import TextFactory
+    from scripts.gpu_bench.workload_messages import add_ideal, summarise
+
+    a = parse_args(["-m", "x.gguf", "--out", "o.json", "--workloads", "messages", "--msg-np", "1,2",
+                    "--msg-scale", "0.1"])
+    assert a.workloads == ["messages"] and a.msg_np == [1, 2] and a.msg_scale == 0.1
+    steps = schedule(4, 2)
+    assert [s.agent for s in steps] == ["main", "sub1", "main", "sub2", "main", "sub1", "main", "sub2", "main",
+                                        "main", "main"]
+    assert [s.base for s in steps] == [None, None, 0, None, 2, 1, 4, 3, 6, 0, 9]
+    assert [s.compacted for s in steps][-2:] == [True, True] and steps[-2].n_results == 4
+    session = Session(TextFactory(), scale=0.02, gen_tokens=8, billing="version", session_id="s")
+    b0, b1 = session.body(steps[0], 0), session.body(steps[2], 2)
+    assert b0["system"][0]["text"].startswith("x-anthropic-billing-header: cc_version=2.1.0;")
+    assert b0["system"][0] != b1["system"][0] and b0["system"][1] == b1["system"][1]  # only the header changes
+    assert len(b0["tools"]) == 12 and all("input_schema" in t for t in b0["tools"])
+    assert b1["messages"][1]["content"][1]["type"] == "tool_use"
+    compacted = session.body(steps[-2], 9)["messages"]
+    assert compacted[2]["content"][0]["content"] == CLEARED
+    assert compacted[4] == session.body(steps[8], 8)["messages"][4]  # only the first result is rewritten
+    # ideal: a whole prompt first, then what is past the base request's prompt
+    rows = [{"agent": s.agent, "compacted": s.compacted, "base": s.base, "ok": True, "ttft_s": 0.1,
+             "prompt_tokens": 100 + 10 * i, "cached_tokens": 0, "computed_tokens": 5} for i, s in enumerate(steps)]
+    add_ideal(rows)
+    assert [r["ideal_computed"] for r in rows][:3] == [100, 110, 20] and rows[-2]["ideal_computed"] == 90
+    s = summarise(rows)
+    assert s["ok"] == 11 and s["per_agent"]["sub1"]["requests"] == 2 and s["main_ttft_s_p50"] == 0.1

@@ -46,6 +46,14 @@ Workloads (`--workloads`, comma-separated):
                TTFT against a cold prefill and the read bandwidth; then a stream's decode
                speed while --spill-requests conversations spill to disk, against the same
                run without the tier, and the write bandwidth (--disk-*, --spill-* flags).
+  messages     A Claude-Code-shaped session through /v1/messages (streamed): a main agent (a
+               ~20K-token system prompt after a billing header that changes on every request,
+               12 tools, --msg-main-turns tool_use -> tool_result turns), two sub-agents (~6K
+               system prompts, --msg-sub-turns requests each) in between, then a compaction
+               that rewrites the first tool result; once per -np of --msg-np. Per request: the
+               agent, prompt, cached and computed tokens, TTFT (first content_block_delta);
+               the main agent's TTFT p50 per server and warmslot's computed tokens against
+               the ideal. --msg-scale 0.1 for a CPU run.
 
 Typical use (GPU machine, binaries on PATH):
 
@@ -81,14 +89,16 @@ from .workload_alternating import workload_alternating, workload_restore
 from .workload_concurrent import workload_concurrent
 from .workload_decode import workload_decode
 from .workload_disk import add_disk_arguments, workload_disk
+from .workload_messages import add_messages_arguments, parse_messages_np, workload_messages
 from .workload_multiagent import workload_multiagent
 from .workload_throughput import VariantError, parse_variants, workload_throughput
 
-WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent", "disk")
+WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent", "disk",
+             "messages")
 DEFAULT_WORKLOADS = "agent,alternating,concurrent,decode,restore"
 RUNNERS = {"agent": workload_agent, "alternating": workload_alternating, "concurrent": workload_concurrent,
            "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent,
-           "disk": workload_disk}
+           "disk": workload_disk, "messages": workload_messages}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -151,6 +161,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_throughput_arguments(p)
     add_multiagent_arguments(p)
     add_disk_arguments(p)
+    add_messages_arguments(p)
     # robustness
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for a server to load")
@@ -179,6 +190,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except VariantError as exc:
         p.error(str(exc))
     a.ma_tools = max(0, min(a.ma_tools, len(TOOLS)))
+    parse_messages_np(a)
     return a
 
 

@@ -58,6 +58,7 @@ def print_summary(result: dict[str, Any]) -> None:
     print_throughput(w.get("throughput") or {})
     print_multiagent(w.get("multiagent") or {})
     print_disk(w.get("disk") or {})
+    print_messages(w.get("messages") or {})
 
 
 def print_throughput(w: dict[str, Any]) -> None:
@@ -100,3 +101,22 @@ def print_disk(w: dict[str, Any]) -> None:
               f"{s.get('decode_tps_without_disk') or 0:.1f} without = {s.get('ratio') or 0:.3f}x (target >= 0.95: "
               f"{'met' if s.get('target_met') else 'NOT met'}); {s.get('writes') or 0:.0f} writes at "
               f"{s.get('write_gb_per_s') or 0:.2f} GB/s")
+
+
+def print_messages(w: dict[str, Any]) -> None:
+    rows = []
+    for server, res in (w.get("servers") or {}).items():
+        for label, r in (res.get("runs") or {}).items():
+            s = r.get("summary") or {}
+            rows.append([server, label, f"{s.get('ok')}/{s.get('requests')}" if s else r.get("skipped") or "error",
+                         (s.get("main_ttft_s_first") or 0) * 1000, (s.get("main_ttft_s_p50") or 0) * 1000,
+                         (s.get("sub_ttft_s_p50") or 0) * 1000,
+                         " ".join(f"{(t or 0) * 1000:.0f}" for t in s.get("compaction_ttft_s") or []),
+                         s.get("computed_tokens_total"), s.get("ideal_computed_total")])
+    if rows:
+        print("\nmessages (Claude-Code-shaped session through /v1/messages)")
+        print(bc.format_table(["server", "np", "requests", "main TTFT first ms", "main TTFT p50 ms", "sub TTFT p50 ms",
+                               "compaction TTFT ms", "computed", "ideal"], rows))
+    for label, c in (w.get("comparison") or {}).items():
+        print(f"  {label}: main TTFT p50 warmslot / llama-server = {c.get('ttft_ratio_warmslot_over_llama_server')}; "
+              f"warmslot computed {c.get('warmslot_computed')} vs ideal {c.get('warmslot_ideal')}")
