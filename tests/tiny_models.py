@@ -190,6 +190,15 @@ def _common_kv(w: gguf.GGUFWriter, kind: str, n_layer: int) -> None:
 LLAMA = dict(n_layer=4, n_head=4, n_head_kv=2, head_dim=16, n_ff=128)
 
 
+
+def _attention(t, il: int, hd: int, nh: int, nkv: int) -> None:
+    """Layer il's attention norm and its Q, K, V and output projections."""
+    t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
+    t.mat(f"blk.{il}.attn_q.weight", N_EMBD, hd * nh, gain=2.0)
+    t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv, gain=2.0)
+    t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
+    t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
+
 def _write_llama(w: gguf.GGUFWriter, t: _Tensors) -> None:
     p = LLAMA
     hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
@@ -202,11 +211,7 @@ def _write_llama(w: gguf.GGUFWriter, t: _Tensors) -> None:
 
     t.embeddings()
     for il in range(p["n_layer"]):
-        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
-        t.mat(f"blk.{il}.attn_q.weight", N_EMBD, hd * nh, gain=2.0)
-        t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv, gain=2.0)
-        t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
-        t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
+        _attention(t, il, hd, nh, nkv)
         t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
         t.ffn(il, p["n_ff"])
 
@@ -370,11 +375,7 @@ def _write_qwen3moe(w: gguf.GGUFWriter, t: _Tensors) -> None:
 
     t.embeddings()
     for il in range(p["n_layer"]):
-        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
-        t.mat(f"blk.{il}.attn_q.weight", N_EMBD, hd * nh, gain=2.0)
-        t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv, gain=2.0)
-        t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
-        t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
+        _attention(t, il, hd, nh, nkv)
         t.ones(f"blk.{il}.attn_q_norm.weight", hd)
         t.ones(f"blk.{il}.attn_k_norm.weight", hd)
         t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
