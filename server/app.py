@@ -22,6 +22,7 @@ from warmslot.slots import Engine
 
 from . import metrics
 from .config import ServerConfig
+from .cors import Cors
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard, error_shape
 from .openapi import openapi_endpoint
@@ -101,6 +102,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
+        Route("/apply-template", service.apply_template, methods=["POST"]),
         Route("/metrics", metrics.metrics_endpoint),
         Route("/openapi.json", openapi_endpoint),
         *worker.ROUTES,  # what a load balancer asks its replicas
@@ -111,6 +113,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         routes=routes,
         lifespan=lifespan,
         middleware=[
+            Middleware(Cors, policy=config.cors),  # preflights answered before anything else
             Middleware(metrics.RequestCounter, counts=request_counts),
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),

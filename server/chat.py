@@ -74,6 +74,7 @@ class ChatTemplate:
     source: str
     bos_token: str = ""
     eos_token: str = ""
+    defaults: tuple[tuple[str, Any], ...] = ()  # template variables a request may override (--reasoning)
 
     @property
     def supports_tools(self) -> bool:
@@ -81,7 +82,9 @@ class ChatTemplate:
 
     def render(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool, extra: dict | None = None) -> str:
         template = _compiled(self.source)
-        variables = dict(extra or {})
+        variables = dict(self.defaults)
+        variables["date_string"] = datetime.date.today().strftime("%d %b %Y")  # as llama.cpp's templates get it
+        variables.update(extra or {})
         variables.update(
             messages=messages,
             tools=tools or None,
@@ -90,9 +93,12 @@ class ChatTemplate:
             eos_token=self.eos_token,
         )
         try:
-            return template.render(**variables)
+            text = template.render(**variables)
         except jinja2.exceptions.TemplateError as exc:
             raise InvalidRequest(f"the chat template rejected the messages: {exc}", param="messages") from exc
+        if add_generation_prompt and variables.get("enable_thinking") is False and prompt_opens_reasoning(text):
+            text += THINK_CLOSE  # a template that always opens a think block: thinking off closes it at once
+        return text
 
 
 _compile_lock = threading.Lock()

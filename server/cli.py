@@ -173,9 +173,10 @@ def resolve_model(config) -> str | None:
     return path
 
 
-def _address(argv: list[str]) -> tuple[str, int] | None:
-    """--host and --port alone, read before anything heavy is imported (None for --help,
-    --version or a port that is not a number: the full parser answers those)."""
+def _address(argv: list[str]) -> tuple[list[str], int] | None:
+    """--host (one address or several, comma-separated) and --port alone, read before
+    anything heavy is imported (None for --help, --version or a port that is not a number:
+    the full parser answers those)."""
     if any(a in ("-h", "--help", "--version", "--list-devices", "--fit-print") for a in argv):
         return None
     early = argparse.ArgumentParser(add_help=False)
@@ -183,18 +184,31 @@ def _address(argv: list[str]) -> tuple[str, int] | None:
     early.add_argument("--port", default=os.environ.get("WARMSLOT_PORT", "8080"))
     known, _ = early.parse_known_args(argv)
     try:
-        return known.host, int(known.port)
+        return [h.strip() for h in known.host.split(",") if h.strip()], int(known.port)
     except ValueError:
         return None
+
+
+def bind_all(hosts: list[str], port: int) -> list[socket.socket]:
+    """A listening socket on each address (all or none)."""
+    socks: list[socket.socket] = []
+    try:
+        for host in hosts:
+            socks.append(bind(host, port))
+    except CannotListen:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     address = _address(argv)
-    sock = None
+    socks: list[socket.socket] = []
     try:
         if address is not None:
-            sock = bind(*address)  # NOTE: before importing llama.cpp, which alone takes most of a second
+            socks = bind_all(*address)  # NOTE: before importing llama.cpp, which alone takes most of a second
     except CannotListen as exc:
         print(f"warmslot: {exc}", file=sys.stderr)
         return 1
@@ -218,20 +232,20 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.fit_print:
             return fit_print(config)
-        for flag in config.ignored_flags:
-            log.info("%s has no effect: warmslot always does what it asks for", flag)
-        if sock is None:
-            sock = bind(config.host, config.port)
-        return _serve(config, sock)
+        for flag, reason in config.ignored_flags:
+            log.info("%s has no effect: %s", flag, reason)
+        if not socks:
+            socks = bind_all(config.hosts or [config.host], config.port)
+        return _serve(config, socks)
     except CannotListen as exc:
         print(f"warmslot: {exc}", file=sys.stderr)
         return 1
     finally:
-        if sock is not None:
+        for sock in socks:
             sock.close()
 
 
-def _serve(config, sock: socket.socket) -> NoReturn:
+def _serve(config, socks: list[socket.socket]) -> NoReturn:
     path = resolve_model(config)
     if path is None:
         return 2
@@ -261,8 +275,9 @@ def _serve(config, sock: socket.socket) -> NoReturn:
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )
     server = DrainingServer(uv_config, app.state.warmslot, config.shutdown_timeout)
-    log.info("listening on %s (OpenAI API under /v1)", url_of(sock, config.host))
-    server.run(sockets=[sock])
+    for sock, host in zip(socks, config.hosts or [config.host]):
+        log.info("listening on %s (OpenAI API under /v1)", url_of(sock, host))
+    server.run(sockets=socks)
     if failed:
         print(f"warmslot: cannot serve: {failed[0]}", file=sys.stderr)
     # NOTE: the engine has stopped, but a worker thread may still be inside llama.cpp (a

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from warmslot.slots import SPEC_TYPES, EngineConfig, SamplingParams, SpecConfig, physical_memory, placement
 
+from . import llama_flags
+from .cors import CorsPolicy
 from .output.markers import FORMATS
 from .version import version_text
 
@@ -88,6 +90,7 @@ class ServerConfig:
     slots_endpoint: bool = True
     tool_format: str = "auto"
     reasoning_format: str = "auto"  # auto, deepseek or none
+    reasoning_default: str = "auto"  # --reasoning: on/off set the templates' enable_thinking (a request may override it)
     reasoning_budget: int = -1  # tokens of thinking before </think> is forced; -1: no limit
     log_level: str = "info"
     max_n: int = 8  # choices per request (n)
@@ -97,7 +100,7 @@ class ServerConfig:
     hf_repo: str | None = None  # USER/REPO[:QUANT] to download
     hf_file: str | None = None
     hf_token: str | None = None
-    ignored_flags: list[str] = field(default_factory=list)  # llama-server flags that change nothing here
+    ignored_flags: list[tuple[str, str]] = field(default_factory=list)  # llama-server flags that change nothing here, and why
     admin_key: str | None = None  # sees every tenant on /slots (default: the first API key)
     metrics_open: bool = False  # /metrics without a key even when keys are set
     max_body: int = 8 << 20  # bytes of a request body; more gets 413 (0: no limit)
@@ -110,12 +113,15 @@ class ServerConfig:
     image_max_bytes: int = 20 << 20  # bytes of one image (decoded); more get 400
     image_max_pixels: int = 33_554_432  # pixels of one image; more get 400
     webui: bool = True  # the chat and cache page at /
+    cors: CorsPolicy = field(default_factory=CorsPolicy)
+    tags: list[str] = field(default_factory=list)  # informational, listed on /v1/models
+    hosts: list[str] = field(default_factory=list)  # every address to listen on (--host a,b)
 
 
 # (flags, dest, kind, default, help). kind: str, int, float, size, bool
 _FLAGS = [
     (("-m", "--model"), "model", str, None, "path of the GGUF model (default: the embedded SmolLM2 135M Instruct, or Gemma 3 270M, if installed)"),
-    (("--host",), "host", str, "127.0.0.1", "address to listen on"),
+    (("--host",), "host", str, "127.0.0.1", "address to listen on; several separated by commas (e.g. 127.0.0.1,::1)"),
     (("--port",), "port", int, 8080, "port to listen on"),
     (("-np", "--parallel"), "parallel", int, 4, "number of slots (sequences decoded together)"),
     (("-c", "--ctx-size"), "ctx_size", int, 0, "KV cache size in tokens, shared by all slots (0: the model's training context if it fits the free device memory, or RAM on a CPU, else the largest that fits)"),
@@ -137,6 +143,13 @@ _FLAGS = [
     (("--chat-template",), "chat_template", str, None, "a Jinja chat template file, or a built-in: gemma, chatml, llama3, mistral"),
     (("-a", "--alias"), "alias", str, None, "model name to report in the API (default: the file name); several names separated by commas, the first is reported"),
     (("--api-key",), "api_key", str, None, "require this key (Authorization: Bearer KEY); several keys separated by commas"),
+    (("--api-key-file",), "api_key_file", str, None, "a file of API keys, one per line (blank lines and lines starting with # are skipped), added to --api-key's"),
+    (("--cors-origins",), "cors_origins", str, "*", "origins whose web pages may call the server from a browser: * (any: the request's Origin is echoed back while --cors-credentials is on), localhost (pages on this machine only), or a comma-separated list"),
+    (("--cors-methods",), "cors_methods", str, "GET, POST, DELETE, OPTIONS", "methods a CORS preflight allows"),
+    (("--cors-headers",), "cors_headers", str, "*", "headers a CORS preflight allows"),
+    (("--cors-credentials",), "cors_credentials", "on", "on", "CORS preflights allow credentials (the default)"),
+    (("--no-cors-credentials",), "cors_credentials", "off", "on", "CORS preflights do not allow credentials; with --cors-origins * the origin is then '*'"),
+    (("--tags",), "tags", str, None, "comma-separated tags of the model, listed on /v1/models (informational)"),
     (("--max-queue",), "max_queue", int, 64, "requests that may wait for a slot; more get 503 with Retry-After"),
     (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots and reads /metrics (default: the first --api-key)"),
     (("--metrics-open",), "metrics_open", bool, False, "serve /metrics without a key even when --api-key is set (anyone who reaches the port reads the model path and the load)"),
@@ -162,6 +175,7 @@ _FLAGS = [
     (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
     (("--no-webui",), "no_webui", bool, False, "no web page at / (the chat and cache view)"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
+    (("-rea", "--reasoning"), "reasoning", str, "auto", "thinking in chat replies: on or off set the chat template's enable_thinking (off also closes a think block the template always opens); auto: the template's default. A request's chat_template_kwargs override it"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: thoughts go to reasoning_content when the chat template uses <think>; deepseek: always; none: leave them in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
     (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),
@@ -243,6 +257,7 @@ _CHOICES = {
     "cache_type_v": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "tool_format": ("auto",) + tuple(f for f in FORMATS if f != "none"),
     "reasoning_format": ("auto", "deepseek", "none"),
+    "reasoning": ("on", "off", "auto"),
     "log_level": ("debug", "info", "warning", "error"),
     "pooling": ("auto", "mean", "cls", "last"),
     "spec_type": SPEC_TYPES,
@@ -262,6 +277,7 @@ def _env_bool(text: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="warmslot",
+        allow_abbrev=False,  # a prefix of a llama-server flag must not be taken for another flag
         description="An OpenAI-compatible llama.cpp server for agents: it never recomputes a prefix it has seen.",
         epilog="Every flag can also be set with an environment variable WARMSLOT_<NAME>, e.g. WARMSLOT_CTX_SIZE=16384. "
         f"Sizes (--cache-ram, --checkpoint-ram, --cache-vram): {SIZE_HELP}.",
@@ -290,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(*flags, dest=dest, type=convert, default=[value] if value else None, action="append", help=help_text)
             continue
         parser.add_argument(*flags, dest=dest, type=convert, default=value, choices=_CHOICES.get(dest), help=help_text)
+    llama_flags.add_to(parser)
     return parser
 
 
@@ -313,6 +330,9 @@ def tensor_overrides_of(a: argparse.Namespace) -> tuple[tuple[str, str], ...]:
 def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.Namespace]:
     parser = build_parser()
     a = parser.parse_args(argv)
+    ignored, refused = llama_flags.effects(a)
+    if refused:
+        parser.error("; ".join(f"{flag} is not supported: {reason}" for flag, reason in refused))
     if a.parallel < 1:
         parser.error("--parallel must be at least 1")
     if a.max_n < 1 or a.responses_store < 1:
@@ -379,10 +399,17 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     if a.model and a.hf_repo:
         parser.error("give -m (a local file) or -hf (a Hugging Face repository), not both")
     keys = [k.strip() for k in (a.api_key or "").split(",") if k.strip()]
+    if a.api_key_file:
+        try:
+            with open(a.api_key_file, encoding="utf-8") as f:
+                keys += [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+        except OSError as exc:
+            parser.error(f"--api-key-file: cannot read {a.api_key_file}: {exc.strerror or exc}")
     aliases = [name.strip() for name in (a.alias or "").split(",") if name.strip()]
     config = ServerConfig(
         engine=engine,
-        host=a.host,
+        host=a.host.split(",")[0].strip(),
+        hosts=[h.strip() for h in a.host.split(",") if h.strip()],
         port=a.port,
         alias=aliases[0] if aliases else None,
         aliases=aliases,
@@ -393,12 +420,13 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         slots_endpoint=not a.no_slots,
         tool_format=a.tool_format,
         reasoning_format=a.reasoning_format,
+        reasoning_default=a.reasoning,
         reasoning_budget=a.reasoning_budget,
         log_level="debug" if a.verbose else a.log_level,
         hf_repo=a.hf_repo,
         hf_file=a.hf_file,
         hf_token=a.hf_token,
-        ignored_flags=[flags[-1] for flags, dest, kind, _, _ in _FLAGS if kind == "noop" and getattr(a, dest)],
+        ignored_flags=[(flags[-1], text.split(": ", 1)[-1]) for flags, dest, kind, _, text in _FLAGS if kind == "noop" and getattr(a, dest)] + ignored,
         admin_key=a.admin_key or None,
         metrics_open=a.metrics_open,
         max_body=a.max_body,
@@ -414,6 +442,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         responses_store=a.responses_store,
         webui=not a.no_webui,
         keep_billing_header=a.keep_billing_header,
+        cors=CorsPolicy(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials != "off"),
+        tags=[t.strip() for t in (a.tags or "").split(",") if t.strip()],
     )
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")

@@ -267,5 +267,6 @@ async def metrics_endpoint(request: Request) -> Response:
         if not server.is_admin(key):
             raise Forbidden("/metrics shows every tenant's traffic: it needs the admin key (--admin-key, else the first --api-key)")
     registry = request.app.state.metrics_registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    started = str(request.app.state.warmslot.created)
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST, headers={"Process-Start-Time-Unix": started})
 

@@ -60,7 +60,8 @@ class Warmslot:
         engine.wait_ready()
         vocab, info = engine.vocab, engine.info
         name, source = choose_template(self.config.chat_template, info.chat_template, info.arch, vocab.is_one_token)
-        template = ChatTemplate(name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos))
+        thinking = {"on": (("enable_thinking", True),), "off": (("enable_thinking", False),)}.get(self.config.reasoning_default, ())
+        template = ChatTemplate(name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos), thinking)
         fmt = self.config.tool_format
         self.tool_format = detect_format(source) if fmt == "auto" else fmt
         self.reasoning = reasoning_mode(self.config.reasoning_format, source)

@@ -86,7 +86,7 @@ def model_entry(server: Warmslot) -> dict:
     """One /v1/models entry. `context_length` and `max_model_len` (vLLM's name) are a slot's
     context, which is what a request can use."""
     entry = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot",
-             "aliases": server.config.aliases or [server.model_name]}
+             "aliases": server.config.aliases or [server.model_name], "tags": server.config.tags}
     if server.ready:
         info = server.engine.info
         entry["context_length"] = info.n_ctx_slot

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest, NotFound, shutting_down
 from ..constraints import validate_tools
-from ..protocol import parse_body, parse_messages
+from ..protocol import parse_body, parse_chat, parse_messages
 from ..state import server_of
 
 
@@ -43,11 +43,45 @@ async def tokenize(request: Request) -> Response:
     content = body.get("content")
     if not isinstance(content, str):
         raise InvalidRequest("send 'content' (a string) or 'messages'", param="content")
-    add_special = body.get("add_special", True)
-    if not isinstance(add_special, bool):
-        raise InvalidRequest("'add_special' must be a boolean", param="add_special")
-    tokens = await server.offload(lambda: server.engine.vocab.tokenize(content, add_special=add_special, parse_special=True))
-    return JSONResponse({"tokens": tokens})
+    add_special = body.get("add_special", False)  # llama-server's default: no BOS
+    with_pieces = body.get("with_pieces", False)
+    for name, value in (("add_special", add_special), ("with_pieces", with_pieces)):
+        if not isinstance(value, bool):
+            raise InvalidRequest(f"'{name}' must be a boolean", param=name)
+    vocab = server.engine.vocab
+
+    def run() -> list:
+        tokens = vocab.tokenize(content, add_special=add_special, parse_special=True)
+        return [{"id": t, "piece": _piece(vocab.token_piece(t))} for t in tokens] if with_pieces else tokens
+
+    return JSONResponse({"tokens": await server.offload(run)})
+
+
+def _piece(raw: bytes) -> str | list[int]:
+    """A token's text, or its bytes where they are not whole UTF-8 (part of a character)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
+
+
+async def apply_template(request: Request) -> Response:
+    """llama-server's POST /apply-template: the prompt text the chat template renders for
+    `messages` (and `tools`), as /v1/chat/completions would, without generating."""
+    server = server_of(request)
+    server.authorize(request)
+    server.require_ready()
+    body = parse_body(await request.body())
+    params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
+    tools = validate_tools(params.tools) if params.tools else None
+    add_generation_prompt = body.get("add_generation_prompt", True)
+    if not isinstance(add_generation_prompt, bool):
+        raise InvalidRequest("'add_generation_prompt' must be a boolean", param="add_generation_prompt")
+    prompt = await server.offload(
+        lambda: server.builder.build(params.messages, tools, add_generation_prompt=add_generation_prompt, extra=params.template_kwargs)
+    )
+    return JSONResponse({"prompt": prompt.text})
+
 
 async def detokenize(request: Request) -> Response:
     server = server_of(request)
