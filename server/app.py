@@ -30,6 +30,7 @@ from .api.chat.route import chat_completions
 from .api.completions.route import completions
 from .api.responses import route as responses
 from .api.messages import route as messages
+from .api.native import route as native
 from .routes import embeddings, props, service, slot_files, webui, worker
 from .state import Warmslot
 
@@ -88,6 +89,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/completions", completions, methods=["POST"]),
+        Route("/completion", native.completion, methods=["POST"]),
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/responses", responses.create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.get_response, methods=["GET"]),

@@ -1,0 +1,1 @@
+"""llama-server's native API (`/completion`), an adapter over the one pipeline."""
