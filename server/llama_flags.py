@@ -270,3 +270,25 @@ def effects(a: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[st
             continue
         (refused if flag.action == "refuse" else ignored).append((flag.names[-1], flag.reason))
     return ignored, refused
+
+
+def markdown() -> str:
+    """docs/llama-server-flags.md: the catalog as a table (tests/test_docs.py keeps them equal)."""
+    lines = [
+        "# llama-server's flags in warmslot",
+        "",
+        "Every flag of llama-server at the llama.cpp commit warmslot embeds either works as it does there",
+        "(see `warmslot --help`), or is listed here: **ignored** flags are accepted and logged at start-up",
+        "as having no effect, with the reason; **refused** flags stop the start with a message that names",
+        "the flag and the reason; **alias** flags are another name for a warmslot flag.",
+        "",
+        "| flag | what warmslot does | why |",
+        "|---|---|---|",
+    ]
+    for flag in FLAGS:
+        names = ", ".join(f"`{n}`" for n in flag.names)
+        if flag.action == "alias":
+            lines.append(f"| {names} | alias | the same as `{flag.reason}` |")
+        else:
+            lines.append(f"| {names} | {'ignored' if flag.action == 'ignore' else 'refused'} | {flag.reason} |")
+    return "\n".join(lines) + "\n"

@@ -45,3 +45,10 @@ def test_every_package_folder_is_installed():
         for init in (root / top).rglob("__init__.py")
     }
     assert found == listed
+
+
+def test_the_llama_server_flag_list_matches_the_catalog():
+    from warmslot.server.llama_flags import markdown
+
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "llama-server-flags.md").read_text()
+    assert doc == markdown(), "regenerate docs/llama-server-flags.md from warmslot.server.llama_flags.markdown()"

@@ -64,8 +64,50 @@ def test_sampling_flags_are_the_request_defaults():
 
 def test_flags_that_change_nothing_are_accepted_and_named():
     config, _ = parse_config(["--jinja", "--metrics", "--slots", "-cb"])
-    assert config.ignored_flags == ["--jinja", "--metrics", "--slots", "--cont-batching"]
+    assert [flag for flag, _ in config.ignored_flags] == ["--jinja", "--metrics", "--slots", "--cont-batching"]
+    assert all(reason for _, reason in config.ignored_flags)
     assert parse_config([])[0].ignored_flags == []
+
+
+def test_every_llama_server_flag_is_handled(capsys):
+    """Each flag of the catalog parses: ignored ones are named with their reason, refused ones
+    stop with a message naming the flag and the reason, aliases reach warmslot's flag."""
+    from warmslot.server.llama_flags import FLAGS
+
+    values = {"-": [], "1": ["1"], "?": [], "2": ["1", "2"]}
+    actions = build_parser()._option_string_actions
+    for flag in FLAGS:
+        for name in flag.names:
+            argv = [name, *values[flag.arity]]
+            if flag.action == "refuse":
+                with pytest.raises(SystemExit):
+                    parse_config(argv)
+                err = capsys.readouterr().err
+                assert f"{flag.names[-1]} is not supported: {flag.reason}" in err, name
+            elif flag.action == "ignore":
+                config, _ = parse_config(argv)
+                assert (flag.names[-1], flag.reason) in config.ignored_flags, name
+            else:  # the alias's action is warmslot's own flag's
+                target = flag.reason.split()[0]
+                assert actions[name].dest == actions[target].dest, name
+
+
+def test_llama_server_spellings_reach_warmslot_flags():
+    config, _ = parse_config(["--predict", "7", "--log-disable", "-fit", "off", "--no-ui", "--embedding", "--spec-draft-n-max", "5"])
+    assert (config.n_predict, config.log_level, config.engine.fit, config.webui, config.engine.embeddings) == (7, "error", False, False, True)
+    assert config.engine.spec.n_max == 5
+    # no prefix matching: --reasoning is its own flag, never "ambiguous"
+    assert parse_config(["--reasoning", "off"])[0].reasoning_default == "off"
+    with pytest.raises(SystemExit):
+        parse_config(["--reason", "off"])
+
+
+def test_api_key_file_and_several_hosts(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nkey-one\n\n  key-two  \n")
+    config, _ = parse_config(["--api-key", "k0", "--api-key-file", str(keys), "--host", "127.0.0.1,::1", "--tags", "a, b"])
+    assert config.api_keys == ["k0", "key-one", "key-two"]
+    assert (config.host, config.hosts, config.tags) == ("127.0.0.1", ["127.0.0.1", "::1"], ["a", "b"])
 
 
 def test_model_flags(tmp_path):

@@ -281,7 +281,7 @@ def test_embeddings_float_base64_and_batches(client):
 
 
 def test_embeddings_of_token_ids_and_usage(server):
-    tokens = httpx.post(server.url + "/tokenize", json={"content": "hello world"}).json()["tokens"]
+    tokens = httpx.post(server.url + "/tokenize", json={"content": "hello world", "add_special": True}).json()["tokens"]
     by_ids = httpx.post(server.url + "/v1/embeddings", json={"input": tokens}).json()
     by_text = httpx.post(server.url + "/v1/embeddings", json={"input": "hello world"}).json()
     assert by_ids["data"][0]["embedding"] == by_text["data"][0]["embedding"]
