@@ -55,7 +55,10 @@ class ContextOverflow(InvalidRequest):
     NOTE: clients decide from the message text whether to compress the history and retry.
     The message carries llama-server's wording ("exceeds the available context size"), which
     litellm maps to ContextWindowExceededError and hermes-agent to context overflow, and
-    "context size is N", from which hermes-agent reads the real limit."""
+    "context size is N", from which hermes-agent reads the real limit. Its `type` is
+    llama-server's too."""
+
+    type = "exceed_context_size_error"
 
     def __init__(self, n_prompt_tokens: int, n_ctx: int, *, param: str = "messages") -> None:
         super().__init__(
@@ -89,6 +92,13 @@ class Forbidden(ApiError):
 class NotFound(ApiError):
     status = 404
     type = "not_found_error"
+
+
+class NotSupported(ApiError):
+    """501: an endpoint this server was started without (llama-server's status for it)."""
+
+    status = 501
+    type = "not_supported_error"
 
 
 class ModelNotFound(NotFound):

@@ -7,7 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import InvalidRequest, NotFound, shutting_down
+from ..errors import InvalidRequest, NotSupported, shutting_down
 from ..constraints import validate_tools
 from ..protocol import parse_body, parse_chat, parse_messages
 from ..state import server_of
@@ -101,7 +101,7 @@ async def slots_view(request: Request) -> Response:
     server = server_of(request)
     key = server.authorize(request)
     if not server.config.slots_endpoint:
-        raise NotFound("the /slots endpoint is disabled (--no-slots)")
+        raise NotSupported("the /slots endpoint is disabled (--no-slots)")
     server.require_ready()
     visible = server.visible_tenants(key)
     snapshot = await asyncio.get_running_loop().run_in_executor(

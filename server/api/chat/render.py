@@ -89,7 +89,7 @@ class ChatStream:
         self.n_choices = n_choices
 
     def start(self) -> list[str]:
-        return [chat_chunk(self.env, {"role": "assistant", "content": ""}, index=i) for i in range(self.n_choices)]
+        return [chat_chunk(self.env, {"role": "assistant", "content": None}, index=i) for i in range(self.n_choices)]  # as llama-server opens
 
     def render(self, event: StreamEvent) -> list[str]:
         if isinstance(event, Delta):
