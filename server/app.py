@@ -88,7 +88,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
-        Route("/completions", completions, methods=["POST"]),
+        Route("/completions", native.completion, methods=["POST"]),  # llama-server's: its native shape
         Route("/completion", native.completion, methods=["POST"]),
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/responses", responses.create_response, methods=["POST"]),

@@ -24,18 +24,16 @@ import json
 import logging
 import os
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Sequence
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from warmslot.slots import Vocab
 
 from .errors import ContextOverflow, InvalidRequest
+from .jinja_env import compiled as _compiled, tojson as _tojson
 from .output.markers import HERMES_OPEN, MISTRAL_CALLS, PYTHON_TAG, THINK_CLOSE, THINK_OPEN
 from .tokenizer import Tokenizer, split_marker
 
@@ -46,26 +44,6 @@ BUILTIN_TEMPLATES = ("gemma", "chatml", "llama3", "mistral")
 
 def builtin_source(name: str) -> str:
     return resources.files(__package__).joinpath("templates", f"{name}.jinja").read_text("utf-8")
-
-
-def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False, ensure_ascii: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _raise(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = _strftime_now
-    return env
 
 
 @dataclass(frozen=True)
@@ -93,25 +71,20 @@ class ChatTemplate:
             eos_token=self.eos_token,
         )
         try:
-            text = template.render(**variables)
-        except jinja2.exceptions.TemplateError as exc:
-            raise InvalidRequest(f"the chat template rejected the messages: {exc}", param="messages") from exc
+            try:
+                text = template.render(**variables)
+            except (TypeError, jinja2.exceptions.UndefinedError):
+                # templates written for string contents fail on an assistant message that holds
+                # only tool calls (content null): they get "" instead, as they would elsewhere
+                if not any(m.get("content") is None for m in messages):
+                    raise
+                variables["messages"] = [dict(m, content="") if m.get("content") is None else m for m in messages]
+                text = template.render(**variables)
+        except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise InvalidRequest(f"the chat template rejected the messages: {type(exc).__name__}: {exc}", param="messages") from exc
         if add_generation_prompt and variables.get("enable_thinking") is False and prompt_opens_reasoning(text):
             text += THINK_CLOSE  # a template that always opens a think block: thinking off closes it at once
         return text
-
-
-_compile_lock = threading.Lock()
-_compile_cache: dict[str, jinja2.Template] = {}
-
-
-def _compiled(source: str) -> jinja2.Template:
-    with _compile_lock:
-        template = _compile_cache.get(source)
-        if template is None:
-            template = _environment().from_string(source)
-            _compile_cache[source] = template
-        return template
 
 
 def choose_template(spec: str | None, gguf_template: str | None, arch: str, vocab_has: "callable") -> tuple[str, str]:

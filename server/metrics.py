@@ -267,6 +267,8 @@ async def metrics_endpoint(request: Request) -> Response:
         if not server.is_admin(key):
             raise Forbidden("/metrics shows every tenant's traffic: it needs the admin key (--admin-key, else the first --api-key)")
     registry = request.app.state.metrics_registry
-    started = str(request.app.state.warmslot.created)
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST, headers={"Process-Start-Time-Unix": started})
+    response = Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    # llama-server's header, in its case (clients look it up in a case-sensitive dict)
+    response.raw_headers.append((b"Process-Start-Time-Unix", str(request.app.state.warmslot.created).encode()))
+    return response
 

@@ -76,6 +76,9 @@ class Vocab:
         with self._use():
             return self._model.is_eog(token)
 
+    def eog_tokens(self) -> list[int]:
+        return self._model.eog_tokens()
+
     def special_text(self, token: int) -> str:
         """The text of a special token such as BOS ('' when the model has none)."""
         with self._use():

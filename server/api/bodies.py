@@ -60,9 +60,11 @@ def timings_body(usage: Usage) -> dict[str, Any]:
         "cache_n": usage.cached_tokens,
         "prompt_n": computed,
         "prompt_ms": round(usage.prefill_s * 1000, 3),
+        "prompt_per_token_ms": usage.prefill_s * 1000 / computed if computed else 0.0,
         "prompt_per_second": computed / usage.prefill_s if usage.prefill_s > 0 else 0.0,
         "predicted_n": usage.completion_tokens,
         "predicted_ms": round(usage.decode_s * 1000, 3),
+        "predicted_per_token_ms": usage.decode_s * 1000 / usage.completion_tokens if usage.completion_tokens else 0.0,
         "predicted_per_second": usage.completion_tokens / usage.decode_s if usage.decode_s > 0 else 0.0,
     }
 

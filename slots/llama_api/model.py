@@ -263,6 +263,10 @@ class Model:
         attr = int(llama_cpp.llama_vocab_get_attr(self.vocab, token))
         return bool(attr & _SPECIAL_ATTRS)
 
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token."""
+        return [int(t) for t in np.flatnonzero(self._eog)]
+
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
 

@@ -26,4 +26,6 @@ async def chat_completions(request: Request) -> Response:
     out = chat_body(env, reply, vocab, params.gen.logprobs is not None)
     if params.gen.explain_cache:
         out["warmslot"] = {"cache": generation.explanation()}
+    if body.get("verbose") is True or (server.config.log_level == "debug" and body.get("verbose") is not False):
+        out["__verbose"] = {"prompt": generation.prompt.text if generation.prompt else ""}  # llama-server's debug field
     return JSONResponse(out, headers=generation.headers)

@@ -111,6 +111,9 @@ class Shape:
             "n_probs": self.n_probs,
             "adaptive_target": -1.0,
             "adaptive_decay": 0.9,
+            # llama-server's list; ignore_eos bans every end-of-generation token (null: -inf)
+            "logit_bias": [{"token": t, "bias": b if math.isfinite(b) else None} for t, b in sorted(params.gen.sampling.logit_bias.items())]
+            + ([{"token": t, "bias": None} for t in self.vocab.eog_tokens()] if params.gen.ignore_eos else []),
         }
 
     def _piece(self, token: int) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""The sandboxed Jinja environment chat templates render in, with the globals and filters
+that Hugging Face's and llama.cpp's template runners give them, and a cache of compiled
+templates."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+def tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_compile_lock = threading.Lock()
+_compile_cache: dict[str, jinja2.Template] = {}
+
+
+def compiled(source: str) -> jinja2.Template:
+    with _compile_lock:
+        template = _compile_cache.get(source)
+        if template is None:
+            template = _environment().from_string(source)
+            _compile_cache[source] = template
+        return template
