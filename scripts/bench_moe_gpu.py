@@ -96,6 +96,7 @@ class Ballast:
 
     def __init__(self, card_gib: float | None):
         self.proc = None
+        self.line = None
         if card_gib is None:
             return
         # a card of N GB shows about N - 0.5 GiB free once a driver context exists
@@ -103,7 +104,8 @@ class Ballast:
         line = self.proc.stdout.readline()
         if not line.startswith("ballast"):
             raise RuntimeError(f"ballast failed: {line!r}")
-        print(f"[bench_moe] {line.strip()}", flush=True)
+        self.line = line.strip()
+        print(f"[bench_moe] {self.line}", flush=True)
 
     def close(self) -> None:
         if self.proc is not None:

@@ -131,6 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_placement_arguments(p)
     p.add_argument("--warmslot-args", default="", help="extra warmslot flags (one string)")
     p.add_argument("--llama-server-args", default="", help="extra llama-server flags (one string)")
+    p.add_argument("--card-gib", type=float, default=None,
+                   help="a ballast process (PyTorch, as in bench_moe_gpu.py) holds all but this many GiB of the "
+                        "GPU for the whole run, so both servers face a card of that size (default: none)")
     # agent
     p.add_argument("--system-tokens", type=int, default=8000)
     p.add_argument("--turns", type=int, default=20, help="requests per replay")
@@ -254,6 +257,25 @@ def main(argv: list[str] | None = None) -> int:
         "errors": [],
     }
     run.save()
+    ballast = None
+    if a.card_gib:
+        from scripts.bench_moe_gpu import Ballast
+
+        ballast = Ballast(a.card_gib)
+        run.result["ballast"] = {"card_gib": a.card_gib, "line": ballast.line}
+    try:
+        run_workloads(run)
+    finally:
+        if ballast is not None:
+            ballast.close()
+    run.save()
+    print_summary(run.result)
+    print(f"\nwrote {a.out}")
+    return 0
+
+
+def run_workloads(run: Run) -> None:
+    a = run.a
     order = [w for w in WORKLOADS if w in a.workloads]
     if "restore" in order and "alternating" not in order:
         order.insert(order.index("restore"), "alternating")
@@ -277,7 +299,3 @@ def main(argv: list[str] | None = None) -> int:
             run.result["workloads"][name]["wall_s"] = round(time.perf_counter() - t0, 2)
         run.result["model"]["meta"] = run.model_meta
         run.save()
-    run.save()
-    print_summary(run.result)
-    print(f"\nwrote {a.out}")
-    return 0
