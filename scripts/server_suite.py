@@ -185,6 +185,8 @@ def pytest_runtest_logreport(report):
         elif _outcomes.get(key) not in ("failed",):
             _outcomes[key] = "passed" if report.outcome == "passed" else report.outcome
 def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller has every outcome
     with open(os.environ["SERVER_SUITE_REPORT"], "w") as f:
         json.dump(_outcomes, f, indent=0, sort_keys=True)
 '''
@@ -305,10 +307,12 @@ def write_markdown(table: dict, path: pathlib.Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def check(work: pathlib.Path, timeout: int) -> int:
+def check(work: pathlib.Path, timeout: int, workers: int) -> int:
     table = json.loads(TABLE_JSON.read_text())
     expected = [r["test"] for r in table["tests"] if r["warmslot"] == "passed"]
-    outcomes = run_suite("warmslot", work, expected, None, timeout, [])
+    # several servers at once (pytest-xdist; the suite gives each worker its own port)
+    parallel = ["-n", str(workers)] if workers > 1 else []
+    outcomes = run_suite("warmslot", work, expected, None, timeout, parallel)
     broken = [t for t in expected if outcomes.get(t) != "passed"]
     if broken:  # once more, alone: a test that passes then failed only under load
         again = run_suite("warmslot", work, broken, None, timeout, [])
@@ -340,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="run the warmslot half against the committed table")
     c.add_argument("--work", default=str(REPO_ROOT / "build" / "server-suite-check"))
     c.add_argument("--timeout", type=int, default=180)
+    c.add_argument("--workers", type=int, default=1, help="tests run at once (pytest-xdist, if installed)")
     a = ap.parse_args(argv)
     if a.cmd == "run":
         work = pathlib.Path(a.work or REPO_ROOT / "build" / f"server-suite-{a.server}")
@@ -352,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(table, TABLE_MD)
         print(json.dumps(table["counts"]))
         return 0
-    return check(pathlib.Path(a.work), a.timeout)
+    return check(pathlib.Path(a.work), a.timeout, a.workers)
 
 
 if __name__ == "__main__":
