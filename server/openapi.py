@@ -290,6 +290,8 @@ _TOKENIZE_REQUEST = {
     "properties": {
         "content": {"type": "string"},
         "add_special": {"type": "boolean"},
+        "with_pieces": {"type": "boolean"},
+        "add_generation_prompt": {"type": "boolean"},
         "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
         "tools": _nullable({"type": "array", "items": _TOOL}),
     },
@@ -299,7 +301,7 @@ _TOKENIZE = {
     "type": "object",
     "required": ["tokens"],
     "properties": {
-        "tokens": {"type": "array", "items": {"type": "integer"}},
+        "tokens": {"type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "object", "required": ["id", "piece"]}]}},
         "messages": {"type": "array", "items": {"type": "object", "properties": {
             "role": {"type": "string"}, "start": {"type": "integer"}, "content_start": {"type": "integer"},
         }}},
@@ -383,6 +385,31 @@ def _generation(request: str, response: str, summary: str) -> dict[str, Any]:
 def _get(schema: dict[str, Any], summary: str, *errors: int, media: str = JSON) -> dict[str, Any]:
     ok = {"description": summary, "content": {media: {"schema": schema}}}
     return {"get": {"summary": summary, "responses": {"200": ok, **_errors(*errors)}}}
+
+
+_NATIVE_REQUEST = {"type": "object", "required": ["prompt"], "properties": {
+    "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}, {"type": "object"}]},
+    "n_predict": {"type": "integer"},
+    "n_probs": {"type": "integer"},
+    "post_sampling_probs": {"type": "boolean"},
+    "return_tokens": {"type": "boolean"},
+    "stream": {"type": "boolean"},
+}}
+_NATIVE_REPLY = {"type": "object", "required": ["content", "stop"], "properties": {
+    "content": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}}, "stop": {"type": "boolean"},
+    "stop_type": {"type": "string"}, "tokens_predicted": {"type": "integer"}, "tokens_evaluated": {"type": "integer"},
+    "timings": {"type": "object"}, "generation_settings": {"type": "object"},
+}}
+_NATIVE_COMPLETION = {"post": {
+    "summary": "llama-server's native completion: one reply object, a list for several prompts; with stream: data lines",
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _NATIVE_REQUEST}}},
+    "responses": {
+        "200": {"description": "the reply (a list for several prompts)",
+                "content": {"application/json": {"schema": {"oneOf": [_NATIVE_REPLY, {"type": "array", "items": _NATIVE_REPLY}]}},
+                            "text/event-stream": {"schema": {"type": "string"}}}},
+        **_errors(400, 401, 408, 413, 500, 503),
+    },
+}}
 
 
 def _post(request: dict[str, Any], response: dict[str, Any], summary: str) -> dict[str, Any]:
@@ -500,10 +527,11 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/props": props, "/v1/props": props,
         "/version": _get(_VERSION, "warmslot, llama-cpp-python and llama.cpp versions"),
         "/v1/chat/completions": chat, "/chat/completions": chat,
-        "/v1/completions": completion, "/completions": completion,
+        "/v1/completions": completion, "/completions": _NATIVE_COMPLETION, "/completion": _NATIVE_COMPLETION,
         "/tokenize": _post(_TOKENIZE_REQUEST, _TOKENIZE, "token ids of a text or of rendered messages"),
+        "/apply-template": _post(_TOKENIZE_REQUEST, _object("prompt"), "the prompt text the chat template renders for messages and tools"),
         "/detokenize": _post(_DETOKENIZE_REQUEST, {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}, "the text of token ids"),
-        "/slots": _get(_SLOTS, "the slots, the queue and the prompt cache (own tenants only, unless the admin key)", 401, 404, 500, 503),
+        "/slots": _get(_SLOTS, "the slots, the queue and the prompt cache (own tenants only, unless the admin key)", 401, 500, 501, 503),
         "/metrics": _get({"type": "string"}, "Prometheus metrics", 401, media="text/plain"),
         "/openapi.json": _get({"type": "object"}, "this document"),
         "/slots/{id_slot}": _SLOT_ACTION,
