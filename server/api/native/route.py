@@ -97,7 +97,6 @@ class Shape:
         self.n_probs = body.get("n_probs", 0)
         self.post_sampling = bool(body.get("post_sampling_probs"))
         self.return_tokens = bool(body.get("return_tokens"))
-        self.params = params
         self.prompts = prompts
         self.n = params.gen.n
         self.settings = {
@@ -173,7 +172,6 @@ class NativeStream:
             return [json.dumps(self.shape.partial(event.index, event.out.text, event.logprobs), ensure_ascii=False)]
         if isinstance(event, ChoiceEnd):
             final = self.shape.final(event.index, "", event.logprobs, event.finish, event.usage, event.stop_sequence)
-            final["tokens_predicted"] = event.usage.completion_tokens
             return [json.dumps(final, ensure_ascii=False)]
         assert isinstance(event, End)
         return []
@@ -184,7 +182,6 @@ class NativeStream:
 
 async def completion(request: Request) -> Response:
     server, key, body = await open_request(request)
-    server.require_ready()
     params = parse_completion(openai_body(body, server.engine.vocab), server.engine.info.n_vocab, server.config.sampling)
     if params.gen.logprobs is not None:
         params.gen.logprobs = body.get("n_probs", 0)
