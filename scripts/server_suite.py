@@ -69,6 +69,16 @@ DELIBERATE: dict[str, str] = {
     "unit/test_lora.py": "LoRA adapters are not supported (--lora is refused)",
 }
 
+# Tests whose outcome depends on timing on any server: test-id prefix -> reason. The table records
+# them as run; check does not hold warmslot to them.
+UNSTABLE: dict[str, str] = {
+    "unit/test_completion.py::test_completion_unified[": (
+        "four requests sampled at temperature 0.8 must each run to n_predict without EOS; which decode steps "
+        "share a batch changes the logits' last bits, so whether one reaches EOS first varies run to run "
+        "(each server has passed and failed different cases of it)"
+    ),
+}
+
 
 def suite_root() -> pathlib.Path:
     """llama.cpp's tree with the suite and templates, extracted once into the cache folder."""
@@ -252,8 +262,8 @@ def run_suite(server: str, work: pathlib.Path, select: list[str], llama_server: 
     return outcomes
 
 
-def deliberate_reason(test: str) -> str | None:
-    for prefix, reason in DELIBERATE.items():
+def _reason(test: str, reasons: dict[str, str]) -> str | None:
+    for prefix, reason in reasons.items():
         if test.startswith(prefix):
             return reason
     return None
@@ -272,9 +282,12 @@ def make_table(warmslot: dict[str, str], llama: dict[str, str]) -> dict:
         else:
             group = "neither"
         row = {"test": test, "warmslot": ws, "llama-server": ls, "group": group}
-        reason = deliberate_reason(test)
+        reason = _reason(test, DELIBERATE)
         if reason and group == "llama-server only":
             row["deliberate"] = reason
+        unstable = _reason(test, UNSTABLE)
+        if unstable:
+            row["unstable"] = unstable
         rows.append(row)
     counts: dict[str, int] = {}
     for row in rows:
@@ -294,7 +307,8 @@ def write_markdown(table: dict, path: pathlib.Path) -> None:
         "the tiny random-weight model with its tiny projector for the vision preset). Many tests assert the",
         "output of the model the suite downloads; on another model they fail on both servers.",
         "",
-        "CI runs the warmslot half: every test passing on warmslot here must still pass.",
+        "CI runs the warmslot half: every test passing on warmslot here must still pass, except those",
+        "marked unstable (their outcome depends on timing on either server).",
         "",
         "| group | tests |",
         "|---|---|",
@@ -303,13 +317,14 @@ def write_markdown(table: dict, path: pathlib.Path) -> None:
         lines.append(f"| {group} | {c.get(group, 0)} |")
     lines += ["", "| test | warmslot | llama-server | note |", "|---|---|---|---|"]
     for row in table["tests"]:
-        lines.append(f"| `{row['test']}` | {row['warmslot']} | {row['llama-server']} | {row.get('deliberate', '')} |")
+        note = row.get("deliberate") or (f"unstable: {row['unstable']}" if "unstable" in row else "")
+        lines.append(f"| `{row['test']}` | {row['warmslot']} | {row['llama-server']} | {note} |")
     path.write_text("\n".join(lines) + "\n")
 
 
 def check(work: pathlib.Path, timeout: int, workers: int) -> int:
     table = json.loads(TABLE_JSON.read_text())
-    expected = [r["test"] for r in table["tests"] if r["warmslot"] == "passed"]
+    expected = [r["test"] for r in table["tests"] if r["warmslot"] == "passed" and "unstable" not in r]
     # several servers at once (pytest-xdist; the suite gives each worker its own port)
     parallel = ["-n", str(workers)] if workers > 1 else []
     outcomes = run_suite("warmslot", work, expected, None, timeout, parallel)

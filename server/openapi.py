@@ -406,7 +406,7 @@ _NATIVE_COMPLETION = {"post": {
     "responses": {
         "200": {"description": "the reply (a list for several prompts)",
                 "content": {"application/json": {"schema": {"oneOf": [_NATIVE_REPLY, {"type": "array", "items": _NATIVE_REPLY}]}},
-                            "text/event-stream": {"schema": {"type": "string"}}}},
+                            "text/event-stream": {"schema": _SSE_EVENT}}},
         **_errors(400, 401, 408, 413, 500, 503),
     },
 }}

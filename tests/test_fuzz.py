@@ -11,7 +11,7 @@ and every response is checked:
   Messages routes);
 - afterwards /health answers 200 and no slot is left busy, nothing left queued.
 
-Generation is kept cheap so that 2,000 requests fit in CI: a max_tokens above 2 becomes 2,
+Generation is kept cheap so that 2,000 requests fit in CI: a max_tokens (or n_predict) above 2 becomes 2,
 the server's default is 2 (-n 2), the context is small and --request-timeout bounds the rest.
 The run is derandomized (the same requests every time, so CI is reproducible); set
 WARMSLOT_FUZZ_RANDOM=1 to explore new ones.
@@ -57,7 +57,7 @@ def server(default_model, tmp_path_factory):
 def cheap(case) -> None:
     """Bound what a generated request may cost: at most MAX_TOKENS generated tokens."""
     if isinstance(case.body, dict):
-        for name in ("max_tokens", "max_completion_tokens"):
+        for name in ("max_tokens", "max_completion_tokens", "n_predict"):
             value = case.body.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKENS:
                 case.body[name] = MAX_TOKENS
