@@ -11,6 +11,7 @@ wrapper, the same models and the same arguments.
     python scripts/server_suite.py run --server warmslot --out ws.json
     python scripts/server_suite.py run --server llama-server --llama-server build/llama.cpp/bin/llama-server --out ls.json
     python scripts/server_suite.py table ws.json ls.json          # writes docs/llama-server-suite.{json,md}
+    python scripts/server_suite.py update unit/test_rerank.py      # rerun some on warmslot, into the table
     python scripts/server_suite.py check                           # the warmslot half against the table
 
 `check` runs every test that the committed table lists as passing on warmslot and fails if
@@ -356,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table", help="merge two outcome files into the committed table")
     t.add_argument("warmslot")
     t.add_argument("llama_server")
+    u = sub.add_parser("update", help="run some tests on warmslot and write their outcomes into the committed table")
+    u.add_argument("--work", default=str(REPO_ROOT / "build" / "server-suite-warmslot"))
+    u.add_argument("--timeout", type=int, default=180)
+    u.add_argument("tests", nargs="+", help="test ids or files under unit/")
     c = sub.add_parser("check", help="run the warmslot half against the committed table")
     c.add_argument("--work", default=str(REPO_ROOT / "build" / "server-suite-check"))
     c.add_argument("--timeout", type=int, default=180)
@@ -366,8 +371,15 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = run_suite(a.server, work, a.tests, a.llama_server, a.timeout, [])
         pathlib.Path(a.out).write_text(json.dumps(outcomes, indent=1, sort_keys=True) + "\n")
         return 0
-    if a.cmd == "table":
-        table = make_table(json.loads(pathlib.Path(a.warmslot).read_text()), json.loads(pathlib.Path(a.llama_server).read_text()))
+    if a.cmd in ("table", "update"):
+        if a.cmd == "table":
+            warmslot, llama = (json.loads(pathlib.Path(p).read_text()) for p in (a.warmslot, a.llama_server))
+        else:  # the llama-server column stays as it was run
+            rows = json.loads(TABLE_JSON.read_text())["tests"]
+            warmslot = {r["test"]: r["warmslot"] for r in rows}
+            llama = {r["test"]: r["llama-server"] for r in rows}
+            warmslot.update(run_suite("warmslot", pathlib.Path(a.work), a.tests, None, a.timeout, []))
+        table = make_table(warmslot, llama)
         TABLE_JSON.write_text(json.dumps(table, indent=1) + "\n")
         write_markdown(table, TABLE_MD)
         print(json.dumps(table["counts"]))

@@ -26,12 +26,12 @@ from .cors import Cors
 from .errors import ApiError, MethodNotAllowed, NotFound
 from .guard import BodyLimit, ErrorGuard, error_shape
 from .openapi import openapi_endpoint
-from .api.chat.route import chat_completions
+from .api.chat.route import chat_completions, input_tokens
 from .api.completions.route import completions
 from .api.responses import route as responses
 from .api.messages import route as messages
 from .api.native import route as native
-from .routes import embeddings, props, service, slot_files, webui, worker
+from .routes import embeddings, props, rerank, service, slot_files, vertex, webui, worker
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -87,6 +87,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/version", props.version),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", input_tokens, methods=["POST"]),
+        Route("/chat/completions/input_tokens", input_tokens, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/completions", native.completion, methods=["POST"]),  # llama-server's: its native shape
         Route("/completion", native.completion, methods=["POST"]),
@@ -100,6 +102,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/messages/count_tokens", messages.count_tokens, methods=["POST"]),
         Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
         Route("/embeddings", embeddings.embeddings, methods=["POST"]),
+        *(Route(path, rerank.rerank, methods=["POST"]) for path in rerank.PATHS),
         Route("/slots", service.slots_view),
         Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
@@ -110,6 +113,9 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         *worker.ROUTES,  # what a load balancer asks its replicas
         *(webui.ROUTES if config.webui else []),  # the chat and cache page (--no-webui: none)
     ]
+    if config.vertex is not None:  # Google Cloud's prediction protocol (AIP_MODE=PREDICTION)
+        posts = [r for r in routes if isinstance(r, Route) and r.methods and "POST" in r.methods]
+        routes += vertex.routes(config.vertex, posts, service.health)
     request_counts: collections.Counter = collections.Counter()
     app = Starlette(
         routes=routes,

@@ -367,23 +367,33 @@ class PromptBuilder:
 
     def build(
         self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None,
-        media_marker: str | None = None,
+        media_marker: str | None = None, continue_final: bool = False,
     ) -> Prompt:
         """Render and tokenize. Thread-safe; call it off the event loop (it runs ctypes).
         Raises PromptTooLong past `max_tokens`. With `media_marker`, each occurrence of it in
-        the text becomes one MEDIA_TOKEN (the text on either side is tokenized apart)."""
+        the text becomes one MEDIA_TOKEN (the text on either side is tokenized apart).
+        `continue_final`: the last message (an assistant's) is a prefill: the prompt is the
+        others with the generation prompt, then its text, open for the reply to continue."""
         self._check_text_bound(messages)
         indexed = [dict(m, _index=i) for i, m in enumerate(messages)]
         template_tools = tools
         if not self.template.supports_tools and (tools or any(m["role"] == "tool" or m.get("tool_calls") for m in indexed)):
             indexed = inject_tools(indexed, tools)
             template_tools = None
-        text = self.template.render(indexed, template_tools, add_generation_prompt, extra)
-        segments = split_segments(text, indexed, self._glue_pattern())
+        prefill = ""
+        if continue_final:
+            prefill = indexed[-1].get("content") or ""
+            text = self.template.render(indexed[:-1], template_tools, True, extra)
+            add_generation_prompt = True
+        else:
+            text = self.template.render(indexed, template_tools, add_generation_prompt, extra)
         generation_at = None
         suffix = self._generation_suffix(extra) if add_generation_prompt else None
         if suffix and text.endswith(suffix) and len(suffix) < len(text):
             generation_at = len(text) - len(suffix)
+        text += prefill
+        segments = split_segments(text, indexed, self._glue_pattern())
+        if generation_at is not None:
             segments = _split_glue_at(segments, generation_at)
         pieces = self._pieces(segments, media_marker)
         tokens: list[int] = []

@@ -183,8 +183,12 @@ def _address(argv: list[str]) -> tuple[list[str], int] | None:
     early.add_argument("--host", default=os.environ.get("WARMSLOT_HOST", "127.0.0.1"))
     early.add_argument("--port", default=os.environ.get("WARMSLOT_PORT", "8080"))
     known, _ = early.parse_known_args(argv)
+    from .routes.vertex import from_env
+
     try:
-        return [h.strip() for h in known.host.split(",") if h.strip()], int(known.port)
+        vertex = from_env()
+        port = vertex.port if vertex is not None else int(known.port)  # Vertex AI's port wins, as parse_config says
+        return [h.strip() for h in known.host.split(",") if h.strip()], port
     except ValueError:
         return None
 

@@ -11,6 +11,8 @@ from warmslot.slots import SPEC_TYPES, EngineConfig, SamplingParams, SpecConfig,
 
 from . import llama_flags
 from .cors import CorsPolicy
+from .routes.vertex import Vertex
+from .routes.vertex import from_env as vertex_from_env
 from .output.markers import FORMATS
 from .version import version_text
 
@@ -110,6 +112,7 @@ class ServerConfig:
     slot_save_size: int = 4 << 30  # bytes the files in slot_save_path may take in all
     max_messages: int = 10000  # messages (or input items) in one request; more get 400
     max_tools: int = 256  # tools in one request; more get 400
+    vertex: Vertex | None = None  # Vertex AI's prediction protocol (AIP_MODE=PREDICTION in the environment)
     image_max_bytes: int = 20 << 20  # bytes of one image (decoded); more get 400
     image_max_pixels: int = 33_554_432  # pixels of one image; more get 400
     webui: bool = True  # the chat and cache page at /
@@ -180,6 +183,7 @@ _FLAGS = [
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
     (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),
     (("--embeddings",), "embeddings", bool, False, "serve /v1/embeddings from a second llama context with embeddings on (generation is unaffected)"),
+    (("--rerank", "--reranking"), "reranking", bool, False, "serve /rerank (and /v1/rerank) from a context with rank pooling: relevance scores of query-document pairs from a reranker model"),
     (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls or last"),
     (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
     (("--keep-billing-header",), "keep_billing_header", bool, False, "/v1/messages: keep Claude Code's x-anthropic-billing-header system block in the prompt (it changes on every request, so every request then recomputes the whole prompt; dropped by default)"),
@@ -381,6 +385,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cache_vram=a.cache_vram,
         embeddings=a.embeddings,
         pooling=a.pooling,
+        reranking=a.reranking,
         cache_ram_auto=isinstance(a.cache_ram, AutoSize),
         use_mmap=not a.no_mmap,
         use_mlock=a.mlock,
@@ -406,11 +411,16 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         except OSError as exc:
             parser.error(f"--api-key-file: cannot read {a.api_key_file}: {exc.strerror or exc}")
     aliases = [name.strip() for name in (a.alias or "").split(",") if name.strip()]
+    try:
+        vertex = vertex_from_env()
+    except ValueError:
+        parser.error("AIP_HTTP_PORT must be a port number")
     config = ServerConfig(
         engine=engine,
         host=a.host.split(",")[0].strip(),
         hosts=[h.strip() for h in a.host.split(",") if h.strip()],
-        port=a.port,
+        port=vertex.port if vertex is not None else a.port,
+        vertex=vertex,
         alias=aliases[0] if aliases else None,
         aliases=aliases,
         api_keys=keys,

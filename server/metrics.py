@@ -2,7 +2,8 @@
 
 The engine keeps plain counters (`slots.stats.EngineStats`); this module reads them at
 scrape time through a custom collector, so the engine thread never waits on a metrics lock
-per token. HTTP requests are counted by a small ASGI middleware.
+per token. HTTP requests are counted by a small ASGI middleware. llama-server's own `llamacpp:` families
+follow the `warmslot_` ones, from the same counters.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from warmslot.cache.disk import REASONS
 from warmslot.slots import PROMPT_SOURCES, CopyCause
 
 from .errors import Forbidden
+from .routes.rerank import PATHS as RERANK_PATHS
 from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
 
 ENDPOINTS = {
@@ -39,6 +41,7 @@ ENDPOINTS = {
     "/responses": "responses",
     "/v1/embeddings": "embeddings",
     "/embeddings": "embeddings",
+    **{path: "rerank" for path in RERANK_PATHS},
     **WORKER_ENDPOINTS,
 }
 
@@ -244,6 +247,46 @@ class EngineCollector:
         yield state
 
 
+def llama_server_families(server) -> str:
+    """llama-server's `llamacpp:` families, by its names, types and meanings, so dashboards and
+    alerts written for it read warmslot unchanged. Written as text: `n_tokens_max` is a counter
+    whose name has no `_total`, which prometheus_client would append."""
+    engine = server.engine
+    stats = engine.stats
+    computed = stats.prompt_tokens.get("computed", 0)
+    snap = engine.snapshot()
+    states = snap.states() if snap is not None else {}
+    counters = [
+        ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", computed),
+        ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache",
+         sum(n for source, n in stats.prompt_tokens.items() if source != "computed")),
+        ("prompt_seconds_total", "Total time spent processing prompts", stats.prefill_seconds),
+        ("tokens_predicted_total", "Number of generation tokens processed", stats.generated_tokens),
+        ("tokens_predicted_seconds_total", "Total time spent generating tokens", stats.decode_seconds),
+        ("n_decode_total", "Total number of llama_decode() calls", stats.steps),
+        ("n_tokens_max", "Largest observed sequence length (prompt + generation)", stats.max_sequence),
+        ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", sum(stats.spec_drafted.values())),
+        ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+         sum(stats.spec_accepted.values())),
+        ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", stats.spec_verify_steps),
+    ]
+    gauges = [
+        ("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
+         stats.prefill_tokens / stats.prefill_seconds if stats.prefill_seconds > 0 else 0.0),
+        ("predicted_tokens_seconds", "Average generation throughput in tokens/s",
+         stats.decode_tokens / stats.decode_seconds if stats.decode_seconds > 0 else 0.0),
+        ("requests_processing", "Number of requests processing", states.get("prefill", 0) + states.get("decode", 0)),
+        ("requests_deferred", "Number of requests deferred", engine.queue_depth),
+        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
+         stats.busy_slot_steps / max(stats.steps, 1)),
+    ]
+    lines = []
+    for kind, items in (("counter", counters), ("gauge", gauges)):
+        for name, doc, value in items:
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {float(value)!r}"]
+    return "\n".join(lines) + "\n"
+
+
 def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:
     buckets, total, _count = hist.snapshot()
     return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
@@ -267,7 +310,8 @@ async def metrics_endpoint(request: Request) -> Response:
         if not server.is_admin(key):
             raise Forbidden("/metrics shows every tenant's traffic: it needs the admin key (--admin-key, else the first --api-key)")
     registry = request.app.state.metrics_registry
-    response = Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    body = generate_latest(registry) + llama_server_families(server).encode()
+    response = Response(body, media_type=CONTENT_TYPE_LATEST)
     # llama-server's header, in its case (clients look it up in a case-sensitive dict)
     response.raw_headers.append((b"Process-Start-Time-Unix", str(request.app.state.warmslot.created).encode()))
     return response

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .api.messages.openapi import messages_paths
+from .routes import rerank as rerank_route
 from .protocol import INT32_MAX, MAX_STOP, MAX_TIMEOUT, ROLES
 
 JSON = "application/json"
@@ -130,6 +131,10 @@ _CHAT_REQUEST = {
             },
         }),
         "chat_template_kwargs": _nullable({"type": "object"}),
+        "add_generation_prompt": _nullable({"type": "boolean"}),
+        "continue_final_message": _nullable({"type": "boolean", "description": "the reply continues the final assistant message (a final assistant message is continued anyway unless add_generation_prompt is false)"}),
+        "grammar": _nullable({"type": "string", "description": "GBNF text the reply follows"}),
+        "json_schema": _nullable({"type": "object", "description": "a JSON schema the reply is one value of"}),
         "logprobs": _nullable({"type": "boolean"}),
         "top_logprobs": _nullable({"type": "integer", "minimum": 0, "maximum": 20}),
         **_GENERATION,
@@ -446,6 +451,8 @@ _EMBEDDINGS_REQUEST = {"type": "object", "required": ["input"], "properties": {
         {"type": "string"}, {"type": "array", "items": {"type": "string"}},
         {"type": "array", "items": {"type": "integer", "minimum": 0}},
         {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+        {"type": "array", "items": {"type": "object", "required": ["content"], "description": "llama-server's form: text parts, joined",
+                                    "properties": {"content": {"type": "array", "items": {"type": "object"}}}}},
     ]},
     "encoding_format": _nullable({"type": "string", "enum": ["float", "base64"]}),
     "dimensions": _nullable({"type": "integer", "minimum": 1}),
@@ -521,12 +528,17 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
     }}
     embeddings = _post(_EMBEDDINGS_REQUEST, _EMBEDDINGS, "embeddings of texts or token ids (with --embeddings)")
     embeddings["post"]["responses"].update(_errors(501))
+    rerank = _post(rerank_route.REQUEST_SCHEMA, rerank_route.RESPONSE_SCHEMA, "relevance scores of documents for a query, best first (with --reranking); with texts, TEI's list")
+    rerank["post"]["responses"].update(_errors(501))
     paths = {
         "/health": health, "/v1/health": health,
         "/v1/models": models, "/models": models, "/v1/models/{model_id}": model,
         "/props": props, "/v1/props": props,
         "/version": _get(_VERSION, "warmslot, llama-cpp-python and llama.cpp versions"),
         "/v1/chat/completions": chat, "/chat/completions": chat,
+        **{path: _post(_ref("ChatCompletionRequest"), _object("input_tokens"),
+                       "the prompt tokens a chat request would take (llama-server's)")
+           for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens")},
         "/v1/completions": completion, "/completions": _NATIVE_COMPLETION, "/completion": _NATIVE_COMPLETION,
         "/tokenize": _post(_TOKENIZE_REQUEST, _TOKENIZE, "token ids of a text or of rendered messages"),
         "/apply-template": _post(_TOKENIZE_REQUEST, _object("prompt"), "the prompt text the chat template renders for messages and tools"),
@@ -538,6 +550,7 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/v1/responses": responses, "/responses": responses,
         "/v1/responses/{response_id}": _RESPONSE_BY_ID,
         "/v1/embeddings": embeddings, "/embeddings": embeddings,
+        **{path: rerank for path in rerank_route.PATHS},
         "/get_load": _get(_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),
         "/get_model_info": _get(_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),
         "/get_server_info": _get(_object("version", "model_id", "placement", "device_memory"), "the server's configuration, placement and memory by device", 401, 500, 503),

@@ -308,6 +308,26 @@ class ChatParams:
     response_format: dict | None = None
     template_kwargs: dict = field(default_factory=dict)
     breakpoints: tuple[int, ...] = ()  # messages whose end is a checkpoint position (cache_control)
+    add_generation_prompt: bool = True  # False: the prompt ends where the template leaves the last message
+    continue_final: bool = False  # the reply continues the final assistant message (a prefill)
+    grammar: str | None = None  # GBNF text that constrains the reply
+    json_schema: dict | None = None  # a schema the reply is one JSON value of
+
+
+def continues_final(messages: list[dict], add_generation_prompt: bool | None = None, continue_final_message: bool = False) -> bool:
+    """Whether the reply continues the final message: an assistant message at the end is a
+    prefill (its text is where the reply starts, as llama-server and Anthropic's API take it;
+    vLLM's `continue_final_message` says so explicitly). One that only calls tools is a turn
+    like any other."""
+    if add_generation_prompt and continue_final_message:
+        raise InvalidRequest("'add_generation_prompt' and 'continue_final_message' cannot both be true", param="continue_final_message")
+    last = messages[-1]
+    if len(messages) > 1 and last["role"] == "assistant" and messages[-2]["role"] == "assistant":
+        raise InvalidRequest("the messages end with two assistant messages: merge them, the reply continues the last one", param="messages")
+    prefill = last["role"] == "assistant" and not last.get("tool_calls") and isinstance(last.get("content"), str)
+    if continue_final_message and not prefill:
+        raise InvalidRequest("'continue_final_message' needs a final assistant message with text", param="continue_final_message")
+    return prefill and add_generation_prompt is not False or continue_final_message
 
 
 def _content(value: Any, where: str, images: list | None = None) -> str | None:
@@ -402,6 +422,17 @@ def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None)
     response_format = body.get("response_format")
     if response_format is not None and not isinstance(response_format, dict):
         raise InvalidRequest("'response_format' must be an object", param="response_format")
+    add_generation_prompt = body.get("add_generation_prompt")
+    if add_generation_prompt is not None and not isinstance(add_generation_prompt, bool):
+        raise InvalidRequest("'add_generation_prompt' must be a boolean", param="add_generation_prompt")
+    grammar, json_schema = body.get("grammar"), body.get("json_schema")
+    if grammar is not None and (not isinstance(grammar, str) or not grammar.strip()):
+        raise InvalidRequest("'grammar' must be GBNF text", param="grammar")
+    if json_schema is not None and not isinstance(json_schema, dict):
+        raise InvalidRequest("'json_schema' must be an object (a JSON schema)", param="json_schema")
+    formats = response_format is not None and response_format.get("type") != "text"
+    if sum(x is not None for x in (grammar, json_schema)) + formats > 1:
+        raise InvalidRequest("send one of 'grammar', 'json_schema' and 'response_format'", param="grammar" if grammar is not None else "json_schema")
     return ChatParams(
         messages=messages,
         gen=gen,
@@ -410,6 +441,10 @@ def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None)
         parallel_tool_calls=_boolean(body, "parallel_tool_calls", True),
         response_format=response_format,
         template_kwargs=kwargs,
+        add_generation_prompt=add_generation_prompt is not False,
+        continue_final=continues_final(messages, add_generation_prompt, _boolean(body, "continue_final_message", False)),
+        grammar=grammar,
+        json_schema=json_schema,
     )
 
 

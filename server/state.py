@@ -14,7 +14,7 @@ import time
 
 from starlette.requests import Request
 
-from warmslot.slots import Engine
+from warmslot.slots import Engine, VocabClosed
 
 from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
 from .config import ServerConfig
@@ -68,7 +68,7 @@ class Warmslot:
         self.thinks = thinks(self.config.reasoning_format, source)
         # a prompt longer than a slot can never run: the builder stops counting there
         self.builder = PromptBuilder(template, vocab, max_tokens=info.n_ctx_slot)
-        threading.Thread(target=self.builder.longest_piece, name="warmslot-vocab-scan", daemon=True).start()
+        threading.Thread(target=_scan_vocab, args=(self.builder,), name="warmslot-vocab-scan", daemon=True).start()
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
             name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",
@@ -157,6 +157,14 @@ class Warmslot:
         """When a request arriving now must end (see `time_limit`)."""
         limit = self.time_limit(timeout)
         return time.monotonic() + limit if limit is not None else None
+
+
+def _scan_vocab(builder: PromptBuilder) -> None:
+    """Measure the vocabulary ahead of the first long prompt; a shutdown may cut it short."""
+    try:
+        builder.longest_piece()
+    except VocabClosed:
+        pass
 
 
 def server_of(request: Request) -> Warmslot:

@@ -25,7 +25,7 @@ from .sampling import DraftLimits, SamplingParams
 from .snapshot import EngineInfo, EngineSnapshot
 from .speculative import SPEC_TYPES, SpecConfig
 from .stats import PROMPT_SOURCES, CopyCause
-from .vocab import Vocab
+from .vocab import Vocab, VocabClosed
 
 __all__ = [
     "PRIMITIVE_RULES",
@@ -67,6 +67,7 @@ __all__ = [
     "TokenLogprob",
     "Usage",
     "Vocab",
+    "VocabClosed",
     "check_grammar",
     "ggml_build",
     "model_params",

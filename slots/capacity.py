@@ -88,7 +88,7 @@ class Capacity:
     pinned_limit_bytes: int  # 0: no pinned memory (no CUDA device)
     notes: tuple[str, ...] = field(default_factory=tuple)
     device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by buffer type
-    embeddings_bytes: int = 0  # most the embedding context's buffers take (0: --embeddings off)
+    embeddings_bytes: int = 0  # most the embedding and reranking contexts' buffers take (0: both off)
     projector: str = ""  # --mmproj: where its weights are ("" without one)
     projector_bytes: int = 0  # its file's size
     overridden: dict[str, int] = field(default_factory=dict)  # tensors placed by -ot/--cpu-moe, per device

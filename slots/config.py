@@ -33,6 +33,7 @@ class EngineConfig:
     cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
+    reranking: bool = False  # a context with rank pooling for relevance scores (`reranker`)
     cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
     use_mmap: bool = True
     use_mlock: bool = False

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import re
 from typing import Protocol, Sequence
 
 import numpy as np
 
+from .gguf_tensors import tensor_sizes
 from .llama_api import Model
 from .llama_api.embedding import EmbeddingContext, model_pooling
 
@@ -60,6 +62,8 @@ def choose_pooling(model: Model, setting: str) -> str:
 
 
 class Embedder:
+    purpose = "embeddings"
+
     def __init__(self, model: Model, *, pooling: str, n_ctx: int, n_threads: int = 0, flash_attn: str = "off") -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="warmslot-embed")
         self.pooling = choose_pooling(model, pooling)
@@ -77,7 +81,7 @@ class Embedder:
         self.n_ctx = self._ctx.n_ctx
         self.memory_bytes = _memory_bound(model, self._ctx.n_ctx, chunk or self._ctx.n_ctx)
         self.n_embd = self._ctx.n_embd
-        log.info("embeddings: %s pooling, inputs up to %d tokens, %d dimensions", self.pooling, self.n_ctx, self.n_embd)
+        log.info("%s: %s pooling, inputs up to %d tokens, %d dimensions", self.purpose, self.pooling, self.n_ctx, self.n_embd)
 
     def check(self, inputs: Sequence[Sequence[int]]) -> None:
         """Raise InputTooLong for an input the context cannot hold (any thread)."""
@@ -95,16 +99,71 @@ class Embedder:
     def _embed(self, inputs: list[list[int]], job: "Job | None") -> list[np.ndarray]:
         if job is not None and not job.start():
             return []
+        # each distinct input is decoded once: copies get its vector, exactly
+        first: dict[tuple[int, ...], int] = {}
+        where = [first.setdefault(tuple(t), len(first)) for t in inputs]
+        distinct = list(map(list, first))
         out: list[np.ndarray] = []
-        for group in self._ctx.groups(inputs):
+        for group in self._ctx.groups(distinct):
             if job is not None and job.cancelled():
-                break
-            out += [_normalized(v) for v in self._ctx.pooled([inputs[i] for i in group])]
-        return out
+                return out
+            out += [_normalized(v) for v in self._ctx.pooled([distinct[i] for i in group])]
+        return [out[i] for i in where]
 
     def close(self) -> None:
         self._pool.submit(self._ctx.close).result()
         self._pool.shutdown(wait=True)
+
+
+class Reranker(Embedder):
+    """Relevance scores of (query, document) pairs (--reranking): a context of its own with
+    llama.cpp's rank pooling, a classifier's output for a reranker model. Pairs are decoded
+    together as embedding inputs are."""
+
+    purpose = "reranking"
+
+    def __init__(self, model: Model, *, n_ctx: int, n_threads: int = 0, flash_attn: str = "off") -> None:
+        super().__init__(model, pooling="rank", n_ctx=n_ctx, n_threads=n_threads, flash_attn=flash_attn)
+        self.template = model.named_template("rerank")  # with {query} and {document}
+        self._bos = [model.bos] if model.add_bos and model.bos >= 0 else []
+        eos = model.eos if model.eos >= 0 else model.sep
+        self._eos = [eos] if model.add_eos and eos >= 0 else []
+        self._sep = [model.sep] if model.add_sep and model.sep >= 0 else []
+        # NOTE: llama.cpp reads pair k's score at float k of the pooled rows, which holds for
+        # a classifier's rows of n_cls_out values only: without one (rows of n_embd) every
+        # pair but the first of a decode would read another's value, so each gets its own
+        self.together = "cls.output.weight" in tensor_sizes(model.info.path)
+
+    def prompt(self, vocab: "Tokenizes", query: str, document: str) -> list[int]:
+        """One pair's tokens: the model's rerank template, else BOS query EOS SEP document EOS
+        (each special token where the vocabulary adds it), as llama-server builds them."""
+        if self.template is not None:
+            fields = {"{query}": query, "{document}": document}
+            text = re.sub(r"\{query\}|\{document\}", lambda m: fields[m.group(0)], self.template)
+            return vocab.tokenize(text, add_special=False, parse_special=True)
+        q = vocab.tokenize(query, add_special=False, parse_special=False)
+        d = vocab.tokenize(document, add_special=False, parse_special=False)
+        return self._bos + q + self._eos + self._sep + d + self._eos
+
+    def score(self, inputs: Sequence[Sequence[int]], *, job: "Job | None" = None) -> concurrent.futures.Future:
+        """A Future of one score per input, in order (`job` as for `embed`)."""
+        self.check(inputs)
+        return self._pool.submit(self._score, [list(t) for t in inputs], job)
+
+    def _score(self, inputs: list[list[int]], job: "Job | None") -> list[float]:
+        if job is not None and not job.start():
+            return []
+        out: list[float] = []
+        groups = self._ctx.groups(inputs) if self.together else [range(i, i + 1) for i in range(len(inputs))]
+        for group in groups:
+            if job is not None and job.cancelled():
+                break
+            out += self._ctx.scores([inputs[i] for i in group])
+        return out
+
+
+class Tokenizes(Protocol):
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]: ...
 
 
 def _memory_bound(model: Model, n_ctx: int, n_batch: int) -> int:

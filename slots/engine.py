@@ -32,7 +32,7 @@ from warmslot.cache.prompt_cache import PromptCache
 from .admission import Admission, PromptLimits
 from .config import EngineConfig
 from .disk_tier import DiskTier
-from .embeddings import Embedder
+from .embeddings import Embedder, Reranker
 from .fairness import longest_over_share
 from .layout import KvLayout
 from .lifecycle import Lifecycle
@@ -74,6 +74,7 @@ class Engine:
         self.info: EngineInfo | None = None
         self.vocab: Vocab | None = None
         self.embedder: Embedder | None = None  # with config.embeddings: embeddings on a context of their own
+        self.reranker: Reranker | None = None  # with config.reranking: relevance scores, likewise
         self._published: EngineSnapshot | None = None
         # the engine thread's parts, built by `load_parts` once the model is loaded
         self.model: Model | None = None
@@ -244,6 +245,7 @@ class Engine:
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
         self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
+        self.reranker = parts.reranker
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)
         if parts.projector is not None:
             self.projector = parts.projector
@@ -276,8 +278,9 @@ class Engine:
             self.spec.close()
         if self.ctx is not None:
             self.ctx.close()
-        if self.embedder is not None:
-            self.embedder.close()
+        for context in (self.embedder, self.reranker):
+            if context is not None:
+                context.close()
         if self.projector is not None:
             self.projector.close()
         # NOTE: other threads tokenize with the model's vocabulary (a long text takes seconds
@@ -476,6 +479,8 @@ class Engine:
         # a rejected drafted token counts as neither prompt nor generated
         n_rejected = sum(len(e.draft) - self.spec.verify(e, self.post) for e in to_verify)
         self.stats.filler_tokens += n_filler
+        self.stats.busy_slot_steps += len({e.slot.id for e in entries if not e.filler})
+        self.stats.spec_verify_steps += len(to_verify)
         self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode - n_rejected, time.monotonic() - t0)
 
     # -- failures ----------------------------------------------------------------------

@@ -19,7 +19,7 @@ from warmslot.cache.prompt_cache import PromptCache
 from .capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
 from .config import EngineConfig
 from .context_size import ContextChoice, ContextSource, available_ram, choose_context, device_budget, physical_memory, ram_budget
-from .embeddings import Embedder
+from .embeddings import Embedder, Reranker
 from .fit import FitPlan
 from .fit_settings import capacity_headroom, fit_settings
 from .layout import KvLayout, plan_layout
@@ -61,6 +61,7 @@ class Parts:
     info: EngineInfo
     disk: DiskTier | None = None
     embedder: Embedder | None = None
+    reranker: Reranker | None = None  # --reranking
     projector: Projector | None = None  # --mmproj
 
 
@@ -194,10 +195,13 @@ def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], Non
         model, pooling=cfg.pooling, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads,
         flash_attn=cfg.flash_attn,
     ) if cfg.embeddings else None
+    reranker = Reranker(
+        model, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads, flash_attn=cfg.flash_attn,
+    ) if cfg.reranking else None
     projector = _projector(cfg, model, on_gpu)
     return Parts(
         model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk,
-        embedder, projector,
+        embedder, reranker, projector,
     )
 
 
@@ -241,7 +245,7 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         cache_ram_bytes=cfg.cache_ram, cache_ram_auto=cfg.cache_ram_auto,
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
         device_memory=device_memory(buffers),
-        embeddings_bytes=parts.embedder.memory_bytes if parts.embedder is not None else 0,
+        embeddings_bytes=sum(e.memory_bytes for e in (parts.embedder, parts.reranker) if e is not None),
         projector=("device" if cfg.mmproj_offload and cfg.n_gpu_layers != 0 and supports_gpu_offload() else "CPU") if parts.projector else "",
         projector_bytes=parts.projector.size_bytes if parts.projector is not None else 0,
         overridden=overridden_tensors(buffers), headroom=answer, fit=plan,

@@ -54,6 +54,7 @@ class Outbox:
             self.stats.requests[reason.value] += 1
         self.stats.add_prompt(reuse.source.value, reuse.cached, usage.computed_tokens)
         self.stats.generated_tokens += len(active.generated)
+        self.stats.max_sequence = max(self.stats.max_sequence, len(active.prompt) + len(active.generated))
         active.sampler.close()
         slot.last_used = now
         self._pending.append((active.req.sink, active.events))

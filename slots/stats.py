@@ -72,7 +72,9 @@ class EngineStats:
     decode_tokens: int = 0  # generated tokens evaluated
     filler_tokens: int = 0  # throwaway tokens that kept a micro-batch's sequence ids consecutive
     decode_seconds: float = 0.0
-    steps: int = 0
+    steps: int = 0  # llama_decode calls
+    busy_slot_steps: int = 0  # summed over steps: the slots with tokens in the step's batch
+    max_sequence: int = 0  # the longest request seen, prompt and generation
     checkpoints_created: int = 0
     checkpoints_restored: int = 0
     checkpoints_evicted: int = 0
@@ -98,6 +100,7 @@ class EngineStats:
     # speculative decoding, by (type, slot id): tokens drafted, and of those accepted
     spec_drafted: Counter = field(default_factory=Counter)
     spec_accepted: Counter = field(default_factory=Counter)
+    spec_verify_steps: int = 0  # drafts verified
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)

@@ -48,7 +48,7 @@ def server(default_model, tmp_path_factory):
     slot_files = tmp_path_factory.mktemp("slot-files")
     proc = warmslot_server(
         default_model, "-np", "2", "-c", "2048", "-n", str(MAX_TOKENS), "-cram", "256MiB", "--request-timeout", "30",
-        "--slot-save-path", str(slot_files), "--embeddings",
+        "--slot-save-path", str(slot_files), "--embeddings", "--reranking",
     )
     yield proc
     proc.stop()

@@ -310,3 +310,62 @@ def test_one_conversation_gives_the_same_tokens_through_chat_completions_and_res
     assert chat.usage.prompt_tokens == len(tokens) == text["usage"]["prompt_tokens"] == responses.usage.input_tokens
     assert text["usage"]["prompt_tokens_details"]["cached_tokens"] >= len(tokens) - 1  # at most one evaluated
     assert responses.usage.input_tokens_details.cached_tokens >= len(tokens) - 1
+
+
+# -- llama-server's chat extensions --------------------------------------------------------------
+
+
+def _chat(server, **body):
+    return httpx.post(server.url + "/v1/chat/completions", json={"max_tokens": 6, "temperature": 0, **body}, timeout=120)
+
+
+def test_a_final_assistant_message_is_continued(server):
+    head = [{"role": "user", "content": "Name a fruit."}]
+    prefill = [*head, {"role": "assistant", "content": "The fruit is"}]
+    r = _chat(server, messages=prefill, verbose=True)
+    assert r.status_code == 200, r.text
+    prompt = r.json()["__verbose"]["prompt"]
+    open_turn = _chat(server, messages=head, verbose=True).json()["__verbose"]["prompt"]
+    assert prompt == open_turn + "The fruit is"  # the generation prompt, then the prefill, left open
+    explicit = _chat(server, messages=prefill, verbose=True, add_generation_prompt=False, continue_final_message=True)
+    assert explicit.json()["__verbose"]["prompt"] == prompt
+    closed = _chat(server, messages=prefill, verbose=True, add_generation_prompt=False).json()["__verbose"]["prompt"]
+    assert closed.startswith(open_turn + "The fruit is") and len(closed) > len(prompt)  # the turn is closed: no prefill
+    both = _chat(server, messages=prefill, add_generation_prompt=True, continue_final_message=True)
+    two = _chat(server, messages=[*prefill, {"role": "assistant", "content": "x"}])
+    nothing = _chat(server, messages=head, continue_final_message=True)
+    assert [(x.status_code, x.json()["error"]["param"]) for x in (both, two, nothing)] == [
+        (400, "continue_final_message"), (400, "messages"), (400, "continue_final_message")]
+
+
+def test_top_level_grammar_and_json_schema_constrain_the_reply(server):
+    messages = [{"role": "user", "content": "Say anything."}]
+    r = _chat(server, messages=messages, grammar='root ::= "a"{5,5}')
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "aaaaa", r.text
+    r = _chat(server, messages=messages, json_schema={"const": "42"})
+    assert r.status_code == 200 and json.loads(r.json()["choices"][0]["message"]["content"]) == "42", r.text
+    bad = _chat(server, messages=messages, grammar="root ::= this is (not valid GBNF")
+    both = _chat(server, messages=messages, grammar='root ::= "a"', json_schema={"const": 1})
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "grammar")
+    assert (both.status_code, both.json()["error"]["param"]) == (400, "grammar")
+
+
+def test_input_tokens_counts_what_the_chat_request_takes(server):
+    body = {"messages": [{"role": "system", "content": AGENT}, {"role": "user", "content": "Weather in Oslo?"}], "tools": CHAT_TOOLS}
+    r = httpx.post(server.url + "/chat/completions/input_tokens", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["input_tokens"] == _chat(server, **body, max_tokens=1).json()["usage"]["prompt_tokens"]
+
+
+def test_embedding_inputs_as_text_parts_and_repeated_inputs(server):
+    url = server.url + "/v1/embeddings"
+    r = httpx.post(url, json={"input": ["hello world", {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
+                                        "hello world", "goodbye"]}, timeout=60)
+    assert r.status_code == 200, r.text
+    vectors = [d["embedding"] for d in r.json()["data"]]
+    assert vectors[0] == vectors[1] == vectors[2] != vectors[3]  # identical inputs: decoded once, the same vector
+    assert r.json()["usage"]["prompt_tokens"] == 3 * len(httpx.post(server.url + "/tokenize", json={"content": "hello world", "add_special": True}).json()["tokens"]) + len(
+        httpx.post(server.url + "/tokenize", json={"content": "goodbye", "add_special": True}).json()["tokens"])
+    for bad in ({"content": "string"}, {"content": [{"type": "image_url"}]}):
+        r = httpx.post(url, json={"input": [bad]})
+        assert r.status_code == 400 and r.json()["error"]["param"].startswith("input[0].content"), r.text

@@ -56,6 +56,9 @@ def usage_body(usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
 def timings_body(usage: Usage) -> dict[str, Any]:
     """llama-server's `timings` object, so tools written for it read warmslot's numbers too."""
     computed = usage.prompt_tokens - usage.cached_tokens
+    # the first token comes from the prompt's last logits: decode_s spans the steps after it
+    steps = usage.completion_tokens - 1
+    predicted_ms = round(usage.decode_s * 1000, 3)
     return {
         "cache_n": usage.cached_tokens,
         "prompt_n": computed,
@@ -63,17 +66,19 @@ def timings_body(usage: Usage) -> dict[str, Any]:
         "prompt_per_token_ms": usage.prefill_s * 1000 / computed if computed else 0.0,
         "prompt_per_second": computed / usage.prefill_s if usage.prefill_s > 0 else 0.0,
         "predicted_n": usage.completion_tokens,
-        "predicted_ms": round(usage.decode_s * 1000, 3),
-        "predicted_per_token_ms": usage.decode_s * 1000 / usage.completion_tokens if usage.completion_tokens else 0.0,
-        "predicted_per_second": usage.completion_tokens / usage.decode_s if usage.decode_s > 0 else 0.0,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / steps if steps > 0 else 0.0,
+        "predicted_per_second": steps * 1000 / predicted_ms if predicted_ms > 0 and steps > 0 else 0.0,
     }
 
 
 def usage_chunk(env: Envelope, usage: Usage, obj: str, reasoning_tokens: int = 0) -> str:
-    """The last chunk of a stream with `stream_options.include_usage`."""
+    """The last chunk of a stream with `stream_options.include_usage` (with llama-server's
+    `timings`, as its last chunk has them)."""
     body = env.base(obj)
     body["choices"] = []
     body["usage"] = usage_body(usage, reasoning_tokens)
+    body["timings"] = timings_body(usage)
     return json.dumps(body, ensure_ascii=False)
 
 

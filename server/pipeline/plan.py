@@ -19,7 +19,7 @@ from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..media import MEDIA_MARKER, attach_images, message_images
 from ..output.parser import OutputParser
-from ..constraints import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from ..constraints import ResponseSchema, ToolChoice, parse_response_format, validate_tool_choice, validate_tools
 from ..protocol import ChatParams
 from ..reasoning import budget_spec
 from ..state import Warmslot
@@ -69,7 +69,10 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     if images and projector is None:
         raise InvalidRequest("this model takes no images: the server runs without a projector (--mmproj)", param=images[0].param)
     marker = MEDIA_MARKER if images else None
-    prompt = server.builder.build(params.messages, tools or None, extra=params.template_kwargs, media_marker=marker)
+    prompt = server.builder.build(
+        params.messages, tools or None, extra=params.template_kwargs, media_marker=marker,
+        add_generation_prompt=params.add_generation_prompt, continue_final=params.continue_final,
+    )
     media: tuple[MediaSpan, ...] = ()
     if images:
         config = server.config
@@ -92,11 +95,21 @@ def _grammar(
             reasoning=reasoning, starts_in_reasoning=opens,
         )
     response = parse_response_format(params.response_format)
+    if params.json_schema is not None:
+        response = ResponseSchema(params.json_schema, "json_schema")
+    output = None
     if response is not None:
-        json_spec = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)
+        output = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)
+    elif params.grammar is not None:  # the client's own GBNF, as llama-server takes it
+        output = GrammarSpec(params.grammar)
+        error = server.engine.vocab.check_grammar(output)
+        if error is not None:
+            raise InvalidRequest(f"the grammar cannot be used: {error}", param="grammar")
+    if output is not None:
         if spec is not None and not spec.lazy:
-            raise InvalidRequest("response_format cannot be combined with a required tool call", param="response_format")
-        spec = json_spec if spec is None else spec
+            raise InvalidRequest(f"{response.param if response else 'grammar'} cannot be combined with a required tool call",
+                                 param=response.param.split(".")[0] if response else "grammar")
+        spec = output if spec is None else spec
     return spec
 
 

@@ -1,7 +1,8 @@
 """/v1/embeddings: vectors from the embedding context (`--embeddings`).
 
 `input` is a string, an array of strings, an array of token ids, or an array of those
-arrays; `encoding_format` is "float" (lists of numbers) or "base64" (little-endian float32
+arrays; an input may also be llama-server's `{"content": [text parts]}` (the parts joined).
+`encoding_format` is "float" (lists of numbers) or "base64" (little-endian float32
 bytes, as OpenAI's clients decode them). Texts are tokenized as /v1/completions tokenizes a
 prompt. `usage.prompt_tokens` counts every input's tokens.
 """
@@ -35,16 +36,17 @@ def _inputs(value: Any, n_vocab: int) -> list[str | list[int]]:
             isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in item
         )
 
-    if isinstance(value, str):
+    if isinstance(value, (str, dict)):
         items: list = [value]
     elif tokens_ok(value):
         items = [value]
-    elif isinstance(value, list) and value and all(isinstance(v, (str, list)) for v in value):
+    elif isinstance(value, list) and value and all(isinstance(v, (str, list, dict)) for v in value):
         items = value
     else:
         raise InvalidRequest(
             "'input' must be a string, an array of strings, an array of token ids or an array of those", param="input"
         )
+    items = [_parts_text(item, f"input[{i}]") if isinstance(item, dict) else item for i, item in enumerate(items)]
     if len(items) > MAX_INPUTS:
         raise InvalidRequest(f"'input' takes at most {MAX_INPUTS} inputs", param="input")
     for i, item in enumerate(items):
@@ -53,6 +55,20 @@ def _inputs(value: Any, n_vocab: int) -> list[str | list[int]]:
         if isinstance(item, list) and not tokens_ok(item):
             raise InvalidRequest(f"input {i} must be token ids of the vocabulary (0..{n_vocab - 1})", param=f"input[{i}]")
     return items
+
+
+def _parts_text(item: dict, param: str) -> str:
+    """llama-server's multimodal input form, `{"content": [parts]}`: its text parts, joined."""
+    parts = item.get("content")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidRequest("an input object needs 'content', an array of text parts", param=f"{param}.content")
+    texts = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise InvalidRequest(f"content part of type {kind!r} is not supported here: send text parts", param=f"{param}.content[{j}]")
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def _encode(vector: np.ndarray, encoding: str) -> list[float] | str:

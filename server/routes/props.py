@@ -38,7 +38,7 @@ async def props(request: Request) -> Response:
         "total_slots": info.n_slots,
         "model_alias": server.model_name,
         "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": {"vision": server.engine.projector is not None, "video": False, "audio": False},
         "endpoint_slots": server.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
@@ -105,7 +105,13 @@ def model_entry(server: Warmslot) -> dict:
 
 
 async def models(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [model_entry(server_of(request))]})
+    """OpenAI's list in `data`; `models` is the same model in Ollama's shape, as llama-server
+    adds it (clients read its `capabilities`)."""
+    server = server_of(request)
+    vision = server.ready and server.engine.projector is not None
+    ollama = {"name": server.model_name, "model": server.model_name, "type": "model", "format": "gguf",
+              "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if vision else ["completion"]}
+    return JSONResponse({"object": "list", "data": [model_entry(server)], "models": [ollama]})
 
 
 async def model(request: Request) -> Response:

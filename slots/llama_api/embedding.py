@@ -110,6 +110,18 @@ class EmbeddingContext:
             out.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
         return out
 
+    def scores(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """Rank pooling: the first value of each input's pooled output (a classifier's score;
+        a model without a classifier head gives its last hidden state's first value)."""
+        self._decode(inputs)
+        out = []
+        for seq in range(len(inputs)):
+            ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq)
+            if not ptr:
+                raise LlamaError("llama.cpp returned no pooled score")
+            out.append(float(ptr[0]))
+        return out
+
     def _pooled_together(self, inputs: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Short inputs of a causal model in one decode, each its own sequence, pooled here."""
         self._decode(inputs)

@@ -162,6 +162,9 @@ class Model:
         self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
         self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
+        self.sep = int(llama_cpp.llama_vocab_sep(self.vocab))
+        self.add_sep = bool(llama_cpp.llama_vocab_get_add_sep(self.vocab))
         self._eog = np.fromiter(
             (bool(llama_cpp.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)),
             dtype=bool,
@@ -208,6 +211,11 @@ class Model:
             repr((info["path"], stat.st_size, int(stat.st_mtime), arch, info["n_params"])).encode()
         ).hexdigest()[:16]
         return ModelInfo(**info, fingerprint=digest)
+
+    def named_template(self, name: str) -> str | None:
+        """A named template of the model's metadata (`tokenizer.chat_template.NAME`), or None."""
+        template = llama_cpp.llama_model_chat_template(self.ptr, name.encode())
+        return template.decode("utf-8") if template else None
 
     def kv_bytes_per_token(self, type_k: str, type_v: str) -> int | None:
         """Bytes of attention KV cache one token takes in every layer, from the model's

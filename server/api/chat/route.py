@@ -29,3 +29,12 @@ async def chat_completions(request: Request) -> Response:
     if body.get("verbose") is True or (server.config.log_level == "debug" and body.get("verbose") is not False):
         out["__verbose"] = {"prompt": generation.prompt.text if generation.prompt else ""}  # llama-server's debug field
     return JSONResponse(out, headers=generation.headers)
+
+
+async def input_tokens(request: Request) -> Response:
+    """/chat/completions/input_tokens (llama-server's): the prompt tokens the same chat body
+    would take, rendered and tokenized as /v1/chat/completions does, tools included."""
+    server, _key, body = await open_request(request)
+    params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
+    plan = await server.offload(pipeline.plan_chat, server, params, -1, request=request)
+    return JSONResponse({"input_tokens": len(plan.prompt.tokens)})

@@ -66,13 +66,17 @@ def parse_request(
     tools, tool_choice, parallel = _tools(body.get("tools")), _tool_choice(body.get("tool_choice")), True
     if isinstance(body.get("tool_choice"), dict):
         parallel = not _flag(body["tool_choice"], "disable_parallel_tool_use", "tool_choice")
+    parsed = parse_messages(chat_messages)
+    last = parsed[-1]
     chat = ChatParams(
-        messages=parse_messages(chat_messages),
+        messages=parsed,
         gen=gen,
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         breakpoints=tuple(i + offset for i in breakpoints),
+        # a final assistant message is where the reply starts (Anthropic's prefill)
+        continue_final=last["role"] == "assistant" and not last.get("tool_calls") and bool(last.get("content")),
     )
     return MessagesRequest(chat, model, _budget(body.get("thinking"), default_budget))
 
