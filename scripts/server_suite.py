@@ -378,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
             rows = json.loads(TABLE_JSON.read_text())["tests"]
             warmslot = {r["test"]: r["warmslot"] for r in rows}
             llama = {r["test"]: r["llama-server"] for r in rows}
-            warmslot.update(run_suite("warmslot", pathlib.Path(a.work), a.tests, None, a.timeout, []))
+            outcomes = run_suite("warmslot", pathlib.Path(a.work), a.tests, None, a.timeout, [])
+            if not outcomes:
+                print("server_suite: no test ran; the table is unchanged", file=sys.stderr)
+                return 1
+            warmslot.update(outcomes)
         table = make_table(warmslot, llama)
         TABLE_JSON.write_text(json.dumps(table, indent=1) + "\n")
         write_markdown(table, TABLE_MD)
