@@ -18,8 +18,10 @@ where each message's content starts, which the engine uses as checkpoint positio
 
 from __future__ import annotations
 
+import array
 import bisect
 import datetime
+import itertools
 import json
 import logging
 import os
@@ -363,6 +365,7 @@ class PromptBuilder:
         self.max_tokens = max_tokens  # None: no limit
         self._generation_suffixes: dict[str, str | None] = {}
         self._longest_piece: int | None = None
+        self._token_chars: array.array | None = None  # each token's length in characters (scan_vocab)
         self._glue: re.Pattern | bool | None = None  # False: the template writes no special token
 
     def build(
@@ -500,15 +503,23 @@ class PromptBuilder:
         limit = starts[i + 1] if i + 1 < len(starts) else starts[i] + len(ends[i])
         return min(starts[i] + bisect.bisect_right(ends[i], inside), limit)
 
+    def scan_vocab(self) -> None:
+        """Measure the vocabulary once (2 x n_vocab calls, a few seconds, which the server
+        spends on a thread of its own after loading): its longest token, and each token's
+        length in characters. With that table, placing a message in a long prompt costs no
+        call into llama.cpp per token: a 38,000-token prompt spent 0.6 s of its 0.8 s of
+        building there on two CPU cores."""
+        self.longest_piece()
+        vocab = self.vocab
+        self._token_chars = array.array("I", (_n_chars(vocab.token_piece(t, special=False)) for t in range(vocab.n_vocab)))
+
     def _char_ends(self, tokens: list[int]) -> list[int]:
         """Where each token's text ends, in characters of the text they came from (a
         character counts with the token that holds its first byte)."""
-        out = []
-        n = 0
-        for token in tokens:
-            n += sum(1 for b in self.vocab.token_piece(token, special=False) if b & 0xC0 != 0x80)
-            out.append(n)
-        return out
+        table = self._token_chars
+        if table is not None:
+            return list(itertools.accumulate(table[t] for t in tokens))
+        return list(itertools.accumulate(_n_chars(self.vocab.token_piece(t, special=False)) for t in tokens))
 
     def _generation_suffix(self, extra: dict | None) -> str | None:
         """The text the template adds for the generation prompt (e.g. "<|im_start|>assistant\\n"),
@@ -529,6 +540,11 @@ class PromptBuilder:
         """1 when the vocabulary wants a BOS token and the template did not render one."""
         vocab = self.vocab
         return int(vocab.add_bos and vocab.bos >= 0 and (not tokens or tokens[0] != vocab.bos))
+
+
+def _n_chars(piece: bytes) -> int:
+    """The characters whose first byte is in `piece` (UTF-8 continuation bytes do not count)."""
+    return sum(1 for b in piece if b & 0xC0 != 0x80)
 
 
 def _split_glue_at(segments: list[Segment], char: int) -> list[Segment]:

@@ -162,7 +162,7 @@ class Warmslot:
 def _scan_vocab(builder: PromptBuilder) -> None:
     """Measure the vocabulary ahead of the first long prompt; a shutdown may cut it short."""
     try:
-        builder.longest_piece()
+        builder.scan_vocab()
     except VocabClosed:
         pass
 

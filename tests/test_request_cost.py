@@ -59,6 +59,28 @@ def test_a_message_that_is_a_piece_of_a_special_token_leaves_the_token_whole(voc
     assert prompt.tokens.count(start_of_turn[0]) == 7  # six messages and the generation prompt
 
 
+def test_message_positions_from_the_vocabulary_table_equal_those_from_llama_cpp(vocab):
+    """After scan_vocab, token ends come from a per-token table instead of a call into
+    llama.cpp per token: the same positions, and no call per token."""
+    messages = [{"role": "system", "content": "Réponds en français. 日本語も少し。"},
+                {"role": "user", "content": "Quelle est la météo à Zürich? 🌦️ " * 40},
+                {"role": "assistant", "content": "Il fait beau — 晴れ。"},
+                {"role": "user", "content": "Merci ✓ " * 30}]
+    plain = gemma_builder(vocab).build(messages, None)
+    scanned = gemma_builder(vocab)
+    scanned.scan_vocab()
+    calls = []
+    original = vocab.token_piece
+    vocab.token_piece = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        built = scanned.build(messages, None)
+    finally:
+        del vocab.token_piece
+    assert (built.tokens, built.messages, built.generation_start, built.system_end) == (
+        plain.tokens, plain.messages, plain.generation_start, plain.system_end)
+    assert calls == []
+
+
 def test_an_over_long_prompt_stops_before_it_is_built_whole(vocab):
     builder = gemma_builder(vocab, max_tokens=1000)
     with pytest.raises(PromptTooLong) as err:
