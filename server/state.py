@@ -162,7 +162,7 @@ class Warmslot:
 def _scan_vocab(builder: PromptBuilder) -> None:
     """Measure the vocabulary ahead of the first long prompt; a shutdown may cut it short."""
     try:
-        builder.scan_vocab()
+        builder.longest_piece()
     except VocabClosed:
         pass
 

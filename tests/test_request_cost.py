@@ -59,16 +59,17 @@ def test_a_message_that_is_a_piece_of_a_special_token_leaves_the_token_whole(voc
     assert prompt.tokens.count(start_of_turn[0]) == 7  # six messages and the generation prompt
 
 
-def test_message_positions_from_the_vocabulary_table_equal_those_from_llama_cpp(vocab):
-    """After scan_vocab, token ends come from a per-token table instead of a call into
-    llama.cpp per token: the same positions, and no call per token."""
+def test_message_positions_from_known_token_lengths_equal_those_from_llama_cpp(vocab):
+    """Token lengths are asked of llama.cpp once each: a prompt built again from the lengths
+    already known gets the same positions as a fresh builder's, with no call per token."""
     messages = [{"role": "system", "content": "Réponds en français. 日本語も少し。"},
                 {"role": "user", "content": "Quelle est la météo à Zürich? 🌦️ " * 40},
                 {"role": "assistant", "content": "Il fait beau — 晴れ。"},
                 {"role": "user", "content": "Merci ✓ " * 30}]
     plain = gemma_builder(vocab).build(messages, None)
     scanned = gemma_builder(vocab)
-    scanned.scan_vocab()
+    first = scanned.build(messages, None)  # each token's length is asked once
+    assert first.messages == plain.messages
     calls = []
     original = vocab.token_piece
     vocab.token_piece = lambda *a, **k: calls.append(1) or original(*a, **k)

@@ -43,6 +43,22 @@ def _prompt(prompt: Any) -> Any:
     return prompt
 
 
+def _mixed(prompt: Any, vocab: Vocab) -> Any:
+    """One prompt of token ids and texts mixed ([1, 2, "text", 3]) as token ids: each text
+    tokenized in place, with BOS before a text that comes first, as llama-server joins them."""
+    if not (isinstance(prompt, list) and any(isinstance(p, str) for p in prompt) and any(isinstance(p, int) for p in prompt)):
+        return prompt
+    if not all(isinstance(p, (int, str)) and not isinstance(p, bool) for p in prompt):
+        return prompt  # a batch, or something parse_completion refuses by name
+    tokens: list[int] = []
+    for i, part in enumerate(prompt):
+        if isinstance(part, str):
+            tokens += vocab.tokenize(part, add_special=i == 0, parse_special=True)
+        else:
+            tokens.append(part)
+    return tokens
+
+
 def _logit_bias(bias: Any, vocab: Vocab) -> Any:
     """llama-server's logit_bias forms ([[token or text, bias], ...], text keys, `false`
     for a ban) as OpenAI's {token id: bias}."""
@@ -68,7 +84,7 @@ def openai_body(body: dict, vocab: Vocab) -> dict:
     """The same request in /v1/completions' words."""
     out = dict(body)
     if "prompt" in body:
-        out["prompt"] = _prompt(body["prompt"])
+        out["prompt"] = _mixed(_prompt(body["prompt"]), vocab)
     if body.get("logit_bias") is not None:
         out["logit_bias"] = _logit_bias(body["logit_bias"], vocab)
     n_predict = body.get("n_predict")
