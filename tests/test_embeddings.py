@@ -154,7 +154,7 @@ def test_a_cancelled_request_stops_between_decodes(default_model):
 
     try:
         before = embedder._ctx.decodes
-        out = embedder.embed([random_tokens(7, 60) for _ in range(10)], job=CancelAfterFirst()).result(120)
+        out = embedder.embed([random_tokens(7 + i, 60) for i in range(10)], job=CancelAfterFirst()).result(120)
         assert len(out) == 1 and embedder._ctx.decodes - before == 1
     finally:
         embedder.close()
