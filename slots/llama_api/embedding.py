@@ -102,25 +102,20 @@ class EmbeddingContext:
         if self.chunk:
             return [self._pooled_in_chunks(inputs[0])]
         self._decode(inputs)
-        out = []
-        for seq in range(len(inputs)):
-            ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq)
-            if not ptr:
-                raise LlamaError("llama.cpp returned no pooled embedding")
-            out.append(np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy())
-        return out
+        return [np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy() for ptr in self._pooled_rows(len(inputs))]
 
     def scores(self, inputs: Sequence[Sequence[int]]) -> list[float]:
         """Rank pooling: the first value of each input's pooled output (a classifier's score;
         a model without a classifier head gives its last hidden state's first value)."""
         self._decode(inputs)
-        out = []
-        for seq in range(len(inputs)):
-            ptr = llama_cpp.llama_get_embeddings_seq(self.ptr, seq)
-            if not ptr:
-                raise LlamaError("llama.cpp returned no pooled score")
-            out.append(float(ptr[0]))
-        return out
+        return [float(ptr[0]) for ptr in self._pooled_rows(len(inputs))]
+
+    def _pooled_rows(self, n: int) -> list:
+        """llama.cpp's pooled output of sequences 0..n-1 of the last decode."""
+        rows = [llama_cpp.llama_get_embeddings_seq(self.ptr, seq) for seq in range(n)]
+        if not all(rows):
+            raise LlamaError("llama.cpp returned no pooled output")
+        return rows
 
     def _pooled_together(self, inputs: Sequence[Sequence[int]]) -> list[np.ndarray]:
         """Short inputs of a causal model in one decode, each its own sequence, pooled here."""
