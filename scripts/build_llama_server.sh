@@ -27,6 +27,10 @@
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# the same compiler flags as the llama-cpp-python build (AMX left out on x86-64); cmake reads
+# CFLAGS/CXXFLAGS when it first configures a build tree
+# shellcheck disable=SC1091
+. "$REPO_ROOT/scripts/build_flags.sh"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 BUILD_ROOT="${BUILD_ROOT:-$REPO_ROOT/build}"
 JOBS="${JOBS:-$(nproc)}"
@@ -84,7 +88,8 @@ fi
 #   download at build time); the server still builds, just without the UI.
 # - No OpenSSL / curl: nothing in the benchmarks needs HTTPS or model download.
 # - Static libraries so that bin/llama-server is self-contained.
-# - GGML_NATIVE=ON: tuned for this CPU, like a source build of llama-cpp-python.
+# - GGML_NATIVE=ON: tuned for this CPU, like a source build of llama-cpp-python (with the
+#   same scripts/build_flags.sh).
 CMAKE_ARGS=(
     -DCMAKE_BUILD_TYPE=Release
     -DGGML_NATIVE=ON

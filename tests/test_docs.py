@@ -18,7 +18,7 @@ def test_readme_has_the_two_setup_commands():
     for marker in ("<!-- run-command -->", "<!-- test-command -->"):
         block = README.split(marker, 1)[1]
         command = re.search(r"```bash\n(.+)\n```", block).group(1)
-        assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
+        assert command.startswith("python3 -m venv .venv && . .venv/bin/activate && . scripts/build_flags.sh && pip install")
     assert "&& warmslot" in README.split("<!-- run-command -->", 1)[1].split("```")[1]
     assert README.split("<!-- test-command -->", 1)[1].split("```")[1].strip().endswith("&& pytest")
 
