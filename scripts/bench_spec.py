@@ -25,6 +25,13 @@ Cases:
     python scripts/bench_spec.py --model qwen3-8b [--scale real] [--vocab PATH] \
         [--n-predict 256] [--reps 3] [--draft-max 16] --json OUT.json
 
+`--verify-cost 1,4,8` measures instead what verification costs when nothing is accepted, with
+that many slots decoding at once (one request each, started together): `off` against `reject`,
+whose drafter proposes a token the model never emits at every step (greedy, so every draft is
+rejected and the adaptive draft length stays at its floor), and free text at temperature 0.8
+`off` against `ngram-simple`. Tokens/s is the generated tokens of all slots over the median
+request's decode time.
+
 Benchmark models come from scripts/bench_models.py (written to /tmp/models unless given with
 --gguf).
 """
@@ -87,9 +94,21 @@ class OracleDrafter:
         return list(OracleDrafter.expected[done : done + limit])
 
 
-def engine_for(gguf: str, spec: SpecConfig, args) -> Engine:
+class RejectDrafter:
+    """Drafts `token` (one the model never emits here) at every step: every draft is rejected."""
+
+    token = 0
+
+    def __init__(self, n: int, m: int) -> None:
+        self.m = m
+
+    def draft(self, tokens, pending: int, limit: int) -> list[int]:
+        return [RejectDrafter.token] * min(self.m, limit)
+
+
+def engine_for(gguf: str, spec: SpecConfig, args, n_parallel: int = 1) -> Engine:
     config = EngineConfig(
-        model_path=gguf, n_parallel=1, n_ctx=args.ctx_size, n_gpu_layers=args.n_gpu_layers, spec=spec,
+        model_path=gguf, n_parallel=n_parallel, n_ctx=args.ctx_size * n_parallel, n_gpu_layers=args.n_gpu_layers, spec=spec,
         cache_ram=0, flash_attn="auto",
     )
     engine = Engine(config)
@@ -137,6 +156,67 @@ def case(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingPar
     }
 
 
+def batch(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingParams) -> dict:
+    """All prompts at once, one slot each: generated tokens of all over the median decode time."""
+    sinks = []
+    for i, prompt in enumerate(prompts):
+        sink = QueueSink()
+        engine.submit(GenerateRequest(f"b{time.monotonic_ns()}-{i}", prompt, sink, sampling, max_tokens=n, ignore_eos=True))
+        sinks.append(sink)
+    usages = []
+    for sink in sinks:
+        r = sink.collect(timeout=600)
+        assert r.error is None, r.error
+        usages.append(r.usage)
+    decode_s = statistics.median(u.decode_s for u in usages)
+    generated = sum(u.completion_tokens - 1 for u in usages)
+    drafted = sum(u.draft_tokens for u in usages)
+    return {"tokens_per_s": generated / decode_s if decode_s > 0 else 0.0, "decode_s": decode_s,
+            "generated": generated, "drafted": drafted, "accepted": sum(u.draft_accepted for u in usages)}
+
+
+def verify_cost(gguf: str, args, spec: SpecConfig) -> dict:
+    """The cost of verifying drafts that are all rejected, by number of slots decoding at once."""
+    greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=1)
+    out: dict = {}
+    for np_ in [int(x) for x in args.verify_cost.split(",")]:
+        row: dict = {}
+        cases = {"off": SpecConfig(), "on": spec}
+        for label, config in cases.items():
+            engine = engine_for(gguf, config, args, n_parallel=np_)
+            try:
+                def prompts(rep, kind):
+                    body = FREE_PROMPT.split("\n", 1)[1] if kind == "free" else rewrite_prompt(0)[:2000]
+                    return [engine.model.tokenize(f"Request {rep * 100 + j}.\n{body}", add_special=True) for j in range(np_)]
+                batch(engine, prompts(99, "free"), 8, greedy)  # warm-up
+                if label == "off":
+                    runs = [batch(engine, prompts(r, "reject"), args.n_predict, greedy) for r in range(args.reps)]
+                    row["off"] = runs
+                    row["free_off"] = [batch(engine, prompts(r, "free"), args.n_predict, sampled) for r in range(args.reps)]
+                else:
+                    real = speculative.NgramDrafter
+                    speculative.NgramDrafter = RejectDrafter
+                    try:
+                        row["reject"] = [batch(engine, prompts(r, "reject"), args.n_predict, greedy) for r in range(args.reps)]
+                    finally:
+                        speculative.NgramDrafter = real
+                    row["free_ngram-simple"] = [batch(engine, prompts(r, "free"), args.n_predict, sampled) for r in range(args.reps)]
+            finally:
+                engine.stop()
+        med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in row.items()}
+        out[str(np_)] = {
+            "tokens_per_s": med,
+            "reject_cost": 1 - med["reject"] / med["off"] if med["off"] else None,
+            "free_ratio": med["free_ngram-simple"] / med["free_off"] if med["free_off"] else None,
+            "reject_drafted": sum(x["drafted"] for x in row["reject"]),
+            "reject_accepted": sum(x["accepted"] for x in row["reject"]),
+            "runs": row,
+        }
+        print(f"np {np_}: off {med['off']:.1f} reject {med['reject']:.1f} tok/s (cost {out[str(np_)]['reject_cost']:.1%}); "
+              f"free off {med['free_off']:.1f} ngram {med['free_ngram-simple']:.1f}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="qwen3-8b", help="bench_models.py name")
@@ -150,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ngram-n", type=int, default=12, help="--spec-ngram-size-n")
     p.add_argument("--ctx-size", type=int, default=8192)
     p.add_argument("--n-gpu-layers", type=int, default=-1)
+    p.add_argument("--verify-cost", default=None, metavar="NP,...",
+                   help="measure the cost of rejected drafts at these numbers of slots instead")
+    p.add_argument("--reject-token", type=int, default=0, help="the token the `reject` drafter proposes")
     p.add_argument("--json", required=True)
     args = p.parse_args(argv)
 
@@ -160,6 +243,18 @@ def main(argv: list[str] | None = None) -> int:
 
         gguf = str(write_bench_model(args.model, f"/tmp/models/{args.model}-{args.scale}.gguf", args.vocab, args.scale, args.layers))
     spec = SpecConfig(type="ngram-simple", n_max=args.draft_max, ngram_n=args.ngram_n)
+    if args.verify_cost:
+        RejectDrafter.token = args.reject_token
+        out = {"benchmark": "speculative decoding, the cost of rejected drafts", "model": args.model,
+               "scale": args.scale, "gguf": gguf,
+               "settings": {"n_predict": args.n_predict, "reps": args.reps, "draft_max": args.draft_max,
+                            "ngram_n": args.ngram_n, "ctx_size_per_slot": args.ctx_size,
+                            "n_gpu_layers": args.n_gpu_layers, "reject_token": args.reject_token},
+               "by_np": verify_cost(gguf, args, spec), "machine": bc.machine_info(),
+               "seconds": round(time.monotonic() - t0, 1)}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        return 0
     greedy = SamplingParams(temperature=0.0)
     sampled = SamplingParams(temperature=0.8, seed=1)
     results: dict = {}

@@ -40,6 +40,8 @@ class Active:
     n_drafted: int = 0  # tokens drafted for it (speculative decoding)
     n_accepted: int = 0  # of those, accepted
     draft_cap: int = 0  # the next draft's most tokens, from the last one's acceptance (0: --draft-max)
+    draft_backoff: int = 0  # steps without drafts after the last fruitless draft (doubles each time)
+    draft_skip: int = 0  # steps left to decode without drafting
 
     @property
     def prompt(self) -> list[int]:

@@ -14,7 +14,9 @@ samples the rows in order: the row of the pending token gives a token; while it 
 next drafted token, that drafted token was decoded at the right place with the right
 history, so it enters the slot's history as a decoded token would, and its row gives the
 next token. The first token that differs (or the last row) ends the step, and the memory of
-the drafted tokens after it is removed with seq_rm.
+the drafted tokens after it is removed with seq_rm. A draft that gains nothing (none of it
+accepted, or a draft model that proposed nothing) costs its step all the same, so the request
+then decodes a few steps without drafting, twice as many after each such draft (BACKOFF_MAX).
 
 Every emitted token is thus sampled by the request's chain (grammar, penalties, logit bias,
 temperature, seed) from the logits it would have had without speculation, one sample per
@@ -57,6 +59,13 @@ DRAFT = "draft"  # a draft model (-md): draft_model.py
 # about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of 16-token
 # drafts ran no faster than without drafts (scripts/bench_spec.py).
 DRAFT_FLOOR = 4
+# A draft that gains nothing still costs its step: on an H100 (Qwen3-8B shape) a step verifying
+# four rejected tokens per slot gave 32% fewer tokens/s than one-token steps at -np 1 and about
+# half at -np 4 and 8 (scripts/bench_spec.py --verify-cost), and a draft model's step costs its
+# decode even when no token passes --draft-p-min. After such a step the request decodes that
+# many steps without drafting: 1, 2, 4, ... up to BACKOFF_MAX; a draft with an accepted token
+# starts over at 1.
+BACKOFF_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,12 @@ class NgramDrafter:
         if end > len(tokens):
             out.append(pending)
         return out
+
+
+def _back_off(active: "Active") -> None:
+    """No drafts for the next 1, 2, 4, ... BACKOFF_MAX steps of this request (see BACKOFF_MAX)."""
+    active.draft_backoff = min(BACKOFF_MAX, max(1, 2 * active.draft_backoff))
+    active.draft_skip = active.draft_backoff
 
 
 def off_reason(config: SpecConfig, kind: MemoryKind) -> str | None:
@@ -194,6 +209,9 @@ class Speculator:
         for slot in decoding:
             if room <= 0:
                 break
+            if slot.active.draft_skip > 0:
+                slot.active.draft_skip -= 1
+                continue
             draft = self._draft(slot, room)
             if draft:
                 out[slot.id] = draft
@@ -216,6 +234,8 @@ class Speculator:
             if active.req.media:
                 return []  # the draft model would read an image's placeholder ids as tokens
             draft = self.draft_model.draft(slot.id, slot.tokens + [active.pending], limit, p_min)
+            if not draft:  # the draft model's step was paid for nothing
+                _back_off(active)
         else:
             if active.drafter is None:
                 active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m)
@@ -266,6 +286,10 @@ class Speculator:
         # the next draft follows this one's acceptance: twice as long after a whole draft was
         # accepted, a little past the accepted run after a rejection (see DRAFT_FLOOR)
         active.draft_cap = 2 * len(draft) if accepted == len(draft) else accepted + DRAFT_FLOOR
+        if accepted:
+            active.draft_backoff = 0
+        else:
+            _back_off(active)
         kind = self.config.type
         self.stats.spec_drafted[(kind, slot.id)] += len(draft)
         self.stats.spec_accepted[(kind, slot.id)] += accepted

@@ -2,7 +2,9 @@
 step's one decode; output, grammars and reuse are as without it. Real llama.cpp: the default
 model (a sliding-window model) and the tiny models per memory kind."""
 
+import math
 import re
+from collections import Counter
 
 import httpx
 import pytest
@@ -11,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
 from warmslot.server.config import parse_config
 from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
+from warmslot.slots import speculative
 from warmslot.slots.speculative import NgramDrafter
 
 NGRAM = SpecConfig(type="ngram-simple", n_max=16, ngram_n=4)
@@ -135,6 +138,97 @@ def test_a_grammar_never_accepts_a_drafted_token_it_rejects(engines):
     assert r.tokens == generate(off, prompt, max_tokens=24, sampling=SamplingParams(temperature=0.0, grammar=grammar)).tokens
 
 
+def _chi2_sf(x: float, dof: int) -> float:
+    """P(X >= x) for X chi-squared with `dof` degrees of freedom (closed forms, no SciPy)."""
+    h = x / 2
+    if dof % 2 == 0:
+        term = total = 1.0
+        for i in range(1, dof // 2):
+            term *= h / i
+            total += term
+        return math.exp(-h) * total
+    total, term = math.erfc(math.sqrt(h)), math.sqrt(h) / math.gamma(1.5)
+    for i in range(1, (dof + 1) // 2):
+        total += math.exp(-h) * term
+        term *= h / (i + 0.5)
+    return total
+
+
+def _homogeneity_p(a: list, b: list, least: int = 10) -> float:
+    """Chi-squared test that two samples come from one distribution; outcomes seen fewer than
+    `least` times in both together are pooled."""
+    ca, cb = Counter(a), Counter(b)
+    common = [k for k in ca.keys() | cb.keys() if ca[k] + cb[k] >= least]
+    rows = [(ca[k], cb[k]) for k in common]
+    rest = (len(a) - sum(r[0] for r in rows), len(b) - sum(r[1] for r in rows))
+    if sum(rest):
+        rows.append(rest)
+    if len(rows) < 2:
+        return 1.0
+    na, nb = len(a), len(b)
+    stat = 0.0
+    for x, y in rows:
+        ea, eb = (x + y) * na / (na + nb), (x + y) * nb / (na + nb)
+        stat += (x - ea) ** 2 / ea + (y - eb) ** 2 / eb
+    return _chi2_sf(stat, len(rows) - 1)
+
+
+def test_chi2_tail_matches_known_values():
+    assert _chi2_sf(3.841, 1) == pytest.approx(0.05, abs=1e-3)
+    assert _chi2_sf(5.991, 2) == pytest.approx(0.05, abs=1e-3)
+    assert _chi2_sf(16.919, 9) == pytest.approx(0.05, abs=1e-3)
+    assert _homogeneity_p([1] * 50 + [2] * 50, [1] * 50 + [2] * 50) == pytest.approx(1.0)
+    assert _homogeneity_p([1] * 80 + [2] * 20, [1] * 50 + [2] * 50) < 1e-4
+
+
+def test_sampling_at_temperature_1_keeps_the_token_distribution(tiny_models):
+    """At temperature 1 the tokens at each of the first four positions are distributed as
+    without drafts: a chi-squared test per position on 2,000 seeded requests a side (distinct
+    seeds), each p-value above 0.001 (a false alarm in under 1 run of 250). The prompt is the
+    model's own sampled text and drafts look up one token, so drafts are proposed at most
+    steps and both accepted and rejected; a rule that kept a rejected draft, or sampled the
+    wrong row, would move these distributions. The same test tells temperature 0.75 from 1."""
+    args = dict(n_ctx=1024, n_parallel=2)
+    # top-k 3 keeps the random model's next token to a few likely ones, so drafts of what
+    # followed a token before are often right
+    def sampling(seed, temperature=1.0):
+        return SamplingParams(temperature=temperature, top_k=3, top_p=1.0, min_p=0.0, seed=seed)
+
+    def samples(engine, prompt, first_seed, n=2000, k=4, temperature=1.0):
+        out = []
+        for wave in range(0, n, 30):  # within the engine's queue
+            sinks = []
+            for i in range(wave, min(n, wave + 30)):
+                sinks.append(QueueSink())
+                engine.submit(GenerateRequest(f"t-{first_seed + i}", prompt, sinks[-1], sampling(first_seed + i, temperature),
+                                              max_tokens=k, ignore_eos=True))
+            out += [tuple(sink.collect().tokens) for sink in sinks]
+        assert all(len(t) == k for t in out)
+        return out
+
+    def p_values(a, b):
+        return [_homogeneity_p([t[pos] for t in a], [t[pos] for t in b]) for pos in range(len(a[0]))]
+
+    off = tiny_engine(tiny_models["attention"], **args)
+    try:
+        prompt = random_tokens(1, 16)
+        prompt += generate(off, prompt, max_tokens=200, ignore_eos=True, sampling=sampling(0)).tokens
+        plain = samples(off, prompt, 1)
+        cooler = samples(off, prompt, 100_001, temperature=0.75)
+    finally:
+        off.stop()
+    on = tiny_engine(tiny_models["attention"], spec=SpecConfig(type="ngram-simple", n_max=8, ngram_n=1), **args)
+    try:
+        fast = samples(on, prompt, 200_001)
+        drafted, accepted = sum(on.stats.spec_drafted.values()), sum(on.stats.spec_accepted.values())
+    finally:
+        on.stop()
+    assert drafted - accepted > 200 and accepted > 1000, (drafted, accepted)
+    assert len(set(plain)) > 20  # a distribution worth comparing
+    assert min(p_values(plain, fast)) > 1e-3, p_values(plain, fast)
+    assert min(p_values(plain, cooler)) < 1e-3, p_values(plain, cooler)
+
+
 # -- the tiny models: four slots, greedy and sampled ----------------------------------------
 
 
@@ -170,6 +264,39 @@ def test_four_slots_agree_with_and_without_drafts(tiny_models, kind):
         assert drafted > 0 and reason is None
 
 
+def test_fruitless_drafts_back_off(tiny_models, monkeypatch):
+    """A drafter whose every draft is rejected: after each rejection the request decodes 1,
+    2, 4, ... steps without drafting, so over 48 tokens it drafts 6 times, not 47; the output
+    is the one without drafts."""
+    prompt = random_tokens(5, 24)
+    off = tiny_engine(tiny_models["attention"])
+    try:
+        want = generate(off, prompt, max_tokens=48).tokens
+    finally:
+        off.stop()
+    never = next(t for t in range(256) if t not in want)
+
+    class Rejected:
+        def __init__(self, n, m):
+            pass
+
+        def draft(self, tokens, pending, limit):
+            return [never] * limit
+
+    monkeypatch.setattr(speculative, "NgramDrafter", Rejected)
+    on = tiny_engine(tiny_models["attention"], spec=SpecConfig(type="ngram-simple", n_max=8, ngram_n=3))
+    try:
+        steps = on.stats.steps
+        r = generate(on, prompt, max_tokens=48)
+        steps = on.stats.steps - steps
+    finally:
+        on.stop()
+    assert r.tokens == want
+    # drafts at generated tokens 1, 3, 6, 11, 20, 37: the first of 8 tokens, then of 4 (DRAFT_FLOOR)
+    assert (r.usage.draft_tokens, r.usage.draft_accepted) == (8 + 5 * speculative.DRAFT_FLOOR, 0)
+    assert steps <= 48
+
+
 # -- the server: per-request fields, /metrics, /slots and the log line -----------------------
 
 
@@ -203,6 +330,9 @@ def test_drafts_show_on_metrics_slots_and_the_log_line(server):
     drafted = metrics[("warmslot_spec_draft_tokens_total", "0", "ngram-simple")]
     accepted = metrics[("warmslot_spec_accepted_tokens_total", "0", "ngram-simple")]
     assert drafted >= accepted > 0
+    # the request's own counts, under llama-server's names in its timings
+    timings = r.json()["timings"]
+    assert (timings["draft_n"], timings["draft_n_accepted"]) == (drafted, accepted)
     assert metrics[("warmslot_spec_acceptance_rate", "0", "ngram-simple")] == pytest.approx(accepted / drafted)
     slot = httpx.get(server.url + "/slots").json()["slots"][0]
     assert (slot["spec_drafted"], slot["spec_accepted"]) == (drafted, accepted)

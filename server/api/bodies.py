@@ -59,7 +59,7 @@ def timings_body(usage: Usage) -> dict[str, Any]:
     # the first token comes from the prompt's last logits: decode_s spans the steps after it
     steps = usage.completion_tokens - 1
     predicted_ms = round(usage.decode_s * 1000, 3)
-    return {
+    body = {
         "cache_n": usage.cached_tokens,
         "prompt_n": computed,
         "prompt_ms": round(usage.prefill_s * 1000, 3),
@@ -70,6 +70,10 @@ def timings_body(usage: Usage) -> dict[str, Any]:
         "predicted_per_token_ms": predicted_ms / steps if steps > 0 else 0.0,
         "predicted_per_second": steps * 1000 / predicted_ms if predicted_ms > 0 and steps > 0 else 0.0,
     }
+    if usage.draft_tokens:  # as llama-server: only when the request drafted
+        body["draft_n"] = usage.draft_tokens
+        body["draft_n_accepted"] = usage.draft_accepted
+    return body
 
 
 def usage_chunk(env: Envelope, usage: Usage, obj: str, reasoning_tokens: int = 0) -> str:
