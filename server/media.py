@@ -26,6 +26,8 @@ from .tokenizer import MEDIA_TOKEN
 from .errors import InvalidRequest
 
 IMAGES_KEY = "_images"  # a parsed message's images, in the order of its markers
+# an image part's field in the request an adapter converted (Responses `input_image`), for errors
+PARAM_KEY = "_param"
 MEDIA_MARKER = "<__media__>"  # libmtmd's default marker: where an image goes in the text
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?);base64,", re.ASCII)
 
@@ -47,6 +49,8 @@ def image_part(part: dict, param: str) -> ImageInput:
     value = part.get("image_url")
     url = value.get("url") if isinstance(value, dict) else value
     param = f"{param}.image_url.url" if isinstance(value, dict) else f"{param}.image_url"
+    if isinstance(part.get(PARAM_KEY), str):
+        param = part[PARAM_KEY]
     if not isinstance(url, str):
         raise InvalidRequest("'image_url.url' must be a string", param=param)
     return image_from_url(url, param)

@@ -431,6 +431,7 @@ class Engine:
 
     def _run(self, entries: list[BatchEntry]) -> None:
         t0 = time.monotonic()
+        shape = self.spec.shape(entries)  # before the step changes what the entries are
         rc = self.ctx.decode(self._batch)
         t1 = time.monotonic()
         self.stats.decode_call_seconds += t1 - t0
@@ -481,7 +482,9 @@ class Engine:
         self.stats.filler_tokens += n_filler
         self.stats.busy_slot_steps += len({e.slot.id for e in entries if not e.filler})
         self.stats.spec_verify_steps += len(to_verify)
-        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode - n_rejected, time.monotonic() - t0)
+        seconds = time.monotonic() - t0
+        self.stats.record_step(self._batch.n - n_decode - n_filler, n_decode - n_rejected, seconds)
+        self.spec.observe(shape, seconds)
 
     # -- failures ----------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ class Active:
     draft_cap: int = 0  # the next draft's most tokens, from the last one's acceptance (0: --draft-max)
     draft_backoff: int = 0  # steps without drafts after the last fruitless draft (doubles each time)
     draft_skip: int = 0  # steps left to decode without drafting
+    draft_rejections: int = 0  # drafts that ended in a rejected token
 
     @property
     def prompt(self) -> list[int]:

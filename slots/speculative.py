@@ -68,6 +68,60 @@ DRAFT_FLOOR = 4
 BACKOFF_MAX = 64
 
 
+class StepCost:
+    """What verifying a draft costs, learned from the engine's own steps: a step with drafts
+    takes (1 + fixed + per_token * drafted) times a step of the same slots without them.
+    On 2 CPU cores every drafted token costs about a fifth of a step (a 17-token step took 4
+    one-token steps); on a GPU a token costs little, while a step whose shape differs from
+    the last one's pays once for building its graph (scripts/bench_spec.py --verify-cost)."""
+
+    DECAY = 0.97  # the weight of older verify steps in the fit, per step
+
+    def __init__(self) -> None:
+        self.plain: dict[int, float] = {}  # decoding slots -> seconds of a step without drafts (moving average)
+        self._n = self._sx = self._sy = self._sxx = self._sxy = 0.0
+
+    def observe(self, n_slots: int, drafted: int, prefill: bool, seconds: float) -> None:
+        if prefill or n_slots == 0:
+            return
+        if not drafted:
+            old = self.plain.get(n_slots)
+            self.plain[n_slots] = seconds if old is None else 0.9 * old + 0.1 * seconds
+            return
+        base = self.plain.get(n_slots)
+        if not base:
+            return
+        x, y, d = float(drafted), seconds / base - 1.0, self.DECAY
+        self._n, self._sx, self._sy = d * self._n + 1, d * self._sx + x, d * self._sy + y
+        self._sxx, self._sxy = d * self._sxx + x * x, d * self._sxy + x * y
+
+    def model(self) -> tuple[float, float] | None:
+        """(fixed, per_token), in steps without drafts; None before three verify steps."""
+        if self._n < 3:
+            return None
+        mx, my = self._sx / self._n, self._sy / self._n
+        var = self._sxx / self._n - mx * mx
+        if var > 1.0:
+            per_token = max(0.0, (self._sxy / self._n - mx * my) / var)
+            return max(0.0, my - per_token * mx), per_token
+        return 0.0, max(0.0, my / mx)
+
+
+def best_length(p: float, fixed: float, per_token: float, limit: int) -> int:
+    """The draft length that emits the most tokens per unit of step time when each drafted
+    token is accepted with probability p while all before it were: (1 + E[accepted]) /
+    (1 + fixed + per_token * length); 0 when no length beats not drafting."""
+    best, best_rate = 0, 1.0
+    expected, run = 0.0, 1.0
+    for length in range(1, limit + 1):
+        run *= p
+        expected += run
+        rate = (1.0 + expected) / (1.0 + fixed + per_token * length)
+        if rate > best_rate:
+            best, best_rate = length, rate
+    return best
+
+
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
     """The server's speculation settings (llama-server's flags)."""
@@ -164,6 +218,7 @@ class Speculator:
         self.reason = off_reason(config, self.kind)
         self.on = config.on and self.reason is None
         self._skip_next = False  # the last batch with drafts did not fit the KV pool
+        self.cost = StepCost()
         if self.reason:
             log.warning("%s", self.reason)
         elif self.on:
@@ -228,6 +283,13 @@ class Speculator:
             limit = min(limit, active.req.max_tokens - len(active.generated) - 1)
         if active.draft_cap:
             limit = min(limit, max(active.draft_cap, n_min))
+        model = self.cost.model()
+        if model is not None and limit > 0:
+            # as long as it pays for itself at this request's acceptance so far (one accepted
+            # and one rejected token assumed to start with); at least one token, since a
+            # draft that is never tried never shows what it would gain (BACKOFF_MAX bounds that)
+            p = (active.n_accepted + 1) / (active.n_accepted + active.draft_rejections + 2)
+            limit = max(1, min(limit, best_length(p, *model, limit)))
         if limit <= 0 or limit < n_min:
             return []
         if self.draft_model is not None:
@@ -243,6 +305,17 @@ class Speculator:
             cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
             draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
         return draft if len(draft) >= max(1, n_min) else []
+
+    @staticmethod
+    def shape(entries: Sequence["BatchEntry"]) -> tuple[int, int, bool]:
+        """(decoding slots, drafted tokens, whether any prompt is in the step) of a batch."""
+        decoding = [e for e in entries if e.is_decode]
+        return len(decoding), sum(len(e.draft) for e in decoding), len(decoding) < sum(1 for e in entries if not e.filler)
+
+    def observe(self, shape: tuple[int, int, bool], seconds: float) -> None:
+        """A step's time, for StepCost."""
+        if self.on:
+            self.cost.observe(*shape, seconds)
 
     def kv_full(self, entries: Sequence["BatchEntry"]) -> bool:
         """The decode found no room in the KV pool. True when the batch had drafts: the next
@@ -286,6 +359,8 @@ class Speculator:
         # the next draft follows this one's acceptance: twice as long after a whole draft was
         # accepted, a little past the accepted run after a rejection (see DRAFT_FLOOR)
         active.draft_cap = 2 * len(draft) if accepted == len(draft) else accepted + DRAFT_FLOOR
+        if accepted < len(draft):
+            active.draft_rejections += 1
         if accepted:
             active.draft_backoff = 0
         else:

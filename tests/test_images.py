@@ -132,3 +132,27 @@ def test_an_anthropic_image_block_is_the_same_image_as_a_chat_part(server, clien
     bad = dict(body, messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}])
     r = httpx.post(server.url + "/v1/messages", json=bad, timeout=60)
     assert r.status_code == 400 and "messages[0].content[0].source.type" in r.json()["error"]["message"], r.text
+
+
+def test_a_responses_input_image_is_the_same_image_as_a_chat_part(server, client):
+    """/v1/responses `input_image` parts go through the same path: a Responses request with
+    the image that a chat request sent reuses that chat's prefix past the image, without
+    encoding it again; a bad one gets a 400 naming its own field."""
+    url = data_url((250, 120, 20))
+    first = chat(client, [image_message("Describe.", url)])
+    content = [{"type": "input_text", "text": "Describe."}, {"type": "input_image", "image_url": url}]
+    body = {"model": "m", "max_output_tokens": 8, "temperature": 0, "store": False,
+            "input": [{"role": "user", "content": content}]}
+    encodes = metric(server, "warmslot_media_encodes_total")
+    r = httpx.post(server.url + "/v1/responses", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert usage["input_tokens"] == first.usage.prompt_tokens
+    assert usage["input_tokens_details"]["cached_tokens"] >= first.usage.prompt_tokens - 1  # past the image
+    assert metric(server, "warmslot_media_encodes_total") == encodes
+    for part, param in (({"type": "input_image", "image_url": "https://example.com/a.png"}, "input[0].content[1].image_url"),
+                        ({"type": "input_image", "file_id": "file-1"}, "input[0].content[1].image_url"),
+                        ({"type": "input_image", "image_url": "data:image/png;base64,!!"}, "input[0].content[1].image_url")):
+        bad = dict(body, input=[{"role": "user", "content": [content[0], part]}])
+        r = httpx.post(server.url + "/v1/responses", json=bad, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -17,6 +17,7 @@ from typing import Any
 from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
+from ...media import PARAM_KEY
 from ...output.events import ParsedMessage
 from ...protocol import GenerationParams, parse_generation
 
@@ -126,6 +127,27 @@ def _text(content: Any, at: str) -> str:
     return "\n".join(parts)
 
 
+def _content(content: Any, at: str, images: bool) -> Any:
+    """A message's content: its text, or, with `input_image` parts in a user message, chat's
+    text and `image_url` parts (each naming its own field for errors)."""
+    if not (images and isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in content)):
+        return _text(content, at)
+    parts: list[dict] = []
+    for j, part in enumerate(content):
+        where = f"{at}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "input_image":
+            if kind not in TEXT_PART_TYPES or not isinstance(part.get("text"), str):
+                raise InvalidRequest(f"content part of type {kind!r} is not supported; send text or image parts", param=where)
+            parts.append({"type": "text", "text": part["text"]})
+            continue
+        url = part.get("image_url")
+        if not isinstance(url, str):
+            raise InvalidRequest("an input_image needs 'image_url', a data: URL ('file_id' is not supported)", param=f"{where}.image_url")
+        parts.append({"type": "image_url", "image_url": {"url": url}, PARAM_KEY: f"{where}.image_url"})
+    return parts
+
+
 def input_messages(value: Any) -> list[dict]:
     """`input` as chat messages."""
     if isinstance(value, str):
@@ -143,7 +165,7 @@ def input_messages(value: Any) -> list[dict]:
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise InvalidRequest("'role' must be user, system, developer or assistant", param=f"{at}.role")
-            message = {"role": role, "content": _text(item.get("content"), at)}
+            message = {"role": role, "content": _content(item.get("content"), at, images=role == "user")}
             if role == "assistant":
                 _attach_reasoning(message, reasoning)
             out.append(message)
