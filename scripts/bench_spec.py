@@ -163,16 +163,23 @@ def batch(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingPa
         sink = QueueSink()
         engine.submit(GenerateRequest(f"b{time.monotonic_ns()}-{i}", prompt, sink, sampling, max_tokens=n, ignore_eos=True))
         sinks.append(sink)
+    st = engine.stats
+    before = (st.steps, st.step_seconds, st.decode_call_seconds, st.device_wait_seconds, st.spec_verify_steps)
     usages = []
     for sink in sinks:
         r = sink.collect(timeout=600)
         assert r.error is None, r.error
         usages.append(r.usage)
+    after = (st.steps, st.step_seconds, st.decode_call_seconds, st.device_wait_seconds, st.spec_verify_steps)
+    # where the engine's time went: its steps, the llama_decode calls, the wait for the device
+    engine_time = dict(zip(("steps", "step_s", "decode_call_s", "device_wait_s", "verify_steps"),
+                           (round(b - a, 4) for a, b in zip(before, after))))
     decode_s = statistics.median(u.decode_s for u in usages)
     generated = sum(u.completion_tokens - 1 for u in usages)
     drafted = sum(u.draft_tokens for u in usages)
     return {"tokens_per_s": generated / decode_s if decode_s > 0 else 0.0, "decode_s": decode_s,
-            "generated": generated, "drafted": drafted, "accepted": sum(u.draft_accepted for u in usages)}
+            "generated": generated, "drafted": drafted, "accepted": sum(u.draft_accepted for u in usages),
+            "engine": engine_time}
 
 
 def verify_cost(gguf: str, args, spec: SpecConfig) -> dict:
