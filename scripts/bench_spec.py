@@ -182,34 +182,35 @@ def batch(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingPa
             "engine": engine_time}
 
 
+def _greedy_and_free(gguf: str, config: SpecConfig, args, np_: int, drafter=None) -> tuple[list[dict], list[dict]]:
+    """On a fresh engine of np_ slots: the greedy runs of the rewrite prompt (with `drafter`
+    in place of ngram-simple, if given), then the free-text runs at temperature 0.8."""
+    greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=1)
+    engine = engine_for(gguf, config, args, n_parallel=np_)
+    real = speculative.NgramDrafter
+    try:
+        def prompts(rep, kind):
+            body = FREE_PROMPT.split("\n", 1)[1] if kind == "free" else rewrite_prompt(0)[:2000]
+            return [engine.model.tokenize(f"Request {rep * 100 + j}.\n{body}", add_special=True) for j in range(np_)]
+        batch(engine, prompts(99, "free"), 8, greedy)  # warm-up
+        speculative.NgramDrafter = drafter or real
+        try:
+            rewrite = [batch(engine, prompts(r, "reject"), args.n_predict, greedy) for r in range(args.reps)]
+        finally:
+            speculative.NgramDrafter = real
+        free = [batch(engine, prompts(r, "free"), args.n_predict, sampled) for r in range(args.reps)]
+    finally:
+        engine.stop()
+    return rewrite, free
+
+
 def verify_cost(gguf: str, args, spec: SpecConfig) -> dict:
     """The cost of verifying drafts that are all rejected, by number of slots decoding at once."""
-    greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=1)
     out: dict = {}
     for np_ in [int(x) for x in args.verify_cost.split(",")]:
         row: dict = {}
-        cases = {"off": SpecConfig(), "on": spec}
-        for label, config in cases.items():
-            engine = engine_for(gguf, config, args, n_parallel=np_)
-            try:
-                def prompts(rep, kind):
-                    body = FREE_PROMPT.split("\n", 1)[1] if kind == "free" else rewrite_prompt(0)[:2000]
-                    return [engine.model.tokenize(f"Request {rep * 100 + j}.\n{body}", add_special=True) for j in range(np_)]
-                batch(engine, prompts(99, "free"), 8, greedy)  # warm-up
-                if label == "off":
-                    runs = [batch(engine, prompts(r, "reject"), args.n_predict, greedy) for r in range(args.reps)]
-                    row["off"] = runs
-                    row["free_off"] = [batch(engine, prompts(r, "free"), args.n_predict, sampled) for r in range(args.reps)]
-                else:
-                    real = speculative.NgramDrafter
-                    speculative.NgramDrafter = RejectDrafter
-                    try:
-                        row["reject"] = [batch(engine, prompts(r, "reject"), args.n_predict, greedy) for r in range(args.reps)]
-                    finally:
-                        speculative.NgramDrafter = real
-                    row["free_ngram-simple"] = [batch(engine, prompts(r, "free"), args.n_predict, sampled) for r in range(args.reps)]
-            finally:
-                engine.stop()
+        row["off"], row["free_off"] = _greedy_and_free(gguf, SpecConfig(), args, np_)
+        row["reject"], row["free_ngram-simple"] = _greedy_and_free(gguf, spec, args, np_, RejectDrafter)
         med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in row.items()}
         out[str(np_)] = {
             "tokens_per_s": med,

@@ -72,8 +72,8 @@ class StepCost:
     """What verifying a draft costs, learned from the engine's own steps: a step with drafts
     takes (1 + fixed + per_token * drafted) times a step of the same slots without them.
     On 2 CPU cores every drafted token costs about a fifth of a step (a 17-token step took 4
-    one-token steps); on a GPU a token costs little, while a step whose shape differs from
-    the last one's pays once for building its graph (scripts/bench_spec.py --verify-cost)."""
+    one-token steps); on an H100 a token costs little, while each step with drafts costs a
+    fixed amount more inside llama_decode (scripts/bench_spec.py --verify-cost)."""
 
     DECAY = 0.97  # the weight of older verify steps in the fit, per step
 
@@ -261,13 +261,14 @@ class Speculator:
         if window:
             room = min(room, n_ubatch - len(decoding))
         out: dict[int, list[int]] = {}
+        cost = self.cost.model()
         for slot in decoding:
             if room <= 0:
                 break
             if slot.active.draft_skip > 0:
                 slot.active.draft_skip -= 1
                 continue
-            draft = self._draft(slot, room)
+            draft = self._draft(slot, room, cost)
             if draft:
                 out[slot.id] = draft
                 room -= len(draft)
@@ -275,7 +276,7 @@ class Speculator:
                     break
         return out
 
-    def _draft(self, slot: "Slot", room: int) -> list[int]:
+    def _draft(self, slot: "Slot", room: int, cost: tuple[float, float] | None) -> list[int]:
         active = slot.active
         n_max, n_min, p_min = self.limits(active)
         limit = min(n_max, room, self.ctx.n_ctx_seq - slot.n_past - 2)
@@ -283,13 +284,12 @@ class Speculator:
             limit = min(limit, active.req.max_tokens - len(active.generated) - 1)
         if active.draft_cap:
             limit = min(limit, max(active.draft_cap, n_min))
-        model = self.cost.model()
-        if model is not None and limit > 0:
+        if cost is not None and limit > 0:
             # as long as it pays for itself at this request's acceptance so far (one accepted
             # and one rejected token assumed to start with); at least one token, since a
             # draft that is never tried never shows what it would gain (BACKOFF_MAX bounds that)
             p = (active.n_accepted + 1) / (active.n_accepted + active.draft_rejections + 2)
-            limit = max(1, min(limit, best_length(p, *model, limit)))
+            limit = max(1, min(limit, best_length(p, *cost, limit)))
         if limit <= 0 or limit < n_min:
             return []
         if self.draft_model is not None:
@@ -306,15 +306,17 @@ class Speculator:
             draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
         return draft if len(draft) >= max(1, n_min) else []
 
-    @staticmethod
-    def shape(entries: Sequence["BatchEntry"]) -> tuple[int, int, bool]:
-        """(decoding slots, drafted tokens, whether any prompt is in the step) of a batch."""
+    def shape(self, entries: Sequence["BatchEntry"]) -> tuple[int, int, bool] | None:
+        """(decoding slots, drafted tokens, whether any prompt is in the step) of a batch, for
+        StepCost; None while speculation is off."""
+        if not self.on:
+            return None
         decoding = [e for e in entries if e.is_decode]
         return len(decoding), sum(len(e.draft) for e in decoding), len(decoding) < sum(1 for e in entries if not e.filler)
 
-    def observe(self, shape: tuple[int, int, bool], seconds: float) -> None:
-        """A step's time, for StepCost."""
-        if self.on:
+    def observe(self, shape: tuple[int, int, bool] | None, seconds: float) -> None:
+        """A step's time (with its shape), for StepCost."""
+        if shape is not None:
             self.cost.observe(*shape, seconds)
 
     def kv_full(self, entries: Sequence["BatchEntry"]) -> bool:

@@ -117,14 +117,16 @@ def _text(content: Any, at: str) -> str:
         return content
     if not isinstance(content, list):
         raise InvalidRequest("'content' must be a string or an array of text parts", param=f"{at}.content")
-    parts = []
-    for i, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        text = part.get("text") if kind in TEXT_PART_TYPES else part.get("refusal") if kind == "refusal" else None
-        if not isinstance(text, str):
-            raise InvalidRequest(f"content part of type {kind!r} is not supported; send text parts", param=f"{at}.content[{i}]")
-        parts.append(text)
-    return "\n".join(parts)
+    return "\n".join(_part_text(part, f"{at}.content[{i}]") for i, part in enumerate(content))
+
+
+def _part_text(part: Any, where: str, send: str = "text parts", refusal: bool = True) -> str:
+    """The text of one content part (a text part's text, a refusal's words if allowed)."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    text = part.get("text") if kind in TEXT_PART_TYPES else part.get("refusal") if kind == "refusal" and refusal else None
+    if not isinstance(text, str):
+        raise InvalidRequest(f"content part of type {kind!r} is not supported; send {send}", param=where)
+    return text
 
 
 def _content(content: Any, at: str, images: bool) -> Any:
@@ -135,11 +137,8 @@ def _content(content: Any, at: str, images: bool) -> Any:
     parts: list[dict] = []
     for j, part in enumerate(content):
         where = f"{at}.content[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "input_image":
-            if kind not in TEXT_PART_TYPES or not isinstance(part.get("text"), str):
-                raise InvalidRequest(f"content part of type {kind!r} is not supported; send text or image parts", param=where)
-            parts.append({"type": "text", "text": part["text"]})
+        if not (isinstance(part, dict) and part.get("type") == "input_image"):
+            parts.append({"type": "text", "text": _part_text(part, where, "text or image parts", refusal=False)})
             continue
         url = part.get("image_url")
         if not isinstance(url, str):
