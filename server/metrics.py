@@ -34,6 +34,7 @@ ENDPOINTS = {
     "/v1/health": "health",
     "/metrics": "metrics",
     "/slots": "slots",
+    "/engine": "slots",
     "/tokenize": "tokenize",
     "/detokenize": "detokenize",
     "/openapi.json": "openapi",

@@ -344,7 +344,18 @@ _SLOTS = {
             "budget_bytes": {"type": "integer"}, "bytes": {"type": "integer"}, "n_entries": {"type": "integer"},
             "entries": {"type": "array", "items": {"type": "object"}},
         }}),
+        "capacity": _nullable({"type": "object", "description": "what is held where (as in /props)"}),
     },
+}
+
+
+_SLOT_ARRAY = {
+    "type": "array", "description": "llama-server's shape: one object per slot, warmslot's slot fields beside its own",
+    "items": {"type": "object", "required": ["id", "n_ctx", "speculative", "is_processing", "state"], "properties": {
+        **{k: {"type": "integer"} for k in ("id", "n_ctx", "n_prompt_tokens", "n_prompt_tokens_processed", "n_prompt_tokens_cache")},
+        "speculative": {"type": "boolean"}, "is_processing": {"type": "boolean"}, "id_task": {"type": "string"},
+        **_SLOTS["properties"]["slots"]["items"]["properties"],
+    }},
 }
 
 
@@ -543,7 +554,8 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/tokenize": _post(_TOKENIZE_REQUEST, _TOKENIZE, "token ids of a text or of rendered messages"),
         "/apply-template": _post(_TOKENIZE_REQUEST, _object("prompt"), "the prompt text the chat template renders for messages and tools"),
         "/detokenize": _post(_DETOKENIZE_REQUEST, {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}, "the text of token ids"),
-        "/slots": _get(_SLOTS, "the slots, the queue and the prompt cache (own tenants only, unless the admin key)", 401, 500, 501, 503),
+        "/slots": _get(_SLOT_ARRAY, "the slots, as llama-server lists them (own tenants only, unless the admin key); ?fail_on_no_slot=1: 503 when none is idle", 401, 500, 501, 503),
+        "/engine": _get(_SLOTS, "the slots, the queue, the prompt cache and the capacity (own tenants only, unless the admin key)", 401, 500, 501, 503),
         "/metrics": _get({"type": "string"}, "Prometheus metrics", 401, media="text/plain"),
         "/openapi.json": _get({"type": "object"}, "this document"),
         "/slots/{id_slot}": _SLOT_ACTION,

@@ -16,14 +16,15 @@ from starlette.requests import Request
 
 from warmslot.slots import Engine, VocabClosed
 
-from .chat import ChatTemplate, PromptBuilder, choose_template, detect_format
+from .chat import PromptBuilder
+from .chat_template import ChatTemplate, choose_template, detect_format
 from .config import ServerConfig
 from .api.responses.store import ResponseStore
 from .errors import ServerError, Unauthorized, Unavailable, shutting_down
 from .limits import check_body_limits
 from .protocol import parse_body
 from .work_queue import WorkQueue
-from .reasoning import reasoning_mode, thinks
+from .reasoning import reasoning_mode, thinking_default, thinks
 
 log = logging.getLogger("warmslot.server")
 
@@ -59,9 +60,10 @@ class Warmslot:
         engine = self.engine
         engine.wait_ready()
         vocab, info = engine.vocab, engine.info
-        name, source = choose_template(self.config.chat_template, info.chat_template, info.arch, vocab.is_one_token)
-        thinking = {"on": (("enable_thinking", True),), "off": (("enable_thinking", False),)}.get(self.config.reasoning_default, ())
-        template = ChatTemplate(name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos), thinking)
+        name, source, native = choose_template(self.config.chat_template, info.chat_template, info.arch, vocab.is_one_token)
+        template = ChatTemplate(
+            name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos), thinking_default(self.config.reasoning_default, source), native,
+        )
         fmt = self.config.tool_format
         self.tool_format = detect_format(source) if fmt == "auto" else fmt
         self.reasoning = reasoning_mode(self.config.reasoning_format, source)
@@ -99,7 +101,7 @@ class Warmslot:
         raise Unauthorized()
 
     def is_admin(self, key: str) -> bool:
-        """The admin key (--admin-key, else the first API key) sees every tenant on /slots."""
+        """The admin key (--admin-key, else the first API key) sees every tenant on /slots and /engine."""
         admin = self.config.admin_key or (self.config.api_keys[0] if self.config.api_keys else None)
         return admin is None or key == admin
 
@@ -111,14 +113,14 @@ class Warmslot:
     @classmethod
     def tenant(cls, key: str, hint: str) -> str:
         """Prefixes are shared only within a tenant: the API key plus cache_salt (or user).
-        Written `owner:salt`, so that /slots can show a key all of its own tenants."""
+        Written `owner:salt`, so that /slots and /engine can show a key all of its own tenants."""
         if not key and not hint:
             return ""
         salted = hashlib.sha256(f"{key}\0{hint}".encode()).hexdigest()[:16] if hint else ""
         return f"{cls.owner(key)}:{salted}"
 
     def visible_tenants(self, key: str):
-        """Which tenants' slots and cache entries a key may see on /slots (None: all)."""
+        """Which tenants' slots and cache entries a key may see on /slots and /engine (None: all)."""
         if self.is_admin(key):
             return None
         owner = self.owner(key)

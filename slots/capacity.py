@@ -1,5 +1,5 @@
 """What the loaded server holds where: the capacity table logged at start-up, and shown in
-/props and /slots.
+/props and /engine.
 
 Buffer sizes come from llama.cpp's own accounting of each buffer it allocated (see
 `native_log.record_buffers`), grouped by device: llama.cpp's CPU buffer types (`CPU_Mapped`,

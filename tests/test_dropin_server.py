@@ -123,7 +123,7 @@ def test_start_up_log(server):
 
 
 def test_slots_show_the_capacity(server):
-    capacity = httpx.get(server.url + "/slots").json()["capacity"]
+    capacity = httpx.get(server.url + "/engine").json()["capacity"]
     assert capacity["weights_bytes"]["CPU"] > 200 << 20  # the 253 MB model
     assert capacity["kv_bytes_per_token"] > 0 and capacity["kv_bytes"]["CPU"] > 0
     assert capacity["cache_ram_bytes"] == 64 << 20 and capacity["cache_ram"] == "flag"

@@ -211,10 +211,10 @@ def test_requests_of_many_messages_or_inputs_are_answered_in_time_without_5xx(se
 def test_the_server_is_healthy_and_idle_after_the_fuzzing(server):
     assert httpx.get(server.url + "/health").status_code == 200
     deadline = time.monotonic() + 60
-    view = httpx.get(server.url + "/slots").json()
+    view = httpx.get(server.url + "/engine").json()
     while any(s["state"] != "idle" for s in view["slots"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-        view = httpx.get(server.url + "/slots").json()
+        view = httpx.get(server.url + "/engine").json()
     assert [s["state"] for s in view["slots"]] == ["idle", "idle"]
     assert view["queue_depth"] == 0
     r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=60)

@@ -58,7 +58,7 @@ class Stream:
 
 
 def queue_depth(url: str) -> int:
-    return httpx.get(url + "/slots").json()["queue_depth"]
+    return httpx.get(url + "/engine").json()["queue_depth"]
 
 
 def wait_for(predicate, timeout: float = 60) -> None:
@@ -127,7 +127,7 @@ def timed(default_model):
 
 
 def wait_idle(url: str) -> None:
-    wait_for(lambda: all(s["state"] == "idle" for s in httpx.get(url + "/slots").json()["slots"]), timeout=30)
+    wait_for(lambda: all(s["state"] == "idle" for s in httpx.get(url + "/slots").json()), timeout=30)
 
 
 def test_a_request_timeout_ends_a_plain_request_with_408_and_frees_the_slot(timed):

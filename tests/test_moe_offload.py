@@ -77,7 +77,7 @@ def test_props_and_slots_show_the_overrides_and_what_the_server_can_hold(moe_ser
     room = props["headroom"]
     assert room["where"] == "RAM" and room["margin_bytes"] == 1 << 30 and room["cache_ram_bytes"] == 0
     assert room["max_ctx_slot"] == 4096 and room["max_slots"] >= 1
-    slots = httpx.get(moe_server.url + "/slots", timeout=30).json()
+    slots = httpx.get(moe_server.url + "/engine", timeout=30).json()
     assert slots["capacity"]["headroom"] == room
 
 

@@ -133,7 +133,7 @@ def test_rerendered_assistant_message_is_pinned_to_that_message(server):
 def test_slots_show_checkpoints_after_a_prefill_on_a_sliding_window_model(server):
     r = chat(server, [{"role": "user", "content": "Say something about checkpoints."}])
     n_prompt = r.json()["usage"]["prompt_tokens"]
-    view = httpx.get(server.url + "/slots").json()
+    view = httpx.get(server.url + "/engine").json()
     assert view["memory"] == "swa"
     slot = view["slots"][0]
     assert slot["state"] == "idle"

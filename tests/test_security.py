@@ -1,5 +1,5 @@
 """What one client can learn about another's: the miss explanation quotes no other
-conversation's text, /slots shows a key only its own tenants (the admin key sees all), and
+conversation's text, /slots and /engine show a key only its own tenants (the admin key sees all), and
 /metrics needs a key when the server has keys. The real server on the default model."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def keyed(default_model):
 
 
 def slots(url, key):
-    r = httpx.get(url + "/slots", headers={"Authorization": f"Bearer {key}"})
+    r = httpx.get(url + "/engine", headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 200, r.text
     return r.json()
 

@@ -28,7 +28,7 @@ def client(server):
 
 
 def slots_state(server) -> list[str]:
-    return [s["state"] for s in httpx.get(server.url + "/slots").json()["slots"]]
+    return [s["state"] for s in httpx.get(server.url + "/slots").json()]
 
 
 def wait_idle(server, timeout: float = 10.0) -> list[str]:
@@ -39,6 +39,17 @@ def wait_idle(server, timeout: float = 10.0) -> list[str]:
             return states
         time.sleep(0.05)
     return slots_state(server)
+
+
+def test_slots_is_llama_servers_array_and_engine_the_whole_view(server, client):
+    client.chat.completions.create(model="x", messages=HELLO, max_tokens=2, temperature=0)
+    wait_idle(server)
+    slots = httpx.get(server.url + "/slots").json()
+    assert [s["id"] for s in slots] == [0, 1]
+    assert all(s["n_ctx"] == 2048 and s["is_processing"] is False and s["state"] == "idle" for s in slots)
+    assert httpx.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200  # a slot is idle
+    view = httpx.get(server.url + "/engine").json()
+    assert [s["id"] for s in view["slots"]] == [0, 1] and view["queue_depth"] == 0 and "cache" in view
 
 
 def test_models_lists_the_loaded_model(client):

@@ -117,7 +117,7 @@ def stats(page, n):
 
 def slots_json(url, key=None):
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.get(url + "/slots", headers=headers, timeout=10).json()
+    return httpx.get(url + "/engine", headers=headers, timeout=10).json()
 
 
 def test_chat_streams_and_the_second_turn_comes_from_the_slot(browser, server):

@@ -1,5 +1,5 @@
 """One invocation's state (settings, texts, budget, result) and the servers it starts: the
-same flags for both servers, a warm-up request, and /metrics and /slots scrapes."""
+same flags for both servers, a warm-up request, and /metrics and /slots scrapes (warmslot's /engine)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ class Served:
         return self.proc.pid if self.proc is not None else None
 
     def scrape(self) -> dict[str, Any]:
-        """The server's /metrics (parsed, selected) and /slots (summarised)."""
+        """The server's /metrics (parsed, selected) and /slots or /engine (summarised)."""
         out: dict[str, Any] = {}
         text = get_text(self.url, "/metrics")
         if text:
@@ -200,7 +200,7 @@ class Served:
                                                "warmslot_decode", "warmslot_generated", "warmslot_engine",
                                                "warmslot_time_to_first_token_seconds_sum",
                                                "warmslot_time_to_first_token_seconds_count", "llamacpp:"))}
-        slots = get_json(self.url, "/slots")
+        slots = get_json(self.url, "/engine" if self.server == WARMSLOT else "/slots")  # warmslot's whole view
         if slots is not None:
             out["slots"] = summarise_slots(slots)
         return out

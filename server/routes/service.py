@@ -1,4 +1,4 @@
-"""Service routes: health, tokenize and detokenize, the slots view (the models: `props.py`)."""
+"""Service routes: health, tokenize and detokenize, the slots and engine views (the models: `props.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import InvalidRequest, NotSupported, shutting_down
+from ..errors import InvalidRequest, NotSupported, Unavailable, shutting_down
 from ..constraints import validate_tools
 from ..protocol import parse_body, parse_chat, parse_messages
 from ..state import server_of
@@ -77,10 +77,10 @@ async def apply_template(request: Request) -> Response:
     add_generation_prompt = body.get("add_generation_prompt", True)
     if not isinstance(add_generation_prompt, bool):
         raise InvalidRequest("'add_generation_prompt' must be a boolean", param="add_generation_prompt")
-    prompt = await server.offload(
-        lambda: server.builder.build(params.messages, tools, add_generation_prompt=add_generation_prompt, extra=params.template_kwargs)
-    )
-    return JSONResponse({"prompt": prompt.text})
+    text = await server.offload(lambda: server.builder.render_text(
+        params.messages, tools, add_generation_prompt=add_generation_prompt, extra=params.template_kwargs, continue_final=params.continue_final,
+    ))
+    return JSONResponse({"prompt": text})  # rendered only: a prompt longer than a slot is still shown
 
 
 async def detokenize(request: Request) -> Response:
@@ -95,17 +95,45 @@ async def detokenize(request: Request) -> Response:
     text = await server.offload(server.engine.vocab.detokenize, tokens)
     return JSONResponse({"content": text})
 
-async def slots_view(request: Request) -> Response:
-    """The slots and cache entries; a key that is not the admin key sees the details of its
-    own tenants only (other tenants' slots show their id and state)."""
+async def _engine_snapshot(request: Request):
+    """The detailed snapshot a key may see: details of its own tenants only, unless it is the
+    admin key (other tenants' slots show their id and state)."""
     server = server_of(request)
     key = server.authorize(request)
     if not server.config.slots_endpoint:
-        raise NotSupported("the /slots endpoint is disabled (--no-slots)")
+        raise NotSupported("the /slots and /engine endpoints are disabled (--no-slots)")
     server.require_ready()
     visible = server.visible_tenants(key)
-    snapshot = await asyncio.get_running_loop().run_in_executor(
-        None, lambda: server.engine.snapshot(detail=True, visible=visible)
-    )
+    return server, await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True, visible=visible))
+
+
+async def slots_view(request: Request) -> Response:
+    """llama-server's GET /slots: an array with one object per slot, in its field names
+    (`id`, `n_ctx`, `is_processing`, ...), with warmslot's own fields beside them.
+    `?fail_on_no_slot=1` answers 503 when no slot is idle."""
+    server, snapshot = await _engine_snapshot(request)
+    info = server.engine.info
+    speculative = server.config.engine.spec.type != "none"
+    slots = [_slot_body(view, info.n_ctx_slot, speculative) for view in snapshot.to_json()["slots"]]
+    if request.query_params.get("fail_on_no_slot") and not any(not s["is_processing"] for s in slots):
+        raise Unavailable("no slot available", retry_after=1, code="no_slot")
+    return JSONResponse(slots)
+
+
+def _slot_body(view: dict, n_ctx: int, speculative: bool) -> dict:
+    body = {"id": view["id"], "n_ctx": n_ctx, "speculative": speculative, "is_processing": view["state"] != "idle"}
+    request = view.get("request")
+    if request is not None:
+        body.update(
+            id_task=request["id"], n_prompt_tokens=request["n_prompt"],
+            n_prompt_tokens_processed=request["n_prompt"] - request["n_cached"], n_prompt_tokens_cache=request["n_cached"],
+        )
+    return {**body, **view}
+
+
+async def engine_view(request: Request) -> Response:
+    """The whole engine at one instant: the slots, the queue, the prompt cache and what is
+    held where (capacity)."""
+    server, snapshot = await _engine_snapshot(request)
     capacity = server.engine.info.capacity
     return JSONResponse({**snapshot.to_json(), "capacity": capacity.to_json() if capacity is not None else None})

@@ -2,7 +2,7 @@
 
 Three static files shipped inside the package (`server/webui/`), plain JavaScript and CSS with
 nothing fetched from elsewhere, so the page works offline and needs no build step. The page
-talks to the server through the public routes only (`/v1/chat/completions`, `/slots`,
+talks to the server through the public routes only (`/v1/chat/completions`, `/engine`,
 `/metrics`, `/props`), with the key the user types, so it shows exactly what that key may see.
 `--no-webui` leaves these routes out of the table (404).
 """

@@ -1,6 +1,6 @@
 // warmslot's page: a chat with the model and a live view of the slots and the cache.
 // Plain JavaScript, no dependencies. It uses the server's public routes only, with the key
-// the user gives, so the cache view shows exactly what /slots shows to that key.
+// the user gives, so the cache view shows exactly what /engine shows to that key.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -391,7 +391,7 @@ function logRequest(stats, line) {
 
 async function poll() {
   try {
-    const [view, text] = await Promise.all([get("/slots"), get("/metrics", "text")]);
+    const [view, text] = await Promise.all([get("/engine"), get("/metrics", "text")]);
     const m = metricValues(text);
     capacity = view.capacity || capacity;
     samples.push({ t: Date.now() / 1000, totals: Object.fromEntries(SOURCES.map((s) => [s, m[`warmslot_prompt_tokens_total{source="${s}"}`] || 0])) });
