@@ -1,10 +1,10 @@
-"""Chat templates and prompt building.
+"""Prompt building: a chat request's messages to tokens.
 
 A chat request becomes tokens in three steps:
 
-1. **Render** the messages (and tools) with the chat template: the GGUF's own, a file or
-   built-in name given with --chat-template, or a built-in chosen by architecture. Jinja runs
-   sandboxed. A template that knows no tools gets them injected as a Hermes-style system
+1. **Render** the messages (and tools) with the chat template (`chat_template`: the GGUF's
+   own, a file or a built-in named with --chat-template, or a built-in chosen by
+   architecture). A template that knows no tools gets them injected as a Hermes-style system
    prompt, with tool calls and tool results turned into text (see `inject_tools`).
 2. **Split** the text into segments: template glue, and each message's content.
 3. **Tokenize** each segment on its own (and cache the result). Glue and assistant content
@@ -19,162 +19,18 @@ where each message's content starts, which the engine uses as checkpoint positio
 from __future__ import annotations
 
 import bisect
-import datetime
 import itertools
 import json
-import logging
-import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
-from typing import Any, Sequence
-
-import jinja2
+from typing import Sequence
 
 from warmslot.slots import Vocab
 
+from .chat_template import ChatTemplate
 from .errors import ContextOverflow, InvalidRequest
-from .jinja_env import compiled as _compiled, tojson as _tojson
-from .output.markers import HERMES_OPEN, MISTRAL_CALLS, PYTHON_TAG, THINK_CLOSE, THINK_OPEN
+from .jinja_env import tojson as _tojson
 from .tokenizer import Tokenizer, split_marker
-
-log = logging.getLogger("warmslot.chat")
-
-BUILTIN_TEMPLATES = ("gemma", "chatml", "llama3", "mistral")
-
-
-def builtin_source(name: str) -> str:
-    return resources.files(__package__).joinpath("templates", f"{name}.jinja").read_text("utf-8")
-
-
-@dataclass(frozen=True)
-class ChatTemplate:
-    name: str
-    source: str
-    bos_token: str = ""
-    eos_token: str = ""
-    defaults: tuple[tuple[str, Any], ...] = ()  # template variables a request may override (--reasoning)
-
-    @property
-    def supports_tools(self) -> bool:
-        return "tools" in self.source
-
-    def render(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool, extra: dict | None = None) -> str:
-        template = _compiled(self.source)
-        variables = dict(self.defaults)
-        variables["date_string"] = datetime.date.today().strftime("%d %b %Y")  # as llama.cpp's templates get it
-        variables.update(extra or {})
-        variables.update(
-            messages=messages,
-            tools=tools or None,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-        )
-        try:
-            try:
-                text = template.render(**variables)
-            except (TypeError, jinja2.exceptions.UndefinedError):
-                # templates written for string contents fail on an assistant message that holds
-                # only tool calls (content null): they get "" instead, as they would elsewhere
-                if not any(m.get("content") is None for m in messages):
-                    raise
-                variables["messages"] = [dict(m, content="") if m.get("content") is None else m for m in messages]
-                text = template.render(**variables)
-        except (jinja2.exceptions.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
-            raise InvalidRequest(f"the chat template rejected the messages: {type(exc).__name__}: {exc}", param="messages") from exc
-        if add_generation_prompt and variables.get("enable_thinking") is False and prompt_opens_reasoning(text):
-            text += THINK_CLOSE  # a template that always opens a think block: thinking off closes it at once
-        return text
-
-
-def choose_template(spec: str | None, gguf_template: str | None, arch: str, vocab_has: "callable") -> tuple[str, str]:
-    """(name, source) of the template to use. `spec` is --chat-template: a file or a built-in
-    name. Without it: the GGUF's template, else a built-in chosen by architecture."""
-    if spec:
-        if os.path.isfile(spec):
-            with open(spec, encoding="utf-8") as f:
-                return spec, f.read()
-        if spec in BUILTIN_TEMPLATES:
-            return spec, builtin_source(spec)
-        raise ValueError(f"--chat-template {spec!r} is neither a file nor one of {', '.join(BUILTIN_TEMPLATES)}")
-    if gguf_template:
-        return "gguf", gguf_template
-    name = _template_for_arch(arch, vocab_has)
-    log.warning("the model has no chat template; using the built-in %r template for arch %s", name, arch)
-    return name, builtin_source(name)
-
-
-def _template_for_arch(arch: str, vocab_has) -> str:
-    if arch.startswith("gemma"):
-        return "gemma"
-    if vocab_has("<|start_header_id|>"):
-        return "llama3"
-    if vocab_has("[INST]"):
-        return "mistral"
-    return "chatml"
-
-
-# -- what a template tells about the output ------------------------------------------------
-
-_GENERATION_PROMPT_RE = re.compile(r"add_generation_prompt")
-_STRING_LITERAL_RE = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"", re.S)
-
-
-def detect_format(chat_template: str | None) -> str:
-    """Pick the tool-call format a model most likely produces.
-
-    Decided from the chat template source when it shows a tool syntax:
-      ``<tool_call>`` with ``<function=``/``<parameter=`` -> "hermes_xml" (Qwen3-Coder, Qwen3.5);
-      ``<tool_call>`` -> "hermes"; ``[TOOL_CALLS]`` -> "mistral";
-      ``<|python_tag|>``, or an ``ipython`` role with ``"parameters"`` -> "llama3".
-    Otherwise "hermes": the Qwen families use Hermes markers natively, and templates that know
-    no tools get a Hermes-style tool prompt injected (`inject_tools`), so Hermes is what such
-    models are asked to write.
-    """
-    template = chat_template or ""
-    if HERMES_OPEN in template:
-        if "<function=" in template and "<parameter=" in template:
-            return "hermes_xml"
-        return "hermes"
-    if MISTRAL_CALLS in template:
-        return "mistral"
-    if PYTHON_TAG in template or ("ipython" in template and '"parameters"' in template):
-        return "llama3"
-    return "hermes"
-
-
-def detect_reasoning(chat_template: str | None) -> tuple[bool, bool]:
-    """(uses ``<think>`` reasoning, generation prompt leaves a think block open).
-
-    Heuristics: the template mentions ``<think>`` -> reasoning. The generation prompt is taken
-    to be the template text after its last mention of ``add_generation_prompt``; if one of the
-    string literals there contains ``<think>`` not followed by ``</think>`` in the same literal
-    (``'<|im_start|>assistant\\n<think>\\n'``), the output starts inside reasoning. A literal
-    such as ``'<think>\\n\\n</think>\\n\\n'`` (thinking switched off) does not count. Which
-    branch a template takes depends on its variables (``enable_thinking`` and the like), so
-    this is a default; `prompt_opens_reasoning` on the rendered prompt gives the answer for
-    one request.
-    """
-    template = chat_template or ""
-    if THINK_OPEN not in template:
-        return False, False
-    positions = [m.end() for m in _GENERATION_PROMPT_RE.finditer(template)]
-    tail = template[positions[-1] :] if positions else ""
-    opens = False
-    for match in _STRING_LITERAL_RE.finditer(tail):
-        literal = match.group(1) if match.group(1) is not None else match.group(2)
-        pos = literal.find(THINK_OPEN)
-        if pos >= 0 and THINK_CLOSE not in literal[pos:]:
-            opens = True
-            break
-    return True, opens
-
-
-def prompt_opens_reasoning(prompt: str) -> bool:
-    """Whether a rendered prompt ends inside a think block (its last ``<think>`` is unclosed)."""
-    start = prompt.rfind(THINK_OPEN)
-    return start >= 0 and THINK_CLOSE not in prompt[start:]
 
 
 # -- tools for templates that know none ---------------------------------------------------
@@ -377,18 +233,7 @@ class PromptBuilder:
         `continue_final`: the last message (an assistant's) is a prefill: the prompt is the
         others with the generation prompt, then its text, open for the reply to continue."""
         self._check_text_bound(messages)
-        indexed = [dict(m, _index=i) for i, m in enumerate(messages)]
-        template_tools = tools
-        if not self.template.supports_tools and (tools or any(m["role"] == "tool" or m.get("tool_calls") for m in indexed)):
-            indexed = inject_tools(indexed, tools)
-            template_tools = None
-        prefill = ""
-        if continue_final:
-            prefill = indexed[-1].get("content") or ""
-            text = self.template.render(indexed[:-1], template_tools, True, extra)
-            add_generation_prompt = True
-        else:
-            text = self.template.render(indexed, template_tools, add_generation_prompt, extra)
+        indexed, text, prefill, add_generation_prompt = self._render(messages, tools, add_generation_prompt, extra, continue_final)
         generation_at = None
         suffix = self._generation_suffix(extra) if add_generation_prompt else None
         if suffix and text.endswith(suffix) and len(suffix) < len(text):
@@ -436,6 +281,26 @@ class PromptBuilder:
             ordered = sorted(texts, key=len, reverse=True)
             self._glue = re.compile("|".join(map(re.escape, ordered))) if ordered else False
         return self._glue or None
+
+    def render_text(
+        self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None,
+        continue_final: bool = False,
+    ) -> str:
+        """The prompt text `build` would tokenize, with no bound on its length."""
+        _, text, prefill, _ = self._render(messages, tools, add_generation_prompt, extra, continue_final)
+        return text + prefill
+
+    def _render(self, messages, tools, add_generation_prompt, extra, continue_final) -> tuple[list[dict], str, str, bool]:
+        """(the messages as rendered, the template's text, the prefill after it, whether the
+        text ends with the generation prompt). Tools a template does not know are injected."""
+        indexed = [dict(m, _index=i) for i, m in enumerate(messages)]
+        template_tools = tools
+        if not self.template.supports_tools and (tools or any(m["role"] == "tool" or m.get("tool_calls") for m in indexed)):
+            indexed = inject_tools(indexed, tools)
+            template_tools = None
+        if continue_final:
+            return indexed, self.template.render(indexed[:-1], template_tools, True, extra), indexed[-1].get("content") or "", True
+        return indexed, self.template.render(indexed, template_tools, add_generation_prompt, extra), "", add_generation_prompt
 
     def _check_text_bound(self, messages: list[dict]) -> None:
         """Before rendering: no token is longer than the vocabulary's longest piece, so the

@@ -103,7 +103,7 @@ class ServerConfig:
     hf_file: str | None = None
     hf_token: str | None = None
     ignored_flags: list[tuple[str, str]] = field(default_factory=list)  # llama-server flags that change nothing here, and why
-    admin_key: str | None = None  # sees every tenant on /slots (default: the first API key)
+    admin_key: str | None = None  # sees every tenant on /slots and /engine (default: the first API key)
     metrics_open: bool = False  # /metrics without a key even when keys are set
     max_body: int = 8 << 20  # bytes of a request body; more gets 413 (0: no limit)
     request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
@@ -143,7 +143,7 @@ _FLAGS = [
     (("-t", "--threads"), "threads", int, 0, "CPU threads for generation (0: the number of physical cores)"),
     (("-tb", "--threads-batch"), "threads_batch", int, 0, "CPU threads for prompt processing (0: same as --threads)"),
     (("-n", "--n-predict"), "n_predict", int, -1, "default max_tokens when a request sets none (-1: until the context is full)"),
-    (("--chat-template",), "chat_template", str, None, "a Jinja chat template file, or a built-in: gemma, chatml, llama3, mistral"),
+    (("--chat-template",), "chat_template", str, None, "a Jinja chat template file, or a built-in by name: warmslot's Jinja gemma, chatml, llama3, mistral, or one of llama.cpp's own formats (command-r, llama2, phi3, zephyr, ...), which llama.cpp renders"),
     (("-a", "--alias"), "alias", str, None, "model name to report in the API (default: the file name); several names separated by commas, the first is reported"),
     (("--api-key",), "api_key", str, None, "require this key (Authorization: Bearer KEY); several keys separated by commas"),
     (("--api-key-file",), "api_key_file", str, None, "a file of API keys, one per line (blank lines and lines starting with # are skipped), added to --api-key's"),
@@ -154,7 +154,7 @@ _FLAGS = [
     (("--no-cors-credentials",), "cors_credentials", "off", "on", "CORS preflights do not allow credentials; with --cors-origins * the origin is then '*'"),
     (("--tags",), "tags", str, None, "comma-separated tags of the model, listed on /v1/models (informational)"),
     (("--max-queue",), "max_queue", int, 64, "requests that may wait for a slot; more get 503 with Retry-After"),
-    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots and reads /metrics (default: the first --api-key)"),
+    (("--admin-key",), "admin_key", str, None, "the key that sees every tenant's slots and cache entries on /slots and /engine and reads /metrics (default: the first --api-key)"),
     (("--metrics-open",), "metrics_open", bool, False, "serve /metrics without a key even when --api-key is set (anyone who reaches the port reads the model path and the load)"),
     (("--max-body",), "max_body", "size", "8MiB", "largest request body; larger bodies get 413 (0: no limit); " + SIZE_HELP),
     (("--request-timeout",), "request_timeout", float, 0.0, "seconds a request may take from arrival to its last token; a request's own 'timeout' can only shorten it (0: no limit)"),
@@ -175,10 +175,10 @@ _FLAGS = [
     (("-kvu", "--kv-unified"), "kv_unified", "on", "auto", "one KV pool that all slots share, so one slot may use all of it (default with one slot, and on recurrent and hybrid models)"),
     (("-no-kvu", "--no-kv-unified"), "kv_unified", "off", "auto", "a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and sliding-window models) [env value: on, off or auto]"),
     (("--no-park-idle",), "no_park_idle", bool, False, "keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
-    (("--no-slots",), "no_slots", bool, False, "disable the /slots endpoint"),
+    (("--no-slots",), "no_slots", bool, False, "disable the /slots and /engine endpoints (they answer 501)"),
     (("--no-webui",), "no_webui", bool, False, "no web page at / (the chat and cache view)"),
     (("--tool-format",), "tool_format", str, "auto", "tool-call format: auto (from the chat template), hermes, hermes_xml, llama3, mistral, json"),
-    (("-rea", "--reasoning"), "reasoning", str, "auto", "thinking in chat replies: on or off set the chat template's enable_thinking (off also closes a think block the template always opens); auto: the template's default. A request's chat_template_kwargs override it"),
+    (("-rea", "--reasoning"), "reasoning", str, "auto", "thinking in chat replies: on or off set the chat template's enable_thinking (off also closes a think block the template always opens); auto: on where the template has an enable_thinking switch (as llama-server), else the template's default. A request's chat_template_kwargs override it"),
     (("--reasoning-format",), "reasoning_format", str, "auto", "auto: thoughts go to reasoning_content when the chat template uses <think>; deepseek: always; none: leave them in content"),
     (("--log-level",), "log_level", str, "info", "debug, info, warning or error"),
     (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),

@@ -25,8 +25,23 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+class _Undefined(jinja2.Undefined):
+    """An undefined variable joined to a string is the empty string, as in llama.cpp's
+    template engine (a template may add a variable that only some runners define)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+    def __radd__(self, other: Any) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"], undefined=_Undefined,
+    )
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = _strftime_now

@@ -433,6 +433,10 @@ def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None)
     formats = response_format is not None and response_format.get("type") != "text"
     if sum(x is not None for x in (grammar, json_schema)) + formats > 1:
         raise InvalidRequest("send one of 'grammar', 'json_schema' and 'response_format'", param="grammar" if grammar is not None else "json_schema")
+    continue_final = continues_final(messages, add_generation_prompt, _boolean(body, "continue_final_message", False))
+    parts = body["messages"][-1].get("content")
+    if continue_final and isinstance(parts, list):  # a prefill's text parts join as llama-server joins them
+        messages[-1]["content"] = "\n\n".join(part["text"] for part in parts)
     return ChatParams(
         messages=messages,
         gen=gen,
@@ -442,7 +446,7 @@ def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None)
         response_format=response_format,
         template_kwargs=kwargs,
         add_generation_prompt=add_generation_prompt is not False,
-        continue_final=continues_final(messages, add_generation_prompt, _boolean(body, "continue_final_message", False)),
+        continue_final=continue_final,
         grammar=grammar,
         json_schema=json_schema,
     )

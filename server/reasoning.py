@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from warmslot.slots import ReasoningBudget, Vocab
 
-from .chat import detect_reasoning
+from .chat_template import detect_reasoning
 from .errors import InvalidRequest
 from .output.markers import THINK_CLOSE, THINK_OPEN
 
@@ -26,6 +26,17 @@ def reasoning_mode(fmt: str, template_source: str | None) -> tuple[bool, bool]:
     if fmt == "deepseek":
         return True, opens
     return uses, opens
+
+
+def thinking_default(reasoning: str, template_source: str | None) -> tuple[tuple[str, bool], ...]:
+    """The template's `enable_thinking` for --reasoning (a request's chat_template_kwargs
+    override it): on or off say so; auto turns thinking on where the template has the switch,
+    as llama-server does, and leaves other templates alone."""
+    if reasoning == "on" or (reasoning == "auto" and "enable_thinking" in (template_source or "")):
+        return (("enable_thinking", True),)
+    if reasoning == "off":
+        return (("enable_thinking", False),)
+    return ()
 
 
 def thinks(fmt: str, template_source: str | None) -> bool:

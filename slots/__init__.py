@@ -13,6 +13,7 @@ from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
 from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, model_params, placement
+from .llama_api.chat_builtin import apply_builtin_chat_template, builtin_chat_templates
 from .llama_api.mtmd import MediaError
 from .logprobs import TokenLogprob
 from .media_spans import MediaSpan, placeholder_ids
@@ -68,6 +69,8 @@ __all__ = [
     "Usage",
     "Vocab",
     "VocabClosed",
+    "apply_builtin_chat_template",
+    "builtin_chat_templates",
     "check_grammar",
     "ggml_build",
     "model_params",

@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from tests.helpers import warmslot_server
-from warmslot.server.chat import ChatTemplate, PromptBuilder, PromptTooLong, builtin_source
+from warmslot.server.chat import PromptBuilder, PromptTooLong
+from warmslot.server.chat_template import ChatTemplate, builtin_source
 from warmslot.slots.llama_api import Model
 from warmslot.slots.vocab import Vocab
 

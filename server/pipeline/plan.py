@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from warmslot.slots import GrammarSpec, MediaSpan, ReasoningBudget
 
-from ..chat import Prompt, prompt_opens_reasoning
+from ..chat import Prompt
+from ..chat_template import prompt_opens_reasoning
 from ..errors import InvalidRequest
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
