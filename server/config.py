@@ -115,6 +115,7 @@ class ServerConfig:
     vertex: Vertex | None = None  # Vertex AI's prediction protocol (AIP_MODE=PREDICTION in the environment)
     image_max_bytes: int = 20 << 20  # bytes of one image (decoded); more get 400
     image_max_pixels: int = 33_554_432  # pixels of one image; more get 400
+    media_path: str | None = None  # file:// image URLs are read from this folder (--media-path)
     webui: bool = True  # the chat and cache page at /
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     tags: list[str] = field(default_factory=list)  # informational, listed on /v1/models
@@ -184,7 +185,7 @@ _FLAGS = [
     (("--max-n",), "max_n", int, 8, "most choices one request may ask for (n); the prompt is evaluated once and forked into the others"),
     (("--embeddings",), "embeddings", bool, False, "serve /v1/embeddings from a second llama context with embeddings on (generation is unaffected)"),
     (("--rerank", "--reranking"), "reranking", bool, False, "serve /rerank (and /v1/rerank) from a context with rank pooling: relevance scores of query-document pairs from a reranker model"),
-    (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls or last"),
+    (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls, last, or none (a vector per token: /embeddings only, /v1/embeddings refuses it)"),
     (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
     (("--keep-billing-header",), "keep_billing_header", bool, False, "/v1/messages: keep Claude Code's x-anthropic-billing-header system block in the prompt (it changes on every request, so every request then recomputes the whole prompt; dropped by default)"),
 ]
@@ -224,6 +225,7 @@ _FLAGS += [
     (("--image-max-tokens",), "image_max_tokens", int, -1, "most tokens an image takes, for projectors of dynamic resolution (-1: the projector's own)"),
     (("--image-max-bytes",), "image_max_bytes", "size", "20m", "largest image accepted, decoded (a bare number is MiB); more get 400"),
     (("--image-max-pixels",), "image_max_pixels", int, 33_554_432, "most pixels (width x height) of an image accepted; more get 400"),
+    (("--media-path",), "media_path", str, None, "a folder that image_url file:// URLs are read from (paths inside it only); without it they get 400"),
 ]
 
 # Expert offload, tensor placement and --fit (llama-server's names and meanings)
@@ -263,7 +265,7 @@ _CHOICES = {
     "reasoning_format": ("auto", "deepseek", "none"),
     "reasoning": ("on", "off", "auto"),
     "log_level": ("debug", "info", "warning", "error"),
-    "pooling": ("auto", "mean", "cls", "last"),
+    "pooling": ("auto", "mean", "cls", "last", "none"),
     "spec_type": SPEC_TYPES,
     "cache_type_k_draft": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
     "cache_type_v_draft": ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"),
@@ -448,6 +450,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         max_tools=a.max_tools,
         image_max_bytes=a.image_max_bytes,
         image_max_pixels=a.image_max_pixels,
+        media_path=a.media_path,
         max_n=a.max_n,
         responses_store=a.responses_store,
         webui=not a.no_webui,
@@ -455,6 +458,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         cors=CorsPolicy(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials != "off"),
         tags=[t.strip() for t in (a.tags or "").split(",") if t.strip()],
     )
+    if a.media_path and not os.path.isdir(a.media_path):
+        parser.error(f"--media-path: no such folder: {a.media_path}")
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")
     return config, a

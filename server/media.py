@@ -15,6 +15,7 @@ import base64
 import binascii
 import dataclasses
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?
 class ImageInput:
     data: bytes
     param: str  # the request field it came from, for errors
+    file: str = ""  # a file:// URL's path under --media-path, read when the prompt is planned
 
     @property
     def media_id(self) -> str:
@@ -45,7 +47,8 @@ class ImageInput:
 
 def image_part(part: dict, param: str) -> ImageInput:
     """A chat `image_url` part ({"image_url": {"url": "data:image/png;base64,..."}} or the
-    URL as a string) as an image's bytes; fetching http(s) URLs is not supported."""
+    URL as a string) as an image's bytes, or a file:// URL read under --media-path; fetching
+    http(s) URLs is not supported."""
     value = part.get("image_url")
     url = value.get("url") if isinstance(value, dict) else value
     param = f"{param}.image_url.url" if isinstance(value, dict) else f"{param}.image_url"
@@ -57,6 +60,8 @@ def image_part(part: dict, param: str) -> ImageInput:
 
 
 def image_from_url(url: str, param: str) -> ImageInput:
+    if url.startswith("file://"):
+        return ImageInput(b"", param, file=url[len("file://"):])
     if url.startswith(("http://", "https://")):
         raise InvalidRequest("image URLs are not fetched; send the image inline as a data: URL (data:image/png;base64,...)", param=param)
     match = _DATA_URL.match(url)
@@ -78,10 +83,40 @@ def message_images(messages: list[dict]) -> list[ImageInput]:
     return [image for m in messages for image in m.get(IMAGES_KEY, ())]
 
 
-def attach_images(prompt: Prompt, images: list[ImageInput], projector: Any, *, max_bytes: int, max_pixels: int) -> tuple[Prompt, tuple[MediaSpan, ...]]:
+def read_media_file(root: str | None, path: str, max_bytes: int, param: str) -> bytes:
+    """The bytes of a file:// image: a path relative to --media-path, never outside it (no
+    `..`, no link out of it), as llama-server's --media-path allows."""
+    if root is None:
+        raise InvalidRequest("file:// URLs are read only from a folder the server names with --media-path", param=param)
+    rel = os.path.normpath(path.lstrip("/"))
+    if rel == "." or rel.startswith("..") or os.path.isabs(rel):
+        raise InvalidRequest("a file:// URL names a file inside --media-path (no '..')", param=param)
+    base = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(base, rel))
+    if os.path.commonpath([base, full]) != base:
+        raise InvalidRequest("a file:// URL names a file inside --media-path (no link out of it)", param=param)
+    try:
+        with open(full, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise InvalidRequest(f"no file {rel!r} in --media-path", param=param) from None
+    except OSError as exc:
+        raise InvalidRequest(f"the file {rel!r} cannot be read: {exc.strerror}", param=param) from None
+    if len(data) > max_bytes:
+        raise InvalidRequest(f"the image has more than {max_bytes} bytes (--image-max-bytes)", param=param)
+    if not data:
+        raise InvalidRequest("the image is empty", param=param)
+    return data
+
+
+def attach_images(
+    prompt: Prompt, images: list[ImageInput], projector: Any, *, max_bytes: int, max_pixels: int, media_path: str | None = None,
+) -> tuple[Prompt, tuple[MediaSpan, ...]]:
     """Replace each marker token of `prompt` by its image's parts (on the tokenize pool:
     libmtmd decodes and preprocesses the image). Raises InvalidRequest naming the image's
-    field for an image that is too large or cannot be decoded."""
+    field for an image that is too large or cannot be decoded, or a file:// image that
+    --media-path does not hold."""
+    images = [ImageInput(read_media_file(media_path, i.file, max_bytes, i.param), i.param) if i.file else i for i in images]
     at = [i for i, t in enumerate(prompt.tokens) if t == MEDIA_TOKEN]
     if len(at) != len(images):
         raise InvalidRequest(

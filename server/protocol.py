@@ -232,6 +232,8 @@ class GenerationParams:
     timeout: float | None = None  # seconds the request may take, waiting and running
     cache_key: str = ""  # prompt_cache_key: slot affinity
     keep_s: float | None = None  # prompt_cache_retention in seconds (0: never on disk; None: default)
+    return_progress: bool = False  # a stream reports the prompt's evaluation (llama-server's prompt_progress)
+    timings_per_token: bool = False  # a stream's chunks carry llama-server's timings so far
 
 
 def parse_generation(
@@ -281,6 +283,8 @@ def parse_generation(
         timeout=_timeout(body),
         cache_key=cache_key,
         keep_s=keep_s,
+        return_progress=stream and _boolean(body, "return_progress", False),
+        timings_per_token=stream and _boolean(body, "timings_per_token", False),
     )
 
 

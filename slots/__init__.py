@@ -19,8 +19,8 @@ from .logprobs import TokenLogprob
 from .media_spans import MediaSpan, placeholder_ids
 from .reasoning_budget import ReasoningBudget
 from .requests import (
-    EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, QueueSink, Rejected, Result, Reuse,
-    ShuttingDown, Source, Usage,
+    EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, Progress, QueueFull, QueueSink, Rejected, Result,
+    Reuse, ShuttingDown, Source, Usage,
 )
 from .sampling import DraftLimits, SamplingParams
 from .snapshot import EngineInfo, EngineSnapshot
@@ -54,6 +54,7 @@ __all__ = [
     "MemoryKind",
     "NotReady",
     "Placement",
+    "Progress",
     "QueueFull",
     "QueueSink",
     "ReasoningBudget",

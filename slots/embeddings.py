@@ -90,7 +90,8 @@ class Embedder:
                 raise InputTooLong(i, len(tokens), self.n_ctx)
 
     def embed(self, inputs: Sequence[Sequence[int]], *, job: "Job | None" = None) -> concurrent.futures.Future:
-        """A Future of one normalized float32 vector per input, in order. `job`: the worker
+        """A Future of one normalized float32 vector per input, in order (pooling "none": a
+        matrix of one vector per token, not normalized). `job`: the worker
         calls `job.start()` first (False: skip the work) and stops between decodes once
         `job.cancelled()` (the Future's result is then incomplete; the waiter ignores it)."""
         self.check(inputs)
@@ -104,6 +105,12 @@ class Embedder:
         where = [first.setdefault(tuple(t), len(first)) for t in inputs]
         distinct = list(map(list, first))
         out: list[np.ndarray] = []
+        if self.pooling == "none":  # a vector per token, as llama.cpp gives them (not normalized)
+            for tokens in distinct:
+                if job is not None and job.cancelled():
+                    return out
+                out.append(self._ctx.per_token(tokens))
+            return [out[i] for i in where]
         for group in self._ctx.groups(distinct):
             if job is not None and job.cancelled():
                 return out

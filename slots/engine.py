@@ -415,7 +415,9 @@ class Engine:
         slot.last_used = time.monotonic()
         self.prefixes.park_idle(keep=slot)
         active.event().started = True
+        active.event().admitted_at = active.admitted
         active.event().reuse = reuse
+        active.report_progress(keep, at_start=True)
         log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, len(req.tokens), keep, reuse.source, reuse.reason)
 
     # -- one decode --------------------------------------------------------------------

@@ -122,5 +122,6 @@ class MediaPrefill:
         end = self.projector.decode(self._ctx, chunk, embd, slot.n_past, slot.id)
         assert end == span.end, (end, span.end)
         slot.tokens.extend(slot.active.prompt[span.start : span.end])
+        slot.active.report_progress(slot.n_past)
         self._stats.media_tokens += chunk.n_tokens
         log.debug("slot %d: image %s decoded at [%d, %d)", slot.id, chunk.media_id[:12], span.start, span.end)

@@ -41,6 +41,7 @@ class Postprocess:
         active = slot.active
         slot.tokens.extend(active.prompt[entry.start : entry.start + entry.n])
         n = slot.n_past
+        active.report_progress(n)
         if n < len(active.prompt):
             if active.cuts and active.cuts[0] == n:
                 active.cuts.pop(0)

@@ -104,6 +104,7 @@ class GenerateRequest:
     deadline: float | None = None  # time.monotonic() by which it ends, finished or not
     # images: each a run of placeholder ids in `tokens` (see media.py), in order
     media: tuple[MediaSpan, ...] = ()
+    return_progress: bool = False  # report how far the prompt's evaluation got, each step
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"
@@ -152,6 +153,15 @@ class Usage:
         return self.prompt_tokens - self.cached_tokens
 
 
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a prompt's evaluation got: `processed` of its tokens are in memory (the reused
+    ones included), `elapsed_s` after the request got its slot."""
+
+    processed: int
+    elapsed_s: float
+
+
 @dataclass(slots=True)
 class Event:
     """One step's output for a request: new text and tokens, and at the end the finish."""
@@ -159,6 +169,7 @@ class Event:
     text: str = ""
     tokens: list[int] = field(default_factory=list)
     started: bool = False  # the request got a slot and its prompt is being processed
+    admitted_at: float = 0.0  # with `started`: when it got the slot (time.monotonic())
     finish: FinishReason | None = None
     usage: Usage | None = None
     reuse: Reuse | None = None
@@ -166,6 +177,7 @@ class Event:
     prompt_logits: np.ndarray | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token in `tokens`, if asked
     stop_sequence: str | None = None  # at the finish: the stop string that ended the request, if one did
+    progress: Progress | None = None  # with return_progress: the prompt's evaluation so far
 
 
 class QueueSink:

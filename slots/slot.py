@@ -10,7 +10,7 @@ from typing import Any
 from warmslot.cache.checkpoints import CheckpointList
 
 from .llama_api import Sampler
-from .requests import Event, GenerateRequest, Reuse
+from .requests import Event, GenerateRequest, Progress, Reuse
 from .text import TextStream
 
 
@@ -53,6 +53,17 @@ class Active:
         if not self.events:
             self.events.append(Event())
         return self.events[-1]
+
+    def report_progress(self, processed: int, *, at_start: bool = False) -> None:
+        """With return_progress: `processed` prompt tokens are in memory. Each report is an
+        event of its own (a step may report the start and a chunk)."""
+        if not self.req.return_progress:
+            return
+        event = self.event()
+        if event.progress is not None or event.tokens:
+            event = Event()
+            self.events.append(event)
+        event.progress = Progress(processed, 0.0 if at_start else time.monotonic() - self.admitted)
 
 
 @dataclass(slots=True)

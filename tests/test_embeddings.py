@@ -114,6 +114,25 @@ def test_a_long_input_in_chunks_equals_llama_cpp_token_vectors_pooled(default_mo
     assert np.abs(got - expected / np.linalg.norm(expected)).max() < 1e-3
 
 
+def test_pooling_none_gives_each_tokens_vector_decoded_in_chunks(default_model):
+    m = Model(str(default_model), n_gpu_layers=0)
+    tokens = random_tokens(7, 150)  # past one chunk
+    whole = EmbeddingContext(m, n_ctx=512, n_seq=1, pooling="none", n_threads=2, flash_attn="off")  # one decode
+    try:
+        expected = whole.per_token(tokens).astype(np.float64)
+    finally:
+        whole.close()
+    embedder = Embedder(m, pooling="none", n_ctx=512, n_threads=2)
+    try:
+        (got,) = embedder.embed([tokens]).result(120)
+        assert embedder._ctx.decodes == 3  # 64-token chunks
+    finally:
+        embedder.close()
+        m.close()
+    assert got.shape == (150, embedder.n_embd)
+    assert np.abs(got - expected).max() < 1e-3 * np.abs(expected).max()  # not normalized: llama.cpp's rows
+
+
 def test_many_short_inputs_share_decodes_and_match_one_by_one(model):
     """2,048 one-word inputs once took 2,048 decodes (past ten minutes); now as many share a
     decode as one batch holds."""

@@ -26,9 +26,19 @@ def image_message(text, url):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_models, tiny_mmproj):
+def media(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("media")
+    (folder / "pics").mkdir()
+    (folder / "pics" / "red.png").write_bytes(base64.b64decode(data_url((200, 10, 30)).split(",", 1)[1]))
+    (tmp_path_factory.getbasetemp() / "outside.png").write_bytes((folder / "pics" / "red.png").read_bytes())
+    (folder / "pics" / "link.png").symlink_to(tmp_path_factory.getbasetemp() / "outside.png")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models, tiny_mmproj, media):
     proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "1024", "--mmproj", str(tiny_mmproj),
-                           "--image-max-pixels", "10000", "--image-max-bytes", "1")
+                           "--image-max-pixels", "10000", "--image-max-bytes", "1", "--media-path", str(media))
     yield proc
     proc.stop()
 
@@ -156,3 +166,23 @@ def test_a_responses_input_image_is_the_same_image_as_a_chat_part(server, client
         bad = dict(body, input=[{"role": "user", "content": [content[0], part]}])
         r = httpx.post(server.url + "/v1/responses", json=bad, timeout=60)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_a_file_url_in_media_path_is_the_same_image_as_its_bytes(server, client):
+    inline = chat(client, [image_message("Whose file?", data_url((200, 10, 30)))])
+    encodes = metric(server, "warmslot_media_encodes_total")
+    for url in ("file://pics/red.png", "file:////pics//red.png"):
+        r = chat(client, [image_message("Whose file?", url)])
+        assert r.choices[0].message.content == inline.choices[0].message.content
+        assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 1  # the same image: the same prefix
+    assert metric(server, "warmslot_media_encodes_total") == encodes
+
+
+@pytest.mark.parametrize("url,words", [
+    ("file://../outside.png", "no '..'"), ("file://pics/link.png", "no link out"), ("file://pics/none.png", "no file"),
+    ("file://pics", "no file"),
+])
+def test_a_file_url_outside_media_path_gets_400(server, url, words):
+    r = post(server, [image_message("Which?", url)])
+    assert r.status_code == 400, r.text
+    assert words in r.json()["error"]["message"] and r.json()["error"]["param"] == "messages[0].content[1].image_url.url"

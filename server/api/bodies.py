@@ -8,7 +8,7 @@ from typing import Any
 
 from warmslot.slots import Usage
 
-from ..pipeline import Generation
+from ..pipeline import Generation, PromptProgress
 
 
 @dataclass(slots=True)
@@ -74,6 +74,14 @@ def timings_body(usage: Usage) -> dict[str, Any]:
         body["draft_n"] = usage.draft_tokens
         body["draft_n_accepted"] = usage.draft_accepted
     return body
+
+
+def progress_fields(event: PromptProgress) -> dict[str, Any]:
+    """llama-server's fields on a stream chunk that reports the prompt's evaluation."""
+    fields: dict[str, Any] = {"prompt_progress": event.body()}
+    if event.timings is not None:
+        fields["timings"] = timings_body(event.timings)
+    return fields
 
 
 def usage_chunk(env: Envelope, usage: Usage, obj: str, reasoning_tokens: int = 0) -> str:

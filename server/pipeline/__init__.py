@@ -8,7 +8,7 @@ rules, usage, reasoning tokens, disconnects, logging and the stream error contra
 once.
 """
 
-from .events import ChoiceEnd, ChoiceReply, Delta, End, Finish, Reply, StreamEvent, total_usage
+from .events import ChoiceEnd, ChoiceReply, Delta, End, Finish, PromptProgress, Reply, StreamEvent, total_usage
 from .generation import Generation, start_chat, start_text
 from .plan import ChatPlan, checkpoint_boundaries, plan_chat
 from .sse import Renderer, SseItem, as_api_error, sse_response
@@ -22,6 +22,7 @@ __all__ = [
     "End",
     "Finish",
     "Generation",
+    "PromptProgress",
     "Renderer",
     "Reply",
     "SseItem",

@@ -1,9 +1,9 @@
 """What the pipeline hands an API adapter: typed events while a reply streams, or the whole
 reply, and the rules every API shares (finish reasons, usage over several choices).
 
-A streamed reply is, per choice, any number of `Delta`s and one `ChoiceEnd`, then one `End`
-for the whole request. An adapter renders these; it never sees engine events, parsers or
-logprob bookkeeping.
+A streamed reply is, per choice, any number of `Delta`s (and `PromptProgress` reports, when
+asked for) and one `ChoiceEnd`, then one `End` for the whole request. An adapter renders
+these; it never sees engine events, parsers or logprob bookkeeping.
 """
 
 from __future__ import annotations
@@ -45,6 +45,25 @@ class Delta:
     index: int
     out: Output
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    timings: Usage | None = None  # with timings_per_token: the choice's usage so far
+
+
+@dataclass(slots=True)
+class PromptProgress:
+    """With return_progress: how far one choice's prompt evaluation got. `processed` prompt
+    tokens of `total` are in memory, `cache` of them reused; `timings` (with
+    timings_per_token) counts the evaluated ones."""
+
+    index: int
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+    timings: Usage | None = None
+
+    def body(self) -> dict:
+        """llama-server's `prompt_progress` object."""
+        return {"total": self.total, "cache": self.cache, "processed": self.processed, "time_ms": self.time_ms}
 
 
 @dataclass(slots=True)
@@ -68,7 +87,7 @@ class End:
     reasoning_tokens: int = 0
 
 
-StreamEvent = Delta | ChoiceEnd | End
+StreamEvent = Delta | PromptProgress | ChoiceEnd | End
 
 
 @dataclass(slots=True)

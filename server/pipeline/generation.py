@@ -19,7 +19,7 @@ from typing import AsyncIterator
 
 from starlette.requests import Request
 
-from warmslot.slots import Event, FinishReason, GenerateRequest
+from warmslot.slots import Event, FinishReason, GenerateRequest, Progress, Source, Usage
 
 from .. import explain
 from ..chat import Prompt
@@ -28,7 +28,7 @@ from ..output.events import ContentDelta, ReasoningDelta, ToolCallDelta
 from ..output.reply import parse_event, parse_reply
 from ..protocol import ChatParams, CompletionParams, GenerationParams
 from ..state import Warmslot
-from .events import ChoiceEnd, ChoiceReply, Delta, End, Reply, StreamEvent, finish_of, total_usage
+from .events import ChoiceEnd, ChoiceReply, Delta, End, PromptProgress, Reply, StreamEvent, finish_of, total_usage
 from .plan import ChatPlan, check_n, completion_tokens, echo_text, plan_chat
 from .submission import Submission, TaggedSink
 
@@ -79,13 +79,18 @@ class Generation:
         has_calls = [False] * n
         usages = [None] * n
         reasoning: list[str] = []
+        live = [_Live(len(self.prompts[i // self.gen.n])) for i in range(n)]
         async for i, ev in self.sub.events():
+            live[i].add(ev)
+            if ev.progress is not None:
+                yield live[i].progress(i, ev.progress, self.gen.timings_per_token)
             pending[i] += ev.logprobs
+            timings = live[i].usage() if self.gen.timings_per_token else None
             for out in self._outputs(i, ev):
                 has_calls[i] |= isinstance(out, ToolCallDelta)
                 if isinstance(out, ReasoningDelta):
                     reasoning.append(out.text)
-                yield Delta(i, out, pending[i])
+                yield Delta(i, out, pending[i], timings)
                 pending[i] = []
             if ev.finish is not None:
                 usages[i] = ev.usage
@@ -151,6 +156,39 @@ class Generation:
     def log_gone(self) -> None:
         slot = f"slot {self.reuse.slot} " if self.reuse is not None else ""
         log.info("%s%s: the client disconnected; the request was aborted", slot, self.endpoint)
+
+
+class _Live:
+    """One choice's usage while it streams (for return_progress and timings_per_token)."""
+
+    def __init__(self, n_prompt: int) -> None:
+        self.n_prompt = n_prompt
+        self.cached = 0
+        self.source = Source.NONE
+        self.started = self.first = 0.0  # when it got its slot, when its first token came
+        self.n_generated = 0
+
+    def add(self, ev: Event) -> None:
+        now = time.monotonic()
+        if ev.reuse is not None:
+            self.cached, self.source, self.started = ev.reuse.cached, ev.reuse.source, ev.admitted_at or now
+        if ev.tokens and not self.first:
+            self.first = now
+        self.n_generated += len(ev.tokens)
+
+    def progress(self, index: int, progress: Progress, with_timings: bool) -> PromptProgress:
+        timings = None
+        if with_timings:  # the evaluated prompt tokens so far, nothing generated yet
+            timings = Usage(progress.processed, self.cached, source=self.source, prefill_s=progress.elapsed_s)
+        return PromptProgress(index, self.n_prompt, self.cached, progress.processed, int(progress.elapsed_s * 1000), timings)
+
+    def usage(self) -> Usage:
+        now = time.monotonic()
+        first = self.first or now
+        return Usage(
+            self.n_prompt, self.cached, self.n_generated, self.source, prefill_s=first - self.started, decode_s=now - first,
+            ttft_s=first - self.started,
+        )
 
 
 # -- starting a request -------------------------------------------------------------------------
@@ -259,6 +297,7 @@ def _engine_request(
         sibling_of=sibling_of,
         deadline=deadline,
         media=tuple(media),
+        return_progress=gen.return_progress,
     )
 
 

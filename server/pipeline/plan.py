@@ -113,7 +113,9 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     media: tuple[MediaSpan, ...] = ()
     if images:
         config = server.config
-        prompt, media = attach_images(prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels)
+        prompt, media = attach_images(
+            prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels, media_path=config.media_path,
+        )
     reasoning = server.reasoning[0]
     opens = prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens, key)

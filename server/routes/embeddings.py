@@ -4,7 +4,8 @@
 arrays; an input may also be llama-server's `{"content": [text parts]}` (the parts joined).
 `encoding_format` is "float" (lists of numbers) or "base64" (little-endian float32
 bytes, as OpenAI's clients decode them). Texts are tokenized as /v1/completions tokenizes a
-prompt. `usage.prompt_tokens` counts every input's tokens.
+prompt. `usage.prompt_tokens` counts every input's tokens. With `--pooling none`, /embeddings
+answers llama-server's array of each input's per-token vectors, and /v1/embeddings refuses.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ async def embeddings(request: Request) -> Response:
     embedder = server.engine.embedder
     if embedder is None:
         raise NotEnabled("this server does not compute embeddings; start it with --embeddings", code="embeddings_disabled")
+    per_token = embedder.pooling == "none"
+    if per_token and request.url.path.startswith("/v1/"):
+        raise InvalidRequest(
+            "--pooling none gives a vector per token, which /v1/embeddings cannot return: use /embeddings, "
+            "or start the server with another --pooling", param="input", code="pooling_not_supported",
+        )
     items = _inputs(body.get("input"), server.engine.info.n_vocab)
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
@@ -97,6 +104,8 @@ async def embeddings(request: Request) -> Response:
     except InputTooLong as exc:
         raise InvalidRequest(f"{exc}; split it, or start the server with a larger --batch-size", param=f"input[{exc.index}]") from None
     n_tokens = sum(len(t) for t in tokens)
+    if per_token:  # llama-server's shape for it: an array, each input's rows
+        return JSONResponse([{"index": i, "embedding": m.tolist()} for i, m in enumerate(vectors)])
     data = [{"object": "embedding", "index": i, "embedding": _encode(v, encoding)} for i, v in enumerate(vectors)]
     return JSONResponse({
         "object": "list",

@@ -162,10 +162,22 @@ class EmbeddingContext:
         return self._pool(total, first, last, len(tokens))
 
     def per_token(self, tokens: Sequence[int]) -> np.ndarray:
-        """One vector per token of one input (pooling "none"), shape (len(tokens), n_embd)."""
-        self._decode([tokens])
-        rows = [llama_cpp.llama_get_embeddings_ith(self.ptr, i) for i in range(len(tokens))]
-        return np.stack([np.ctypeslib.as_array(r, shape=(self.n_embd,)).copy() for r in rows])
+        """One vector per token of one input (pooling "none"), shape (len(tokens), n_embd);
+        decoded `chunk` tokens at a time on a causal model."""
+        assert 0 < len(tokens) <= self.n_ctx
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ptr), True)
+        step = self.chunk or self.n_ctx
+        parts = []
+        for start in range(0, len(tokens), step):
+            part = tokens[start : start + step]
+            self._batch.clear()
+            self._batch.add(part, start, 0, logits_last=True)
+            self._batch.logits[: self._batch.n] = 1
+            if int(llama_cpp.llama_decode(self.ptr, self._batch.struct(self._batch.n))) != 0:
+                raise LlamaError("llama_decode failed on the embedding context")
+            self.decodes += 1
+            parts.append(self._rows(0, len(part)).copy())
+        return np.concatenate(parts)
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

@@ -10,9 +10,9 @@ from warmslot.slots import Usage, Vocab
 from ...errors import ApiError
 from ...logprobs import chat_content, chat_logprobs
 from ...output.events import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
-from ...pipeline import ChoiceEnd, Delta, End, Reply, StreamEvent
+from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, Reply, StreamEvent
 from ...protocol import GenerationParams
-from ..bodies import Envelope, error_events, timings_body, usage_body, usage_chunk
+from ..bodies import Envelope, error_events, progress_fields, timings_body, usage_body, usage_chunk
 
 CHUNK = "chat.completion.chunk"
 
@@ -94,7 +94,10 @@ class ChatStream:
     def render(self, event: StreamEvent) -> list[str]:
         if isinstance(event, Delta):
             lp = {"content": chat_content(self.vocab, event.logprobs)} if self.gen.logprobs is not None else None
-            return [chat_chunk(self.env, delta_body(event.out), index=event.index, logprobs=lp)]
+            return [chat_chunk(self.env, delta_body(event.out), usage=event.timings, index=event.index, logprobs=lp)]
+        if isinstance(event, PromptProgress):  # as llama-server: an opening delta with the progress
+            choice = {"index": event.index, "delta": {"role": "assistant", "content": None}, "logprobs": None, "finish_reason": None}
+            return [json.dumps({**self.env.base(CHUNK), "choices": [choice], **progress_fields(event)}, ensure_ascii=False)]
         if isinstance(event, ChoiceEnd):
             lp = {"content": chat_content(self.vocab, event.logprobs)} if event.logprobs else None
             extra = _cut_field(event.cut_call)

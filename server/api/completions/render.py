@@ -9,9 +9,9 @@ from warmslot.slots import Usage, Vocab
 
 from ...errors import ApiError
 from ...logprobs import CompletionLogprobs
-from ...pipeline import ChoiceEnd, Delta, End, Reply, StreamEvent
+from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, Reply, StreamEvent
 from ...protocol import GenerationParams
-from ..bodies import Envelope, error_events, timings_body, usage_body, usage_chunk
+from ..bodies import Envelope, error_events, progress_fields, timings_body, usage_body, usage_chunk
 
 OBJECT = "text_completion"
 
@@ -61,7 +61,10 @@ class CompletionStream:
         if isinstance(event, Delta):
             tracker = self.logprobs[event.index]
             lp = tracker.add(event.logprobs) if tracker is not None else None
-            return [completion_chunk(self.env, event.out.text, index=event.index, logprobs=lp)]
+            return [completion_chunk(self.env, event.out.text, usage=event.timings, index=event.index, logprobs=lp)]
+        if isinstance(event, PromptProgress):
+            body = {**self.env.base(OBJECT), "choices": [completion_choice("", None, event.index, None)], **progress_fields(event)}
+            return [json.dumps(body, ensure_ascii=False)]
         if isinstance(event, ChoiceEnd):
             return [completion_chunk(self.env, "", event.finish.value, event.usage, index=event.index)]
         assert isinstance(event, End)

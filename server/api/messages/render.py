@@ -20,7 +20,7 @@ from warmslot.slots import Usage
 
 from ...errors import ApiError
 from ...output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
-from ...pipeline import ChoiceEnd, Delta, End, Finish, Reply, StreamEvent
+from ...pipeline import ChoiceEnd, Delta, End, Finish, PromptProgress, Reply, StreamEvent
 from .errors import error_body
 
 
@@ -111,6 +111,8 @@ class MessageStream:
     def render(self, event: StreamEvent) -> list[dict]:
         if isinstance(event, Delta):
             return self._delta(event.out)
+        if isinstance(event, PromptProgress):  # Anthropic's stream has no such event
+            return []
         if isinstance(event, ChoiceEnd):
             self._stop = (stop_reason(event.finish, event.stop_sequence), event.stop_sequence)
             empty = self._begin("text", {"type": "text", "text": ""}) if self._index < 0 else []  # as a whole reply has

@@ -25,10 +25,10 @@ from warmslot.slots import TokenLogprob, Usage, Vocab
 
 from ... import pipeline
 from ...errors import ApiError, InvalidRequest
-from ...pipeline import ChoiceEnd, Delta, End, Finish, StreamEvent
+from ...pipeline import ChoiceEnd, Delta, End, Finish, PromptProgress, StreamEvent
 from ...protocol import MAX_TOP_LOGPROBS, CompletionParams, parse_completion
 from ...state import open_request
-from ..bodies import error_events, timings_body
+from ..bodies import error_events, progress_fields, timings_body
 
 
 def _prompt(prompt: Any) -> Any:
@@ -185,7 +185,12 @@ class NativeStream:
 
     def render(self, event: StreamEvent) -> list[str]:
         if isinstance(event, Delta):
-            return [json.dumps(self.shape.partial(event.index, event.out.text, event.logprobs), ensure_ascii=False)]
+            partial = self.shape.partial(event.index, event.out.text, event.logprobs)
+            if event.timings is not None:
+                partial["timings"] = timings_body(event.timings)
+            return [json.dumps(partial, ensure_ascii=False)]
+        if isinstance(event, PromptProgress):
+            return [json.dumps({**self.shape.partial(event.index, "", []), **progress_fields(event)}, ensure_ascii=False)]
         if isinstance(event, ChoiceEnd):
             final = self.shape.final(event.index, "", event.logprobs, event.finish, event.usage, event.stop_sequence)
             return [json.dumps(final, ensure_ascii=False)]

@@ -5,8 +5,10 @@ announced (`response.output_item.added`), filled (`response.output_text.delta`,
 `response.reasoning_text.delta`, `response.function_call_arguments.delta`, with
 `response.content_part.added`/`.done` around a message's or reasoning's text) and closed
 (`..._text.done`, `response.function_call_arguments.done`, `response.output_item.done`)
-before the next one starts. `response.completed` (or `response.incomplete` at the token
-limit) carries the whole response. A failure is an `error` event then `response.failed`.
+before the next one starts. `response.completed` carries the whole response (its status
+"incomplete" when the token limit cut it), with llama-server's `timings`. With
+`return_progress`, `response.in_progress` events report the prompt's evaluation
+(`prompt_progress`); with `timings_per_token` each delta carries the timings so far. A failure is an `error` event then `response.failed`.
 Every event has a `sequence_number`, counting from 0.
 """
 
@@ -20,7 +22,8 @@ from warmslot.slots import Vocab
 from ...errors import ApiError
 from ...logprobs import chat_content
 from ...output.events import ReasoningDelta, ToolCallDelta
-from ...pipeline import ChoiceEnd, Delta, End, StreamEvent
+from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, StreamEvent
+from ..bodies import timings_body
 from .items import call_item, message_item, new_id, reasoning_item, text_part, usage_body
 
 
@@ -74,14 +77,25 @@ class ResponseEvents:
     def render(self, event: StreamEvent) -> list[dict]:
         if isinstance(event, Delta):
             lp = chat_content(self._vocab, event.logprobs) if self._with_logprobs else []
-            return self.feed(event.out, lp)
+            out = self.feed(event.out, lp)
+            if event.timings is not None and out:  # timings_per_token: on the delta's event
+                data = json.loads(out[-1]["data"])
+                data["timings"] = timings_body(event.timings)
+                out[-1]["data"] = json.dumps(data, ensure_ascii=False)
+            return out
+        if isinstance(event, PromptProgress):
+            timings = {"timings": timings_body(event.timings)} if event.timings is not None else {}
+            response = self._skeleton(status="in_progress", output=[])
+            return [self.event("response.in_progress", response=response, prompt_progress=event.body(), **timings)]
         if isinstance(event, ChoiceEnd):
             self._truncated = event.truncated
             if event.cut_call is not None and event.cut_call in self._calls:
                 self._calls[event.cut_call].cut = True
             return []
         assert isinstance(event, End)
-        finished = self.finish(usage_body(event.usage, event.reasoning_tokens), "max_output_tokens" if self._truncated else None)
+        finished = self.finish(
+            usage_body(event.usage, event.reasoning_tokens), "max_output_tokens" if self._truncated else None, timings_body(event.usage),
+        )
         self._keep(self.response, self.output())
         return finished
 
@@ -148,13 +162,16 @@ class ResponseEvents:
             self.items.append(_Item("message", 0))
         return [item.body("completed", self._with_logprobs) for item in self.items if not item.cut]
 
-    def finish(self, usage: dict, incomplete: str | None) -> list[dict]:
+    def finish(self, usage: dict, incomplete: str | None, timings: dict) -> list[dict]:
+        """The stream's end: `response.completed` in every case, as llama-server ends it and as
+        the OpenAI SDK's stream helper waits for; a reply the token limit cut says so in its
+        body (status "incomplete", incomplete_details)."""
         out = self._close()
         if not self.items:  # an empty answer is still one (empty) message
             out += self._begin("message", None) + self._close()
         status = "incomplete" if incomplete else "completed"
         response = self.response = self._skeleton(status=status, output=self.output(), usage=usage, incomplete=incomplete)
-        return out + [self.event(f"response.{status}", response=response)]
+        return out + [self.event("response.completed", response=response, timings=timings)]
 
     def fail(self, exc: ApiError) -> list[dict]:
         """An `error` event with the error's code, message and param, then `response.failed`."""
