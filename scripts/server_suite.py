@@ -75,6 +75,12 @@ DELIBERATE: dict[str, str] = {
     "unit/test_kv_keep_only_active.py::test_clear_and_restore": (
         "it asserts llama-server's debug-log tags (__TEST_TAG_CACHE_IDLE_SLOT...); warmslot saves an idle slot to the "
         "prompt cache before its cells are reused too, and says so in its own words"),
+    "unit/test_sleep.py::test_server_sleep_read_only_endpoints": (
+        "/metrics is rendered live while the model sleeps, not from a snapshot: its HTTP request counters "
+        "(warmslot_requests_total) count the scrapes and /props polls meanwhile; the engine's figures stay as they were"),
+    "unit/test_chat_completion.py::test_return_progress[64-2-True]": (
+        "an exact repeat is served whole from the slot with its saved last-token logits: nothing is evaluated, so "
+        "one progress report (processed == total) where llama-server evaluates the last token again and reports twice"),
     "unit/test_compat_anthropic.py::test_anthropic_empty_messages": (
         "an empty 'messages' is refused with 400, as Anthropic's API refuses it, not answered from nothing"),
 }

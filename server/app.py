@@ -32,6 +32,7 @@ from .api.responses import route as responses
 from .api.messages import route as messages
 from .api.native import route as native
 from .routes import embeddings, props, rerank, service, slot_files, vertex, webui, worker
+from .sleep import WakeOnRequest
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -69,10 +70,13 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         if not engine.started:
             engine.start()
         loader = asyncio.get_running_loop().run_in_executor(None, _finish_loading, server, on_fatal)
+        sleeper = asyncio.ensure_future(server.sleeper.watch()) if server.sleeper is not None else None
         try:
             yield
         finally:
             loader.cancel()
+            if sleeper is not None:
+                sleeper.cancel()
             await asyncio.get_running_loop().run_in_executor(None, engine.stop)
             server.tokenize_pool.shutdown(wait=False)
 
@@ -94,6 +98,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/completion", native.completion, methods=["POST"]),
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/responses", responses.create_response, methods=["POST"]),
+        Route("/v1/responses/input_tokens", responses.input_tokens, methods=["POST"]),
+        Route("/responses/input_tokens", responses.input_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete_response, methods=["DELETE"]),
         Route("/v1/messages", messages.create_message, methods=["POST"]),
@@ -124,6 +130,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         middleware=[
             Middleware(Cors, policy=config.cors),  # preflights answered before anything else
             Middleware(metrics.RequestCounter, counts=request_counts),
+            Middleware(WakeOnRequest, sleeper=server.sleeper),  # --sleep-idle-seconds: a request loads the model again
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),
         ],
@@ -131,6 +138,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
     )
     app.state.warmslot = server
     app.state.metrics_registry = metrics.make_registry(server, request_counts)
+    app.state.metrics_window = {}  # the llamacpp: throughput gauges' counters at the last scrape
     return app
 
 

@@ -108,6 +108,7 @@ class ServerConfig:
     max_body: int = 8 << 20  # bytes of a request body; more gets 413 (0: no limit)
     request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
     shutdown_timeout: float = 30.0  # seconds running requests get to finish after SIGTERM
+    sleep_idle_s: float = -1.0  # --sleep-idle-seconds: unload the model after this long idle (-1: never)
     slot_save_path: str | None = None  # POST /slots/{id}?action=save|restore reads and writes files here
     slot_save_size: int = 4 << 30  # bytes the files in slot_save_path may take in all
     max_messages: int = 10000  # messages (or input items) in one request; more get 400
@@ -160,6 +161,7 @@ _FLAGS = [
     (("--max-body",), "max_body", "size", "8MiB", "largest request body; larger bodies get 413 (0: no limit); " + SIZE_HELP),
     (("--request-timeout",), "request_timeout", float, 0.0, "seconds a request may take from arrival to its last token; a request's own 'timeout' can only shorten it (0: no limit)"),
     (("--shutdown-timeout",), "shutdown_timeout", float, 30.0, "seconds running requests get to finish after SIGTERM before they end with an error"),
+    (("--sleep-idle-seconds",), "sleep_idle_seconds", float, -1.0, "unload the model after this many seconds without a request, keeping the prompt cache and the disk tier; the next request that needs the model loads it again (-1: never)"),
     (("--swa-full",), "swa_full", bool, False, "keep the full KV cache on sliding-window models (more memory, no checkpoints needed)"),
     (("-ctxcp", "--ctx-checkpoints"), "ctx_checkpoints", int, 32, "checkpoints kept per slot on non-truncatable models"),
     (("--checkpoint-every",), "checkpoint_every", int, 8192, "tokens between checkpoints inside a long prefill (0: only at message starts)"),
@@ -444,6 +446,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         max_body=a.max_body,
         request_timeout=max(0.0, a.request_timeout),
         shutdown_timeout=max(0.0, a.shutdown_timeout),
+        sleep_idle_s=a.sleep_idle_seconds if a.sleep_idle_seconds > 0 else -1.0,
         slot_save_path=a.slot_save_path,
         slot_save_size=a.slot_save_size,
         max_messages=a.max_messages,

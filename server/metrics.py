@@ -102,6 +102,7 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_prefill_tokens_per_second", "Prompt evaluation speed over the last 10 s of work", value=prefill_rate)
         yield GaugeMetricFamily("warmslot_decode_tokens_per_second", "Generation speed over the last 10 s of work", value=decode_rate)
         yield GaugeMetricFamily("warmslot_queue_depth", "Requests waiting for a slot", value=engine.queue_depth)
+        yield GaugeMetricFamily("warmslot_asleep", "1 while the model is unloaded (--sleep-idle-seconds)", value=int(engine.asleep))
         yield CounterMetricFamily("warmslot_queue_rejected", "Requests rejected because the queue was full", value=stats.queue_rejected)
         yield from self._engine_time(stats)
         yield from self._speculative(stats)
@@ -175,6 +176,7 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_media_tokens", "Image embeddings decoded into slots", value=stats.media_tokens)
         yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)
         yield CounterMetricFamily("warmslot_slots_parked", "Idle slots moved to the prompt cache when another request started", value=stats.parked)
+        yield CounterMetricFamily("warmslot_wakes", "Times the model was loaded again after sleeping (--sleep-idle-seconds)", value=stats.wakes)
 
     def _cache(self, snap, engine):
         if snap is None or snap.cache is None:
@@ -248,10 +250,18 @@ class EngineCollector:
         yield state
 
 
-def llama_server_families(server) -> str:
+def _since_last(last: dict, key: str, tokens: int, seconds: float) -> float:
+    """Tokens per second since the previous scrape (`last` keeps the counters it saw)."""
+    tokens0, seconds0 = last.get(key, (0, 0.0))
+    last[key] = (tokens, seconds)
+    return (tokens - tokens0) / (seconds - seconds0) if seconds > seconds0 else 0.0
+
+
+def llama_server_families(server, last: dict) -> str:
     """llama-server's `llamacpp:` families, by its names, types and meanings, so dashboards and
     alerts written for it read warmslot unchanged. Written as text: `n_tokens_max` is a counter
-    whose name has no `_total`, which prometheus_client would append."""
+    whose name has no `_total`, which prometheus_client would append. The throughput gauges
+    are, as llama-server's, over the window since the previous scrape (`last`)."""
     engine = server.engine
     stats = engine.stats
     computed = stats.prompt_tokens.get("computed", 0)
@@ -273,9 +283,9 @@ def llama_server_families(server) -> str:
     ]
     gauges = [
         ("prompt_tokens_seconds", "Average prompt throughput in tokens/s",
-         stats.prefill_tokens / stats.prefill_seconds if stats.prefill_seconds > 0 else 0.0),
+         _since_last(last, "prompt", stats.prefill_tokens, stats.prefill_seconds)),
         ("predicted_tokens_seconds", "Average generation throughput in tokens/s",
-         stats.decode_tokens / stats.decode_seconds if stats.decode_seconds > 0 else 0.0),
+         _since_last(last, "predicted", stats.decode_tokens, stats.decode_seconds)),
         ("requests_processing", "Number of requests processing", states.get("prefill", 0) + states.get("decode", 0)),
         ("requests_deferred", "Number of requests deferred", engine.queue_depth),
         ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
@@ -311,7 +321,7 @@ async def metrics_endpoint(request: Request) -> Response:
         if not server.is_admin(key):
             raise Forbidden("/metrics shows every tenant's traffic: it needs the admin key (--admin-key, else the first --api-key)")
     registry = request.app.state.metrics_registry
-    body = generate_latest(registry) + llama_server_families(server).encode()
+    body = generate_latest(registry) + llama_server_families(server, request.app.state.metrics_window).encode()
     response = Response(body, media_type=CONTENT_TYPE_LATEST)
     # llama-server's header, in its case (clients look it up in a case-sensitive dict)
     response.raw_headers.append((b"Process-Start-Time-Unix", str(request.app.state.warmslot.created).encode()))

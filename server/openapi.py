@@ -547,9 +547,9 @@ def openapi_document(version: str = "0.1.0") -> dict[str, Any]:
         "/props": props, "/v1/props": props,
         "/version": _get(_VERSION, "warmslot, llama-cpp-python and llama.cpp versions"),
         "/v1/chat/completions": chat, "/chat/completions": chat,
-        **{path: _post(_ref("ChatCompletionRequest"), _object("input_tokens"),
-                       "the prompt tokens a chat request would take (llama-server's)")
-           for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens")},
+        **{path: _post(_ref("ChatCompletionRequest") if "chat" in path else _RESPONSE_REQUEST, _object("input_tokens"),
+                       "the prompt tokens a chat (llama-server's) or Responses (OpenAI's) request would take")
+           for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens", "/v1/responses/input_tokens", "/responses/input_tokens")},
         "/v1/completions": completion, "/completions": _NATIVE_COMPLETION, "/completion": _NATIVE_COMPLETION,
         "/tokenize": _post(_TOKENIZE_REQUEST, _TOKENIZE, "token ids of a text or of rendered messages"),
         "/apply-template": _post(_TOKENIZE_REQUEST, _object("prompt"), "the prompt text the chat template renders for messages and tools"),

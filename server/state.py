@@ -25,6 +25,7 @@ from .limits import check_body_limits
 from .protocol import parse_body
 from .work_queue import WorkQueue
 from .reasoning import reasoning_mode, thinking_default, thinks
+from .sleep import Sleeper
 
 log = logging.getLogger("warmslot.server")
 
@@ -42,6 +43,7 @@ class Warmslot:
         self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
         self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
+        self.sleeper = Sleeper(self, config.sleep_idle_s) if config.sleep_idle_s > 0 else None  # --sleep-idle-seconds
         self.draining = False  # shutting down: no new requests (see drain.py)
         self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")

@@ -25,6 +25,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from warmslot.cache.prompt_cache import PromptCache
@@ -36,7 +37,7 @@ from .embeddings import Embedder, Reranker
 from .fairness import longest_over_share
 from .layout import KvLayout
 from .lifecycle import Lifecycle
-from .llama_api import Batch, Context, GrammarError, LlamaError, Model, Sampler
+from .llama_api import Batch, Context, GrammarError, LlamaError, MemoryKind, Model, Sampler
 from .loader import load_parts
 from .media import MediaPrefill
 from .memory import SlotMemory
@@ -51,7 +52,7 @@ from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
 from .draft_model import load_draft
 from .speculative import Speculator
-from .stats import EngineStats
+from .stats import CopyCause, EngineStats
 from .text import TextStream
 from .vocab import Vocab
 
@@ -61,6 +62,15 @@ log = logging.getLogger("warmslot.engine")
 
 
 MIN_CHUNK_ON_PRESSURE = 32  # below this, a prefill that does not fit fails its request
+
+
+@dataclass(frozen=True, slots=True)
+class _Asleep:
+    """The context's facts a snapshot shows while the model is unloaded."""
+
+    memory_kind: MemoryKind
+    n_ctx: int
+    host: Any  # the host buffers the prompt cache's entries live in
 
 
 class Engine:
@@ -95,6 +105,8 @@ class Engine:
         self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
         self._chunk_cap = 0  # lowered after the KV pool could not fit a batch
         self._thread: threading.Thread | None = None
+        self._asleep: _Asleep | None = None  # what the snapshot needs while the model is unloaded
+        self._reload: EngineConfig | None = None  # loads the same parts again (waking from sleep)
         # collaborators: the queue in front of the slots, the events back to the requests,
         # and deadlines and draining
         self.admission = Admission(self.stats, config.max_queue, config.n_parallel)
@@ -118,6 +130,8 @@ class Engine:
         request that can never run (see admission.py)."""
         if not self.ready.is_set() or self.load_error is not None:
             raise NotReady("the model is loading")
+        if self._asleep is not None:
+            raise NotReady("the model is asleep (--sleep-idle-seconds): wake it first")
         self.admission.submit(req)
 
     def abort(self, request_id: str) -> None:
@@ -240,7 +254,10 @@ class Engine:
                 last[0] = pct
                 log.info("loading model: %d%%", pct)
 
-        parts = load_parts(self.config, self.stats, progress, wake=lambda fn: self.call(lambda engine: fn()))
+        self._install(load_parts(self.config, self.stats, progress, wake=lambda fn: self.call(lambda engine: fn())))
+
+    def _install(self, parts) -> None:
+        self._reload = parts.reload
         self.model, self.ctx, self.layout, self.cache = parts.model, parts.ctx, parts.layout, parts.cache
         self.slots, self.memory, self.router, self.prefixes = parts.slots, parts.memory, parts.router, parts.prefixes
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
@@ -258,8 +275,60 @@ class Engine:
 
     def _take_snapshot(self, *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
         return take_snapshot(
-            self.slots, self.cache, self.ctx, self.queue_depth, detail=detail, visible=visible, stats=self.stats,
+            self.slots, self.cache, self.ctx or self._asleep, self.queue_depth, detail=detail, visible=visible, stats=self.stats,
         )
+
+    # -- sleep (--sleep-idle-seconds) ----------------------------------------------------
+
+    @property
+    def asleep(self) -> bool:
+        return self._asleep is not None
+
+    def sleep(self) -> concurrent.futures.Future:
+        """Free the model and its contexts, keeping the prompt cache and the disk tier (idle
+        slots' contents move to the prompt cache first). A Future of True once asleep, False
+        when a request runs or waits, or another thread still tokenizes (nothing is freed)."""
+        return self.call(lambda engine: engine._sleep())
+
+    def wake(self) -> concurrent.futures.Future:
+        """Load the model again as it was loaded (a no-op when awake); a Future of None."""
+        return self.call(lambda engine: engine._wake())
+
+    def _sleep(self) -> bool:
+        if self._asleep is not None:
+            return True
+        if self._has_work() or self.admission.waiting:
+            return False
+        if not self.vocab.retire(timeout=1.0):
+            self.vocab.reopen()
+            return False
+        parked = 0
+        for slot in self.slots:
+            if slot.tokens and self.cache is not None:
+                self.memory.save(slot, CopyCause.SLEEP)
+                parked += 1
+        ctx = self.ctx
+        self._asleep = _Asleep(ctx.memory_kind, ctx.n_ctx, ctx.host)
+        for part in (self.sampling, self.spec, ctx, self.embedder, self.reranker, self.projector, self.model):
+            if part is not None:
+                part.close()
+        self.model = self.ctx = self.sampling = self.spec = self.embedder = self.reranker = self.projector = None
+        self.post = self.media = self.memory = self.router = self.prefixes = self._batch = None
+        self.slots = []
+        self._publish()
+        log.info("asleep: the model is unloaded (%d idle slots moved to the prompt cache)", parked)
+        return True
+
+    def _wake(self) -> None:
+        if self._asleep is None:
+            return
+        started = time.monotonic()
+        parts = load_parts(self._reload, self.stats, lambda p: None, wake=lambda fn: self.call(lambda engine: fn()),
+                           kept=(self.cache, self.disk))
+        self._asleep = None
+        self._install(parts)
+        self.stats.wakes += 1
+        log.info("awake: the model loaded again in %.1f s", time.monotonic() - started)
 
     def _publish(self) -> None:
         """Replace the light snapshot that /metrics reads (one reference swap)."""
@@ -292,9 +361,10 @@ class Engine:
             log.warning("shutting down: a tokenization is still running; the model is left to the process exit")
 
     def _step(self) -> None:
-        self.admission.take(self._has_work, self.ctx.host.idle, self._run_call)
-        if self.admission.stopped:
-            return
+        host = self.ctx.host if self._asleep is None else self._asleep.host
+        self.admission.take(self._has_work, host.idle, self._run_call)
+        if self.admission.stopped or self._asleep is not None:
+            return  # asleep: calls only (a request wakes the engine first)
         t0 = time.monotonic()
         self._reap_aborts()
         self.lifecycle.expire_deadlines()
@@ -328,6 +398,8 @@ class Engine:
 
     def _has_work(self) -> bool:
         """Slots running, or requests that may be admitted (not those waiting for a disk read)."""
+        if self._asleep is not None:
+            return False
         return any(s.active is not None for s in self.slots) or any(
             self.disk is None or not self.disk.waiting(r.id) for r in self.admission.waiting)
 

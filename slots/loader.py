@@ -63,16 +63,23 @@ class Parts:
     embedder: Embedder | None = None
     reranker: Reranker | None = None  # --reranking
     projector: Projector | None = None  # --mmproj
+    reload: EngineConfig | None = None  # what loads the same parts again (the context and placement chosen)
 
 
-def load_parts(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None) -> Parts:
+def load_parts(
+    cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None,
+    kept: tuple[PromptCache | None, DiskTier | None] | None = None,
+) -> Parts:
     """Load the model and build the engine's parts. `wake(fn)` runs fn on the engine thread
-    (the disk tier's reads report back through it)."""
+    (the disk tier's reads report back through it). `kept`: the prompt cache and disk tier of
+    an earlier load of the same parts (a server waking from sleep), used as they are."""
     cfg, plan = fit_settings(cfg, _offloads(cfg))
     with record_buffers() as buffers:
-        parts = _load(cfg, stats, progress, buffers, wake, plan)
+        parts = _load(cfg, stats, progress, buffers, wake, plan, kept)
     parts.info = _with_capacity(parts, cfg, buffers, plan)
     log.info("capacity:\n%s", parts.info.capacity.table())
+    context = parts.info.context
+    parts.reload = dataclasses.replace(cfg, fit=False, n_ctx=context.n_ctx if context is not None else cfg.n_ctx)
     return parts
 
 
@@ -99,7 +106,9 @@ def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool, plan: FitPlan
     return choice
 
 
-def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake, plan: FitPlan | None) -> Parts:
+def _load(
+    cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake, plan: FitPlan | None, kept,
+) -> Parts:
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
     model = Model(
@@ -148,13 +157,12 @@ def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], Non
         f"{info.fingerprint}:{cfg.type_k}:{cfg.type_v}:{int(cfg.swa_full)}:{'u' if unified else layout.n_seq}"
         f":llama-cpp-python-{_library_version()}"
     )
-    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
-    disk = None
-    if cfg.cache_disk:
-        if cache is None:
-            raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
-        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty)
-        disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
+    if kept is not None and kept[0] is not None and kept[0].fingerprint == fingerprint:
+        cache, disk = kept
+    else:
+        if kept is not None and kept[0] is not None:
+            log.warning("the state layout changed (%s); the prompt cache starts empty", fingerprint)
+        cache, disk = _cache_tiers(cfg, ctx, stats, fingerprint, kind, wake)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -203,6 +211,18 @@ def _load(cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], Non
         model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk,
         embedder, reranker, projector,
     )
+
+
+def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake):
+    """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
+    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+    disk = None
+    if cfg.cache_disk:
+        if cache is None:
+            raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
+        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty)
+        disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
+    return cache, disk
 
 
 def _projector(cfg: EngineConfig, model: Model, on_gpu: bool) -> Projector | None:

@@ -30,6 +30,7 @@ class CopyCause(str, enum.Enum):
     PARK = "park"  # idle slots moved to RAM when a request starts (unified KV pool)
     SPILL = "spill"  # idle slots moved to RAM because the KV pool was full
     LOAD = "load"  # a prompt-cache entry copied into a slot
+    SLEEP = "sleep"  # slots moved to RAM before the model is unloaded (--sleep-idle-seconds)
 
 
 class Histogram:
@@ -89,6 +90,7 @@ class EngineStats:
     full_prefills: int = 0  # prompts that reused nothing although a candidate matched
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
     parked: int = 0  # idle slots moved to the prompt cache when another request started
+    wakes: int = 0  # times the model was loaded again after sleeping (--sleep-idle-seconds)
     copy_bytes: Counter = field(default_factory=Counter)  # by CopyCause
     copy_seconds: Counter = field(default_factory=Counter)  # by CopyCause
     # where the engine thread's time goes while it has work: inside llama_decode (graph

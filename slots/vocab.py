@@ -52,6 +52,11 @@ class Vocab:
             self._closed = True
             return self._cv.wait_for(lambda: self._users == 0, timeout)
 
+    def reopen(self) -> None:
+        """Take calls again after a `retire` that found the model still in use."""
+        with self._cv:
+            self._closed = False
+
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         with self._use():
             return self._model.tokenize(text, add_special=add_special, parse_special=parse_special)

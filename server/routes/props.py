@@ -32,7 +32,6 @@ async def props(request: Request) -> Response:
     server.require_ready()
     info = server.engine.info
     template = server.builder.template
-    vocab = server.engine.vocab
     body = {
         "default_generation_settings": {"params": default_params(server), "n_ctx": info.n_ctx_slot},
         "total_slots": info.n_slots,
@@ -45,10 +44,10 @@ async def props(request: Request) -> Response:
         "chat_template": template.source,
         "chat_template_caps": {"supports_tools": template.supports_tools, "supports_tool_calls": True,
                                "supports_system_role": True, "supports_parallel_tool_calls": True},
-        "bos_token": vocab.special_text(vocab.bos) if vocab.bos >= 0 else "",
-        "eos_token": vocab.special_text(vocab.eos) if vocab.eos >= 0 else "",
+        "bos_token": template.bos_token,
+        "eos_token": template.eos_token,
         "build_info": build_info(),
-        "is_sleeping": False,
+        "is_sleeping": server.sleeper is not None and server.sleeper.asleep,
         "n_ctx_train": info.n_ctx_train,
         "capacity": info.capacity.to_json() if info.capacity is not None else None,
     }

@@ -54,7 +54,9 @@ def parse_request(
     """The chat request a Messages body stands for; `count_only`: a count_tokens body (no
     max_tokens). Every check names the field."""
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if count_only and model is None:  # a count is of the loaded model's tokens (llama-server asks no name)
+        model = ""
+    elif not isinstance(model, str) or not model:
         raise InvalidRequest("'model' is required (any name: the loaded model answers)", param="model")
     if not count_only and body.get("max_tokens") is None:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")

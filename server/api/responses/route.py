@@ -24,8 +24,8 @@ from .store import StoredResponse
 from .stream import ResponseEvents
 
 
-async def create_response(request: Request) -> Response:
-    server, key, body = await open_request(request)
+def _as_chat(server, key: str, body: dict):
+    """(the Responses parameters, the tenant, the whole conversation, it as chat parameters)."""
     if isinstance(body.get("input"), list):  # before any item is parsed
         check_conversation(server.config, len(body["input"]), "input")
     params = parse_responses(body, server.engine.info.n_vocab, server.config.sampling)
@@ -41,6 +41,21 @@ async def create_response(request: Request) -> Response:
         parallel_tool_calls=params.parallel_tool_calls,
         response_format=params.response_format,
     )
+    return params, tenant, conversation, chat
+
+
+async def input_tokens(request: Request) -> Response:
+    """POST /v1/responses/input_tokens (OpenAI's): the prompt tokens the same body would take,
+    rendered and tokenized as a response to it would be (previous_response_id included)."""
+    server, key, body = await open_request(request)
+    _params, _tenant, _conversation, chat = _as_chat(server, key, body)
+    plan = await server.offload(pipeline.plan_chat, server, chat, -1, request=request)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(plan.prompt.tokens)})
+
+
+async def create_response(request: Request) -> Response:
+    server, key, body = await open_request(request)
+    params, tenant, conversation, chat = _as_chat(server, key, body)
     budget = server.config.reasoning_budget  # --reasoning-budget (the API's reasoning.effort is not mapped)
     generation = await pipeline.start_chat(request, server, key, chat, budget=budget, endpoint="responses", prompt_param="input")
     resp_id = f"resp_{generation.id}"
