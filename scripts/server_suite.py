@@ -40,8 +40,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TABLE_JSON = REPO_ROOT / "docs" / "llama-server-suite.json"
 TABLE_MD = REPO_ROOT / "docs" / "llama-server-suite.md"
 # What the suite needs from llama.cpp's tree: the tests, and the chat templates they name
-# by relative path (../../../models/templates/...).
-MEMBERS = ("tools/server/tests/", "models/templates/")
+# by relative path (../../../models/templates/...); and llama-server's flags (common/arg.cpp).
+MEMBERS = ("tools/server/tests/", "models/templates/", "common/arg.cpp")
 PATCHED = "ServerPreset.load_all()"
 
 # The presets' Hugging Face models, and the local model each one runs on. "chat" is the
@@ -100,7 +100,7 @@ def suite_root() -> pathlib.Path:
     """llama.cpp's tree with the suite and templates, extracted once into the cache folder."""
     root = cache_dir() / f"server-suite-{LLAMA_CPP_PYTHON_VERSION}"
     done = root / ".complete"
-    if done.exists():
+    if done.exists() and all((root / member).exists() for member in MEMBERS):
         return root
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="server-suite-", dir=cache_dir()))
     try:
@@ -118,7 +118,8 @@ def _extract_into(dest: pathlib.Path) -> None:
         llama = tree / "vendor" / "llama.cpp"
         if (llama / MEMBERS[0]).is_dir():
             for member in MEMBERS:
-                shutil.copytree(llama / member, dest / member)
+                (dest / member).parent.mkdir(parents=True, exist_ok=True)
+                (shutil.copytree if member.endswith("/") else shutil.copy)(llama / member, dest / member)
             return
     import glob
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class ServerConfig:
     alias: str | None = None
     api_keys: list[str] = field(default_factory=list)
     chat_template: str | None = None
+    chat_template_kwargs: dict = field(default_factory=dict)  # --chat-template-kwargs: template variables of every request
     n_predict: int = -1
     sampling: SamplingParams = field(default_factory=SamplingParams)  # a request's defaults
     slots_endpoint: bool = True
@@ -196,6 +198,7 @@ _FLAGS = [
 # for what warmslot always does (accepted, with a log line that they change nothing).
 _FLAGS += [
     (("--chat-template-file",), "chat_template_file", str, None, "a Jinja chat template file (as --chat-template FILE)"),
+    (("--chat-template-kwargs",), "chat_template_kwargs", str, None, "a JSON object of chat template variables for every request, e.g. '{\"enable_thinking\": false}'; a request's chat_template_kwargs override them"),
     (("--no-mmap",), "no_mmap", bool, False, "read the weights into memory instead of mapping the file"),
     (("--mlock",), "mlock", bool, False, "keep the weights in RAM (never swapped out)"),
     (("-nr", "--no-repack"), "no_repack", bool, False, "no weight repacking on the CPU (llama.cpp's AMX and interleaved buffer types); off by default only where AMX runs in a virtual machine"),
@@ -429,6 +432,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         aliases=aliases,
         api_keys=keys,
         chat_template=a.chat_template_file or a.chat_template,
+        chat_template_kwargs=_template_kwargs(a.chat_template_kwargs, parser),
         n_predict=a.n_predict,
         sampling=_sampling(a),
         slots_endpoint=not a.no_slots,
@@ -466,6 +470,18 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
     if a.chat_template_file and not os.path.isfile(a.chat_template_file):
         parser.error(f"--chat-template-file: no such file: {a.chat_template_file}")
     return config, a
+
+
+def _template_kwargs(text: str | None, parser: argparse.ArgumentParser) -> dict:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        parser.error(f"--chat-template-kwargs: not JSON: {exc}")
+    if not isinstance(value, dict):
+        parser.error("--chat-template-kwargs: a JSON object is needed, e.g. '{\"enable_thinking\": false}'")
+    return value
 
 
 def _spec(a: argparse.Namespace, parser: argparse.ArgumentParser) -> SpecConfig:

@@ -64,7 +64,8 @@ class Warmslot:
         vocab, info = engine.vocab, engine.info
         name, source, native = choose_template(self.config.chat_template, info.chat_template, info.arch, vocab.is_one_token)
         template = ChatTemplate(
-            name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos), thinking_default(self.config.reasoning_default, source), native,
+            name, source, vocab.special_text(vocab.bos), vocab.special_text(vocab.eos),
+            thinking_default(self.config.reasoning_default, source) + tuple(self.config.chat_template_kwargs.items()), native,
         )
         fmt = self.config.tool_format
         self.tool_format = detect_format(source) if fmt == "auto" else fmt

@@ -67,3 +67,16 @@ def test_reasoning_auto_turns_thinking_on_where_the_template_has_the_switch():
     assert thinking_default("off", switch) == (("enable_thinking", False),)
     template = ChatTemplate("t", "<think>\n" + switch, defaults=thinking_default("auto", switch))
     assert template.render(HI, None, True) == "<think>\n"
+
+
+def test_chat_template_kwargs_flag_sets_variables_a_request_overrides():
+    from warmslot.server.config import parse_config
+
+    config, _ = parse_config(["--chat-template-kwargs", '{"greeting": "hi", "enable_thinking": false}'])
+    assert config.chat_template_kwargs == {"greeting": "hi", "enable_thinking": False}
+    template = ChatTemplate("t", "{{ greeting }}/{{ enable_thinking }}", defaults=tuple(config.chat_template_kwargs.items()))
+    assert template.render(HI, None, True) == "hi/False"
+    assert template.render(HI, None, True, {"greeting": "yo"}) == "yo/False"
+    for bad in ("[1]", "{nope"):
+        with pytest.raises(SystemExit):
+            parse_config(["--chat-template-kwargs", bad])

@@ -92,6 +92,26 @@ def test_every_llama_server_flag_is_handled(capsys):
                 assert actions[name].dest == actions[target].dest, name
 
 
+def test_every_flag_of_llama_server_at_this_commit_is_known():
+    """llama-server's flags, read from common/arg.cpp of the llama.cpp that the pinned
+    llama-cpp-python vendors: each one is warmslot's, or in the catalog."""
+    import re
+
+    from scripts.server_suite import suite_root
+
+    source = (suite_root() / "common" / "arg.cpp").read_text()
+    flags = set()
+    for chunk in source.split("add_opt(common_arg(")[1:]:
+        names = re.match(r"\s*\{([^}]*)\}", chunk)
+        body = chunk.split("add_opt(", 1)[0]
+        examples, excludes = re.search(r"set_examples\(\{([^}]*)\}\)", body), re.search(r"set_excludes\(\{([^}]*)\}\)", body)
+        if names and not (examples and "LLAMA_EXAMPLE_SERVER" not in examples.group(1)) and not (excludes and "LLAMA_EXAMPLE_SERVER" in excludes.group(1)):
+            flags.update(re.findall(r'"(-[^"]+)"', names.group(1)))
+    known = set(build_parser()._option_string_actions)
+    assert len(flags) > 300 and "--sleep-idle-seconds" in flags
+    assert sorted(flags - known) == []
+
+
 def test_llama_server_spellings_reach_warmslot_flags():
     config, _ = parse_config(["--predict", "7", "--log-disable", "-fit", "off", "--no-ui", "--embedding", "--spec-draft-n-max", "5"])
     assert (config.n_predict, config.log_level, config.engine.fit, config.webui, config.engine.embeddings) == (7, "error", False, False, True)
