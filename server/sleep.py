@@ -16,10 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .state import Warmslot
+from typing import Any, Callable
 
 log = logging.getLogger("warmslot.server")
 
@@ -27,8 +24,13 @@ READS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class Sleeper:
-    def __init__(self, server: "Warmslot", idle_s: float) -> None:
-        self.server = server
+    """`ready()`: the server serves (its model loaded once); `rebuild()`: after a wake, make
+    what the server built on the model's vocabulary again (the prompt builder)."""
+
+    def __init__(self, engine: Any, idle_s: float, *, ready: Callable[[], bool], rebuild: Callable[[], None]) -> None:
+        self.engine = engine
+        self.ready = ready
+        self.rebuild = rebuild
         self.idle_s = idle_s
         self.asleep = False
         self.in_flight = 0  # requests that needed the model and have not finished
@@ -37,10 +39,10 @@ class Sleeper:
 
     async def watch(self) -> None:
         """Put the engine to sleep once it has been idle for `idle_s` (a background task)."""
-        engine = self.server.engine
+        engine = self.engine
         while True:
             await asyncio.sleep(min(0.25, self.idle_s / 4))
-            if self.asleep or self.in_flight or not self.server.ready:
+            if self.asleep or self.in_flight or not self.ready():
                 continue
             if engine.n_unfinished() or engine.queue_depth:
                 self.last_active = time.monotonic()
@@ -52,7 +54,7 @@ class Sleeper:
         async with self._lock:
             if self.asleep or self.in_flight:
                 return
-            if await asyncio.wrap_future(self.server.engine.sleep()):
+            if await asyncio.wrap_future(self.engine.sleep()):
                 self.asleep = True
             else:  # busy after all: try again after another idle period
                 self.last_active = time.monotonic()
@@ -64,9 +66,9 @@ class Sleeper:
         async with self._lock:
             if not self.asleep:
                 return
-            await asyncio.wrap_future(self.server.engine.wake())
+            await asyncio.wrap_future(self.engine.wake())
             # the prompt builder holds the vocabulary of the model that was freed
-            await asyncio.get_running_loop().run_in_executor(None, self.server.finish_loading)
+            await asyncio.get_running_loop().run_in_executor(None, self.rebuild)
             self.asleep = False
 
 

@@ -43,7 +43,9 @@ class Warmslot:
         self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
         self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
-        self.sleeper = Sleeper(self, config.sleep_idle_s) if config.sleep_idle_s > 0 else None  # --sleep-idle-seconds
+        self.sleeper = Sleeper(  # --sleep-idle-seconds
+            engine, config.sleep_idle_s, ready=lambda: self.ready, rebuild=self.finish_loading,
+        ) if config.sleep_idle_s > 0 else None
         self.draining = False  # shutting down: no new requests (see drain.py)
         self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")

@@ -42,7 +42,7 @@ def wait_idle(server, timeout: float = 10.0) -> list[str]:
 
 
 def test_slots_is_llama_servers_array_and_engine_the_whole_view(server, client):
-    client.chat.completions.create(model="x", messages=HELLO, max_tokens=2, temperature=0)
+    client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Count to three."}], max_tokens=2, temperature=0)
     wait_idle(server)
     slots = httpx.get(server.url + "/slots").json()
     assert [s["id"] for s in slots] == [0, 1]

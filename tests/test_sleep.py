@@ -48,6 +48,7 @@ def test_a_conversation_comes_back_warm_after_the_model_slept(server):
     url = server.url
     first = chat(url, TURN)
     wait_asleep(url)
+    wakes = metric(url, "warmslot_wakes_total")  # the server may have slept before the first turn too
     # reads answer from what the server keeps, and leave it asleep
     assert httpx.get(url + "/health").status_code == 200
     assert httpx.get(url + "/v1/models").status_code == 200
@@ -58,7 +59,7 @@ def test_a_conversation_comes_back_warm_after_the_model_slept(server):
     turn2 = TURN + [{"role": "assistant", "content": first["choices"][0]["message"]["content"]}, {"role": "user", "content": "And two more?"}]
     warm = chat(url, turn2)
     assert not asleep(url)
-    assert metric(url, "warmslot_wakes_total") == 1
+    assert metric(url, "warmslot_wakes_total") == wakes + 1
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"]
     assert metric(url, 'warmslot_prompt_tokens_total{source="ram"}') >= first["usage"]["prompt_tokens"]
     cold = chat(url, turn2, cache_prompt=False)
