@@ -86,6 +86,28 @@ def test_chat_completion_streamed_matches_plain(client):
     assert usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens
 
 
+def test_return_progress_and_timings_per_token_on_a_chat_stream(server):
+    body = {"messages": [{"role": "user", "content": "List four fruits, one per line."}], "max_tokens": 6, "temperature": 0,
+            "stream": True, "return_progress": True, "timings_per_token": True}
+
+    def stream(b: dict) -> list[dict]:
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=b, timeout=60) as r:
+            return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+
+    cold = stream(dict(body, cache_prompt=False))
+    progress = [c["prompt_progress"] for c in cold if "prompt_progress" in c]
+    total = cold[-1]["timings"]["cache_n"] + cold[-1]["timings"]["prompt_n"]
+    assert progress[0]["cache"] == progress[0]["processed"] == 0  # reported when the request got its slot
+    assert progress[-1]["processed"] == progress[-1]["total"] == total
+    assert [p["processed"] for p in progress] == sorted(p["processed"] for p in progress)
+    assert all(c["choices"][0]["delta"] == {"role": "assistant", "content": None} for c in cold if "prompt_progress" in c)
+    predicted = [c["timings"]["predicted_n"] for c in cold if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert predicted and predicted == sorted(predicted) and 1 <= predicted[-1] <= 6
+    warm = stream(body)  # the same prompt: the slot holds it
+    first = next(c["prompt_progress"] for c in warm if "prompt_progress" in c)
+    assert first["cache"] == first["processed"] > 0 and first["total"] == total
+
+
 def test_completions_with_text_and_token_ids(client):
     r = client.completions.create(model="x", prompt="The capital of France is", max_tokens=6, temperature=0)
     assert r.choices[0].text
