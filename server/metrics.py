@@ -172,6 +172,7 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_logits_reused", "Prompts whose last-token logits came from a checkpoint (nothing evaluated)", value=stats.logits_reused)
         yield CounterMetricFamily("warmslot_full_prefills", "Prompts that matched a candidate but could reuse none of it", value=stats.full_prefills)
         yield CounterMetricFamily("warmslot_media_encodes", "Images run through the projector's encoder", value=stats.media_encodes)
+        yield CounterMetricFamily("warmslot_media_preprocessed", "Images decoded and preprocessed for a prompt (one sent again soon after is not)", value=stats.media_preprocessed)
         yield CounterMetricFamily("warmslot_media_embeddings_reused", "Images decoded from embeddings encoded earlier (no encode)", value=stats.media_embeddings_reused)
         yield CounterMetricFamily("warmslot_media_tokens", "Image embeddings decoded into slots", value=stats.media_tokens)
         yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)

@@ -206,7 +206,7 @@ def _load(
     reranker = Reranker(
         model, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads, flash_attn=cfg.flash_attn,
     ) if cfg.reranking else None
-    projector = _projector(cfg, model, on_gpu)
+    projector = _projector(cfg, model, on_gpu, stats)
     return Parts(
         model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk,
         embedder, reranker, projector,
@@ -225,7 +225,7 @@ def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprin
     return cache, disk
 
 
-def _projector(cfg: EngineConfig, model: Model, on_gpu: bool) -> Projector | None:
+def _projector(cfg: EngineConfig, model: Model, on_gpu: bool, stats: EngineStats) -> Projector | None:
     """--mmproj: the vision projector beside the model."""
     if not cfg.mmproj:
         return None
@@ -233,7 +233,7 @@ def _projector(cfg: EngineConfig, model: Model, on_gpu: bool) -> Projector | Non
     projector = Projector(cfg.mmproj, model, ProjectorParams(
         use_gpu=cfg.mmproj_offload and on_gpu, n_threads=cfg.n_threads,
         image_min_tokens=cfg.image_min_tokens, image_max_tokens=cfg.image_max_tokens,
-    ))
+    ), on_preprocess=stats.count_preprocessed)
     if projector.mrope or not projector.vision:
         projector.close()
         raise ValueError(f"{cfg.mmproj}: only vision projectors without M-RoPE positions are supported so far")

@@ -91,6 +91,7 @@ class EngineStats:
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
     parked: int = 0  # idle slots moved to the prompt cache when another request started
     wakes: int = 0  # times the model was loaded again after sleeping (--sleep-idle-seconds)
+    media_preprocessed: int = 0  # images decoded and preprocessed for a prompt (not those recent ones sent again)
     copy_bytes: Counter = field(default_factory=Counter)  # by CopyCause
     copy_seconds: Counter = field(default_factory=Counter)  # by CopyCause
     # where the engine thread's time goes while it has work: inside llama_decode (graph
@@ -136,6 +137,10 @@ class EngineStats:
             if t >= since:
                 pn, ps, dn, ds = pn + a, ps + b, dn + c, ds + d
         return (pn / ps if ps else 0.0, dn / ds if ds else 0.0)
+
+    def count_preprocessed(self) -> None:
+        """An image was decoded and preprocessed (the tokenize pool's threads)."""
+        self.media_preprocessed += 1
 
     def add_prompt(self, source: str, cached: int, computed: int) -> None:
         """Count a finished request's prompt: `cached` tokens from `source`, `computed` evaluated."""

@@ -64,6 +64,8 @@ def test_second_turn_reuses_the_prefix_past_the_image_without_encoding_again(ser
     assert r1.usage.prompt_tokens > 16  # the image's 16 embeddings count as prompt tokens
     encodes = metric(server, "warmslot_media_encodes_total")
     assert encodes == 1
+    preprocessed = metric(server, "warmslot_media_preprocessed_total")
+    assert preprocessed == 1
     second = first + [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "And more?"}]
     r2 = chat(client, second)
     cached = r2.usage.prompt_tokens_details.cached_tokens
@@ -71,6 +73,7 @@ def test_second_turn_reuses_the_prefix_past_the_image_without_encoding_again(ser
     assert cached >= r1.usage.prompt_tokens, (cached, r1.usage.prompt_tokens)
     assert metric(server, "warmslot_media_encodes_total") == encodes
     assert metric(server, "warmslot_media_embeddings_reused_total") == 0  # its KV was kept: nothing decoded again
+    assert metric(server, "warmslot_media_preprocessed_total") == preprocessed  # nor the image's file
     # the same conversation evaluated cold (cache_prompt off) answers the same, greedy
     cold = chat(client, second, extra_body={"cache_prompt": False})
     assert cold.usage.prompt_tokens_details.cached_tokens == 0

@@ -423,16 +423,20 @@ def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pa
 MMPROJ = dict(image_size=32, patch_size=8, n_embd=32, n_ff=64, n_head=2, n_layer=2)
 
 
-def write_tiny_mmproj(path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
-    """Write a random-weight vision projector for the tiny models (``--mmproj``)."""
-    p = MMPROJ
+def write_tiny_mmproj(
+    path: str | os.PathLike, *, seed: int = 0, shape: dict | None = None, n_embd_text: int = N_EMBD, name: str = "tiny-mmproj",
+) -> pathlib.Path:
+    """Write a random-weight vision projector (``--mmproj``): a CLIP encoder and LLaVA's MLP
+    projector, by default of the tiny models' size; `shape` (MMPROJ's keys) and `n_embd_text`
+    give another one (the benchmarks' real shapes)."""
+    p = shape or MMPROJ
     e, size, patch = p["n_embd"], p["image_size"], p["patch_size"]
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "clip")
     try:
-        w.add_name("tiny-mmproj")
+        w.add_name(name)
         w.add_file_type(gguf.LlamaFileType.ALL_F32)
         w.add_string("clip.projector_type", "mlp")
         w.add_bool("clip.has_vision_encoder", True)
@@ -440,7 +444,7 @@ def write_tiny_mmproj(path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path
         w.add_bool("clip.use_gelu", True)
         for key, value in (
             ("image_size", size), ("patch_size", patch), ("embedding_length", e), ("feed_forward_length", p["n_ff"]),
-            ("projection_dim", N_EMBD), ("attention.head_count", p["n_head"]), ("block_count", p["n_layer"]),
+            ("projection_dim", n_embd_text), ("attention.head_count", p["n_head"]), ("block_count", p["n_layer"]),
         ):
             w.add_uint32(f"clip.vision.{key}", value)
         w.add_float32("clip.vision.attention.layer_norm_epsilon", RMS_EPS)
@@ -468,8 +472,8 @@ def write_tiny_mmproj(path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path
             norm(f"v.blk.{il}.ln2")
             linear(f"v.blk.{il}.ffn_up", e, p["n_ff"])
             linear(f"v.blk.{il}.ffn_down", p["n_ff"], e)
-        linear("mm.0", e, N_EMBD)
-        linear("mm.2", N_EMBD, N_EMBD)
+        linear("mm.0", e, n_embd_text)
+        linear("mm.2", n_embd_text, n_embd_text)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

@@ -18,11 +18,13 @@ from __future__ import annotations
 import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 import llama_cpp.mtmd_cpp as mtmd
 
+import collections
 import ctypes
 import os
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -32,6 +34,13 @@ from .model import Model
 
 
 IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
+
+
+RECENT_BYTES = 256 << 20  # preprocessed images kept for the next turns (their pixels, as float32)
+
+
+def _parts_bytes(parts: list) -> int:
+    return sum(p.nx * p.ny * 3 * 4 for p in parts if isinstance(p, MediaChunk))
 
 
 class MediaError(ValueError):
@@ -68,7 +77,11 @@ class ProjectorParams:
 class Projector:
     """A vision (or audio) projector loaded for `model`."""
 
-    def __init__(self, path: str, model: Model, params: ProjectorParams = ProjectorParams()) -> None:
+    def __init__(
+        self, path: str, model: Model, params: ProjectorParams = ProjectorParams(), on_preprocess: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_preprocess()` is called for each image decoded and preprocessed (any thread)."""
+        self._on_preprocess = on_preprocess or (lambda: None)
         cp = mtmd.mtmd_context_params_default()
         cp.use_gpu = params.use_gpu
         if params.n_threads > 0:
@@ -89,11 +102,33 @@ class Projector:
         self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
         self.marker = (mtmd.mtmd_default_marker() or b"<__media__>").decode()
         self._lock = threading.Lock()
+        self._recent: collections.OrderedDict[tuple[str, int], list] = collections.OrderedDict()  # see tokenize_image
+        self._recent_bytes = 0
 
     def tokenize_image(self, data: bytes, media_id: str, *, max_pixels: int = 0) -> list[list[int] | MediaChunk]:
         """The prompt's parts in the image's place, in order: token lists and one chunk.
         Raises MediaError for bytes that are no image it can decode, or one of more than
-        `max_pixels` pixels (0: any)."""
+        `max_pixels` pixels (0: any).
+
+        The parts of recent images are kept by their id (chunks are never changed), so an
+        image that every turn of a conversation sends again is decoded and preprocessed once,
+        not once a turn."""
+        key = (media_id, max_pixels)
+        with self._lock:
+            parts = self._recent.get(key)
+            if parts is not None:
+                self._recent.move_to_end(key)
+                return list(parts)
+        parts = self._tokenize_new(data, media_id, max_pixels)
+        self._on_preprocess()
+        with self._lock:
+            self._recent[key] = parts
+            self._recent_bytes += _parts_bytes(parts)
+            while self._recent_bytes > RECENT_BYTES and len(self._recent) > 1:
+                self._recent_bytes -= _parts_bytes(self._recent.popitem(last=False)[1])
+        return list(parts)
+
+    def _tokenize_new(self, data: bytes, media_id: str, max_pixels: int) -> list[list[int] | MediaChunk]:
         # NOTE: libmtmd hands data it does not recognise to a video probe (an ffprobe
         # process): only image formats it decodes itself go in
         if not data.startswith(IMAGE_MAGIC) and not (data[:4] == b"RIFF" and data[8:12] == b"WEBP"):
