@@ -37,7 +37,7 @@ async def props(request: Request) -> Response:
         "total_slots": info.n_slots,
         "model_alias": server.model_name,
         "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
-        "modalities": {"vision": server.engine.projector is not None, "video": False, "audio": False},
+        "modalities": {"vision": _vision(server), "video": False, "audio": False},
         "endpoint_slots": server.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
@@ -52,6 +52,11 @@ async def props(request: Request) -> Response:
         "capacity": info.capacity.to_json() if info.capacity is not None else None,
     }
     return JSONResponse(body)
+
+
+def _vision(server: Warmslot) -> bool:
+    """A projector is loaded (from the flags: the engine frees it while the model sleeps)."""
+    return server.ready and bool(server.config.engine.mmproj)
 
 
 def default_params(server: Warmslot) -> dict:
@@ -107,7 +112,7 @@ async def models(request: Request) -> Response:
     """OpenAI's list in `data`; `models` is the same model in Ollama's shape, as llama-server
     adds it (clients read its `capabilities`)."""
     server = server_of(request)
-    vision = server.ready and server.engine.projector is not None
+    vision = _vision(server)
     ollama = {"name": server.model_name, "model": server.model_name, "type": "model", "format": "gguf",
               "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if vision else ["completion"]}
     return JSONResponse({"object": "list", "data": [model_entry(server)], "models": [ollama]})
