@@ -60,8 +60,9 @@ class Sleeper:
                 self.last_active = time.monotonic()
 
     async def wake(self) -> None:
-        """Load the model again if it sleeps (requests that need it wait here together)."""
-        if not self.asleep:
+        """Load the model again if it sleeps (requests that need it wait here together). A
+        request that comes while the engine is being put to sleep waits for that, then wakes it."""
+        if not self.asleep and not self._lock.locked():
             return
         async with self._lock:
             if not self.asleep:
