@@ -13,10 +13,12 @@ sleep while such a request is in flight or a generation runs or waits.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any, Callable
+
+from .errors import Unavailable
+from .guard import send_error
 
 log = logging.getLogger("warmslot.server")
 
@@ -91,11 +93,8 @@ class WakeOnRequest:
                 await sleeper.wake()
             except Exception as exc:  # noqa: BLE001 - the request gets an error, the server stays up
                 log.error("waking the model failed: %s", exc)
-                body = {"error": {"message": f"the model could not be loaded again: {exc}", "type": "unavailable_error",
-                                  "param": None, "code": "wake_failed"}}
-                await send({"type": "http.response.start", "status": 503,
-                            "headers": [(b"content-type", b"application/json"), (b"retry-after", b"5")]})
-                await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+                error = Unavailable(f"the model could not be loaded again: {exc}", retry_after=5, code="wake_failed")
+                await send_error(send, error, scope["path"])
                 return
             await self.app(scope, receive, send)
         finally:

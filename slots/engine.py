@@ -307,11 +307,9 @@ class Engine:
             if slot.tokens and self.cache is not None:
                 self.memory.save(slot, CopyCause.SLEEP)
                 parked += 1
-        ctx = self.ctx
-        self._asleep = _Asleep(ctx.memory_kind, ctx.n_ctx, ctx.host)
-        for part in (self.sampling, self.spec, ctx, self.embedder, self.reranker, self.projector, self.model):
-            if part is not None:
-                part.close()
+        self._asleep = _Asleep(self.ctx.memory_kind, self.ctx.n_ctx, self.ctx.host)
+        self._close_parts()
+        self.model.close()
         self.model = self.ctx = self.sampling = self.spec = self.embedder = self.reranker = self.projector = None
         self.post = self.media = self.memory = self.router = self.prefixes = self._batch = None
         self.slots = []
@@ -341,17 +339,7 @@ class Engine:
         self.outbox.flush(self.slots)
         if self.disk is not None:
             self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False))
-        if self.sampling is not None:
-            self.sampling.close()
-        if self.spec is not None:
-            self.spec.close()
-        if self.ctx is not None:
-            self.ctx.close()
-        for context in (self.embedder, self.reranker):
-            if context is not None:
-                context.close()
-        if self.projector is not None:
-            self.projector.close()
+        self._close_parts()
         # NOTE: other threads tokenize with the model's vocabulary (a long text takes seconds
         # inside llama.cpp); freeing the model under them crashes the process, so it is freed
         # only once none does. The process is exiting anyway when one still runs.
@@ -359,6 +347,12 @@ class Engine:
             self.model.close()
         elif self.model is not None:
             log.warning("shutting down: a tokenization is still running; the model is left to the process exit")
+
+    def _close_parts(self) -> None:
+        """Free what was built on the model (the model itself stays: see _shutdown, _sleep)."""
+        for part in (self.sampling, self.spec, self.ctx, self.embedder, self.reranker, self.projector):
+            if part is not None:
+                part.close()
 
     def _step(self) -> None:
         host = self.ctx.host if self._asleep is None else self._asleep.host

@@ -55,6 +55,17 @@ def default_model() -> pathlib.Path:
     return pathlib.Path(assemble())
 
 
+@pytest.fixture(scope="module")
+def default_vocab(default_model):
+    """The default model's vocabulary alone (a vocab-only load: no weights, no context)."""
+    from warmslot.slots.llama_api import Model
+    from warmslot.slots.vocab import Vocab
+
+    model = Model(str(default_model), n_gpu_layers=0, vocab_only=True)
+    yield Vocab(model)
+    model.close()
+
+
 @pytest.fixture(scope="session")
 def chat_model() -> pathlib.Path:
     """The run command's default model, SmolLM2 135M Instruct (the README's test command

@@ -6,6 +6,7 @@ module's tests can move or go without breaking another module's imports.
 
 from __future__ import annotations
 
+import httpx
 import numpy as np
 
 from scripts.server_process import ServerProcess, warmslot_command
@@ -74,3 +75,10 @@ def assert_same_answer(warm: Result, ref: Result) -> None:
 def warmslot_server(model, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
     """A started `python -m warmslot.server` on 2 threads; the caller stops it."""
     return ServerProcess("warmslot", warmslot_command(model, ["-t", "2", *args]), env=env, ready_timeout=180)
+
+
+def metric(server: ServerProcess, name: str) -> float:
+    """A counter or gauge of the server's /metrics: `name`'s value, summed over its labels
+    (`name{label="x"}` gives that series alone)."""
+    text = httpx.get(server.url + "/metrics").text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ") or line.startswith(name + "{"))

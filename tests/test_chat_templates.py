@@ -14,17 +14,13 @@ from warmslot.server.chat_template import ChatTemplate, choose_template
 from warmslot.server.errors import InvalidRequest
 from warmslot.server.reasoning import thinking_default
 from warmslot.slots import builtin_chat_templates
-from warmslot.slots.llama_api import Model
-from warmslot.slots.vocab import Vocab
 
 HI = [{"role": "system", "content": "You are a test."}, {"role": "user", "content": "Hi there"}]
 
 
 @pytest.fixture(scope="module")
-def vocab(default_model):
-    model = Model(str(default_model), n_gpu_layers=0, vocab_only=True)
-    yield Vocab(model)
-    model.close()
+def vocab(default_vocab):
+    return default_vocab
 
 
 def test_llama_cpp_formats_are_chosen_by_name_and_rendered_by_llama_cpp():

@@ -12,7 +12,7 @@ import openai
 import pytest
 from PIL import Image
 
-from tests.helpers import warmslot_server
+from tests.helpers import metric, warmslot_server
 
 
 def data_url(color, size=(20, 12), fmt="PNG") -> str:
@@ -46,11 +46,6 @@ def server(tiny_models, tiny_mmproj, media):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-def metric(server, name) -> float:
-    text = httpx.get(server.url + "/metrics").text
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
 def chat(client, messages, **kw):

@@ -13,15 +13,11 @@ import pytest
 from tests.helpers import warmslot_server
 from warmslot.server.chat import PromptBuilder, PromptTooLong
 from warmslot.server.chat_template import ChatTemplate, builtin_source
-from warmslot.slots.llama_api import Model
-from warmslot.slots.vocab import Vocab
 
 
 @pytest.fixture(scope="module")
-def vocab(default_model):
-    model = Model(str(default_model), n_gpu_layers=0, vocab_only=True)
-    yield Vocab(model)
-    model.close()
+def vocab(default_vocab):
+    return default_vocab
 
 
 def gemma_builder(vocab, **kw) -> PromptBuilder:

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.helpers import warmslot_server
+from tests.helpers import metric, warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -21,10 +21,6 @@ def server(default_model):
     proc = warmslot_server(default_model, "-np", "1", "-c", "1024", "--sleep-idle-seconds", "1")
     yield proc
     proc.stop()
-
-
-def metric(url: str, name: str) -> float:
-    return next(float(line.split()[-1]) for line in httpx.get(url + "/metrics").text.splitlines() if line.startswith(name + " "))
 
 
 def asleep(url: str) -> bool:
@@ -48,20 +44,20 @@ def test_a_conversation_comes_back_warm_after_the_model_slept(server):
     url = server.url
     first = chat(url, TURN)
     wait_asleep(url)
-    wakes = metric(url, "warmslot_wakes_total")  # the server may have slept before the first turn too
+    wakes = metric(server, "warmslot_wakes_total")  # the server may have slept before the first turn too
     # reads answer from what the server keeps, and leave it asleep
     assert httpx.get(url + "/health").status_code == 200
     assert httpx.get(url + "/v1/models").status_code == 200
     view = httpx.get(url + "/engine").json()
     assert view["slots"] == [] and view["cache"]["n_entries"] == 1  # the slot's contents moved to RAM
-    assert metric(url, "warmslot_asleep") == 1 and asleep(url)
+    assert metric(server, "warmslot_asleep") == 1 and asleep(url)
     # the next turn wakes the model and its prefix comes from the prompt cache
     turn2 = TURN + [{"role": "assistant", "content": first["choices"][0]["message"]["content"]}, {"role": "user", "content": "And two more?"}]
     warm = chat(url, turn2)
     assert not asleep(url)
-    assert metric(url, "warmslot_wakes_total") == wakes + 1
+    assert metric(server, "warmslot_wakes_total") == wakes + 1
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"]
-    assert metric(url, 'warmslot_prompt_tokens_total{source="ram"}') >= first["usage"]["prompt_tokens"]
+    assert metric(server, 'warmslot_prompt_tokens_total{source="ram"}') >= first["usage"]["prompt_tokens"]
     cold = chat(url, turn2, cache_prompt=False)
     assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]

@@ -23,7 +23,7 @@ from ...errors import ApiError
 from ...logprobs import chat_content
 from ...output.events import ReasoningDelta, ToolCallDelta
 from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, StreamEvent
-from ..bodies import timings_body
+from ..bodies import progress_fields, timings_body
 from .items import call_item, message_item, new_id, reasoning_item, text_part, usage_body
 
 
@@ -84,9 +84,8 @@ class ResponseEvents:
                 out[-1]["data"] = json.dumps(data, ensure_ascii=False)
             return out
         if isinstance(event, PromptProgress):
-            timings = {"timings": timings_body(event.timings)} if event.timings is not None else {}
             response = self._skeleton(status="in_progress", output=[])
-            return [self.event("response.in_progress", response=response, prompt_progress=event.body(), **timings)]
+            return [self.event("response.in_progress", response=response, **progress_fields(event))]
         if isinstance(event, ChoiceEnd):
             self._truncated = event.truncated
             if event.cut_call is not None and event.cut_call in self._calls:
