@@ -13,10 +13,14 @@ llama-server reports neither at its default verbosity: its computed tokens show 
 encoded).
 
 With --write-models DIR the random-weight models are generated first (scripts/bench_models.py
-for the text model; a CLIP ViT-L/14 encoder at 336 px with LLaVA's MLP projector, 576 tokens
-per image, matched to its width):
+for the text model; the projector matched to its width). `--projector clip-l-336` (the
+default) is a CLIP ViT-L/14 encoder at 336 px with LLaVA's MLP projector, 576 tokens per
+image; `--projector qwen2vl-7b` is Qwen2-VL-7B's vision tower (32 layers of 1280, 14 px
+patches, 2x2 merged: a 1280x800 screenshot is 46x29 = 1334 tokens), whose images take M-RoPE
+positions in a Qwen3.5 text model (46 positions for those 1334 tokens):
 
     python scripts/bench_images.py --write-models /tmp/models --shape qwen3-8b --ngl 99 --out OUT.json
+    python scripts/bench_images.py --write-models /tmp/models --shape qwen35-9b --projector qwen2vl-7b --out OUT.json
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ from scripts.bench_client import stream_request  # noqa: E402
 
 # CLIP ViT-L/14 at 336 px (LLaVA-1.5's encoder): 24 layers, 576 patches, so 576 tokens an image
 CLIP_L_336 = dict(image_size=336, patch_size=14, n_embd=1024, n_ff=4096, n_head=16, n_layer=24)
+# Qwen2-VL-7B's vision tower: 32 layers of 1280, 16 heads, MLP 5120, 14 px patches merged 2x2
+QWEN2VL_7B = dict(image_size=560, patch_size=14, n_embd=1280, n_ff=5120, n_head=16, n_layer=32)
+PROJECTORS = {"clip-l-336": ("mlp", CLIP_L_336), "qwen2vl-7b": ("qwen2vl", QWEN2VL_7B)}
 SYSTEM = ("You are a computer-use agent. Each turn you get a screenshot of the desktop and the user's instruction. "
           "Describe what you see that matters, then say the next action (click, type, scroll) in one line.")
 
@@ -66,16 +73,17 @@ def screenshot(turn: int, size: tuple[int, int] = (1280, 800)) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def write_models(folder: Path, shape: str, vocab: str | None) -> tuple[Path, Path]:
+def write_models(folder: Path, shape: str, vocab: str | None, projector: str) -> tuple[Path, Path]:
     from scripts.bench_models import resolve_shape, write_bench_model
     from tests.tiny_models import write_tiny_mmproj
 
     folder.mkdir(parents=True, exist_ok=True)
     model = write_bench_model(shape, folder / f"{shape}.gguf", vocab)
-    mmproj = folder / f"{shape}-clip-l-336-mmproj.gguf"
+    mmproj = folder / f"{shape}-{projector}-mmproj.gguf"
     if not mmproj.exists():
         t0 = time.perf_counter()
-        write_tiny_mmproj(mmproj, shape=CLIP_L_336, n_embd_text=resolve_shape(shape).n_embd, name="clip-vit-l-336-random")
+        kind, dims = PROJECTORS[projector]
+        write_tiny_mmproj(mmproj, shape=dims, n_embd_text=resolve_shape(shape).n_embd, name=f"{projector}-random", projector=kind)
         print(f"{mmproj}: {mmproj.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s", flush=True)
     return model, mmproj
 
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mmproj", help="its projector (with --write-models: written there)")
     ap.add_argument("--write-models", metavar="DIR", help="generate the random-weight text model and projector in DIR")
     ap.add_argument("--shape", default="qwen3-8b", help="scripts/bench_models.py shape of the text model")
+    ap.add_argument("--projector", default="clip-l-336", choices=sorted(PROJECTORS), help="the projector --write-models writes")
     ap.add_argument("--vocab", default=None, help="vocab-only GGUF for the text model (bench_models.py's default otherwise)")
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--n-predict", type=int, default=32)
@@ -165,12 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if a.write_models:
-        model, mmproj = write_models(Path(a.write_models), a.shape, a.vocab)
+        model, mmproj = write_models(Path(a.write_models), a.shape, a.vocab, a.projector)
         a.model, a.mmproj = a.model or str(model), a.mmproj or str(mmproj)
     if not (a.model and a.mmproj):
         ap.error("give -m and --mmproj, or --write-models DIR")
     sp.install_signal_handlers()
-    results: dict = {"model": a.model, "mmproj": a.mmproj, "shape": a.shape, "projector": CLIP_L_336, "turns": a.turns,
+    results: dict = {"model": a.model, "mmproj": a.mmproj, "shape": a.shape, "projector": {"name": a.projector, **PROJECTORS[a.projector][1]}, "turns": a.turns,
                      "n_predict": a.n_predict, "ctx_size": a.ctx_size, "flags": a.flags, "servers": {}}
     for server in a.servers.split(","):
         results["servers"][server] = run_server(server, a)

@@ -364,8 +364,10 @@ class Engine:
         self.lifecycle.expire_deadlines()
         self._admit()
         if self.media is not None:
-            for slot, n in self.media.run(self.slots):  # images are decoded apart from the batch
-                self.post.defer_checkpoint(slot, n)
+            # images are decoded apart from the batch; one that ends at a checkpoint position
+            # is checkpointed now, before this step's batch carries its prefill on
+            for slot, n in self.media.run(self.slots):
+                self.memory.checkpoint(slot, n, None)
         drafts = self.spec.drafts(self.slots, self._batch.capacity, self.ctx.n_ubatch, self.memory.fork_pending)
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),
@@ -507,7 +509,7 @@ class Engine:
         if rc != 0:
             for entry in entries:
                 if entry.filler:
-                    self.ctx.seq_rm(entry.slot.id, entry.start, -1)
+                    self.ctx.seq_rm(entry.slot.id, entry.slot.pos(entry.start), -1)
             entries = [e for e in entries if not e.filler]
         if rc == 1:
             if not self.spec.kv_full(entries):  # drafts give way first
@@ -530,7 +532,7 @@ class Engine:
         for entry in entries:
             slot = entry.slot
             if entry.filler:
-                self.ctx.seq_rm(slot.id, entry.start, -1)
+                self.ctx.seq_rm(slot.id, slot.pos(entry.start), -1)
                 continue
             if slot.active is None:
                 continue

@@ -234,9 +234,9 @@ def _projector(cfg: EngineConfig, model: Model, on_gpu: bool, stats: EngineStats
         use_gpu=cfg.mmproj_offload and on_gpu, n_threads=cfg.n_threads,
         image_min_tokens=cfg.image_min_tokens, image_max_tokens=cfg.image_max_tokens,
     ), on_preprocess=stats.count_preprocessed)
-    if projector.mrope or not projector.vision:
+    if not projector.vision:
         projector.close()
-        raise ValueError(f"{cfg.mmproj}: only vision projectors without M-RoPE positions are supported so far")
+        raise ValueError(f"{cfg.mmproj}: only vision projectors are supported so far (this one has no vision encoder)")
     return projector
 
 

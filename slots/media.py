@@ -105,7 +105,7 @@ class MediaPrefill:
             if span.start < n < span.end:
                 if not self._truncatable:
                     raise LlamaError("the slot's memory ends inside an image and cannot be cut back")
-                self._ctx.seq_rm(slot.id, span.start, -1)
+                self._ctx.seq_rm(slot.id, slot.pos(span.start), -1)
                 del slot.tokens[span.start :]
                 return span
         return None
@@ -119,8 +119,9 @@ class MediaPrefill:
             self.embeddings.put(chunk.media_id, embd)
         else:
             self._stats.media_embeddings_reused += 1
-        end = self.projector.decode(self._ctx, chunk, embd, slot.n_past, slot.id)
-        assert end == span.end, (end, span.end)
+        end = self.projector.decode(self._ctx, chunk, embd, slot.pos(slot.n_past), slot.id)
+        if end != slot.pos(span.end):
+            raise LlamaError(f"libmtmd ended the image at position {end}, where the prompt's positions put {slot.pos(span.end)}")
         slot.tokens.extend(slot.active.prompt[span.start : span.end])
         slot.active.report_progress(slot.n_past)
         self._stats.media_tokens += chunk.n_tokens

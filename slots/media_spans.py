@@ -2,10 +2,17 @@
 
 The ids are negative, derived from the image's hash, different at every offset: the same
 bytes give the same run, so token-prefix matching covers images unchanged.
+
+A token's index in a prompt is its position in the model's memory, except in models with
+M-RoPE positions (Qwen2-VL and later, Qwen3.5): there an image's tokens all sit at its first
+position (with 2-D offsets of their own) and the image takes max(width, height) positions of
+its token grid, fewer than its tokens. `Positions` maps indices to positions for the seq_rm,
+seq_cp and decodes that name positions.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,6 +38,42 @@ class MediaSpan:
     @property
     def end(self) -> int:
         return self.start + self.chunk.n_tokens
+
+
+class Positions:
+    """Token index -> position in the model's memory, for a prompt with these image runs (and
+    anything that follows the prompt). The same number, less what the images before the index
+    save; an index inside an image maps to the image's first position."""
+
+    __slots__ = ("_starts", "_ends", "_shifts")
+
+    def __init__(self, media: Sequence[MediaSpan] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._shifts: list[int] = []  # positions saved by the runs up to and including this one
+        saved = 0
+        for span in media:
+            if span.chunk.n_pos != span.chunk.n_tokens:
+                saved += span.chunk.n_tokens - span.chunk.n_pos
+                self._starts.append(span.start)
+                self._ends.append(span.end)
+                self._shifts.append(saved)
+
+    def __call__(self, index: int) -> int:
+        if not self._ends:
+            return index
+        k = bisect.bisect_right(self._ends, index)  # runs that end at or before the index
+        before = self._shifts[k - 1] if k else 0
+        if k < len(self._starts) and self._starts[k] < index:
+            return self._starts[k] - before  # inside a run
+        return index - before
+
+    def __bool__(self) -> bool:
+        """Whether any index maps to another position."""
+        return bool(self._ends)
+
+
+SAME_POSITIONS = Positions()
 
 
 def check_media(tokens: Sequence[int], media: Sequence[MediaSpan], *, has_projector: bool) -> str | None:

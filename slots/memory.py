@@ -44,7 +44,7 @@ class SlotMemory:
             n_swa = self.model.info.n_swa
             pos_min = self.ctx.seq_pos_min(slot.id)
             # the first new token, at position n, still sees its whole window
-            return lambda n: 0 <= pos_min <= max(0, n - n_swa)
+            return lambda n: 0 <= pos_min <= max(0, slot.pos(n) - n_swa)
         return lambda n: False
 
     def plan(self, slot: Slot, prompt: list[int]) -> ReusePlan:
@@ -68,7 +68,7 @@ class SlotMemory:
         if keep == 0:
             self.clear(slot)
             return 0
-        if keep < slot.n_past and not self.ctx.seq_rm(slot.id, keep, -1):
+        if keep < slot.n_past and not self.ctx.seq_rm(slot.id, slot.pos(keep), -1):
             log.warning("slot %d: the memory refused a cut at %d; full prefill", slot.id, keep)
             self.clear(slot)
             return 0
@@ -98,12 +98,12 @@ class SlotMemory:
             self.ctx.seq_cp(donor.id, target.id, -1, -1)
             target.tokens = list(donor.tokens)
             if self.kind.truncatable and upto < len(target.tokens):
-                self.ctx.seq_rm(target.id, upto, -1)
+                self.ctx.seq_rm(target.id, target.pos(upto), -1)
                 del target.tokens[upto:]
             self.fork_pending = True
             self.fork_target, self.fork_donor = target, donor
         elif self.kind.truncatable:
-            self.ctx.seq_cp(donor.id, target.id, 0, upto)
+            self.ctx.seq_cp(donor.id, target.id, 0, target.pos(upto))
             target.tokens = donor.tokens[:upto]
         else:
             self.ctx.seq_cp(donor.id, target.id, -1, -1)
@@ -126,7 +126,7 @@ class SlotMemory:
         target so the copy happens before anything writes either sequence, then cut the
         token (or, on memory that cannot be cut, drop the target's contents)."""
         target = self.fork_target
-        pos = target.n_past
+        pos = target.pos(target.n_past)
         batch.clear()
         batch.add((self.model.bos if self.model.bos >= 0 else 0,), pos, target.id, logits_last=False)
         rc = self.ctx.decode(batch)

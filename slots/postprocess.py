@@ -58,11 +58,6 @@ class Postprocess:
             return False
         return True
 
-    def defer_checkpoint(self, slot: Slot, n: int) -> None:
-        """Checkpoint the slot at `n` after the events are flushed (an image's run ended at a
-        checkpoint position)."""
-        self._deferred.append((slot, n, None))
-
     def prompt_done_from_logits(self, slot: Slot, logits) -> None:
         """The whole prompt was reused with its saved last-token logits: sample from those."""
         active = slot.active

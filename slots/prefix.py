@@ -16,6 +16,7 @@ from warmslot.cache.prompt_cache import PromptCache
 from .llama_api import Context, Model
 from .disk_tier import DiskTier
 from .memory import SlotMemory
+from .media_spans import Positions
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
 from .router import Fork, FromDisk, KeepSlot, Load, Route
@@ -65,6 +66,7 @@ class Prefixes:
             # described before the prefix is taken, which may cut the candidate's tokens
             if best.matched < min(len(best.tokens), len(req.tokens)):
                 self._describe_divergence(reuse, best, req.tokens)
+        route.target.positions = Positions(req.media)  # before any cut: its memory becomes req's prefix
         keep, plan = self._take_prefix(route, req)
         reuse.source = route.source if keep else Source.NONE
         reuse.cached = keep
@@ -158,12 +160,14 @@ class Prefixes:
         return memory.apply(slot, plan), plan
 
     def cuts(self, req: GenerateRequest, keep: int) -> list[int]:
-        """Prompt positions (after keep, before the end) where a checkpoint is taken."""
+        """Prompt positions (after keep, before the end) where a checkpoint is taken: the
+        request's boundaries, the end of each image (a prompt that leaves this one in the text
+        after an image must not decode the image again) and every --checkpoint-every tokens."""
         if self.ctx.memory_kind.truncatable:
             return []
         n = len(req.tokens)
         every = self.checkpoint_every
-        cuts = {b for b in req.boundaries if keep < b < n}
+        cuts = {b for b in (*req.boundaries, *(span.end for span in req.media)) if keep < b < n}
         if every > 0:
             first = (keep // every + 1) * every
             cuts.update(range(first, n, every))

@@ -125,7 +125,7 @@ def _chunk_length(slot: Slot, budget: int) -> int:
 
 
 def _filler(slot: Slot, batch: Batch) -> BatchEntry:
-    batch.add((0,), slot.n_past, slot.id, logits_last=False)
+    batch.add((0,), slot.pos(slot.n_past), slot.id, logits_last=False)
     return BatchEntry(slot, slot.n_past, 1, -1, filler=True)
 
 
@@ -135,15 +135,15 @@ def _add(slot: Slot, n: int, batch: Batch, draft: list[int] | None = None) -> Ba
     if active.prefill_done and draft:
         # the pending token and the draft, with logits at every position: row i is sampled
         # for the token after the i-th (speculative.Speculator.verify)
-        last = batch.add((active.pending, *draft), start, slot.id, logits_last=True, logits_all=True)
+        last = batch.add((active.pending, *draft), slot.pos(start), slot.id, logits_last=True, logits_all=True)
         return BatchEntry(slot, start, n, last - len(draft), draft=tuple(draft))
     if active.prefill_done:
-        index = batch.add((active.pending,), start, slot.id, logits_last=True)
+        index = batch.add((active.pending,), slot.pos(start), slot.id, logits_last=True)
         return BatchEntry(slot, start, 1, index)
     prompt = active.prompt
     last = start + n == len(prompt)
     # [start, start+n) of the prompt goes in; logits only for the prompt's last token
-    index = batch.add(prompt[start : start + n], start, slot.id, logits_last=last)
+    index = batch.add(prompt[start : start + n], slot.pos(start), slot.id, logits_last=last)
     return BatchEntry(slot, start, n, index if last else -1)
 
 

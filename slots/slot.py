@@ -10,6 +10,7 @@ from typing import Any
 from warmslot.cache.checkpoints import CheckpointList
 
 from .llama_api import Sampler
+from .media_spans import SAME_POSITIONS, Positions
 from .requests import Event, GenerateRequest, Progress, Reuse
 from .text import TextStream
 
@@ -77,6 +78,13 @@ class Slot:
     prompt_end: int = 0  # length of the last prompt served (a divergence before it loses a prompt)
     cache_key: str = ""  # the prompt_cache_key of the last request served
     keep_s: float | None = None  # the disk retention of what it holds (see GenerateRequest)
+    # where its tokens sit in the model's memory: set from each request's images before the
+    # slot's memory is cut or filled for it (the memory then holds a prefix of its prompt)
+    positions: Positions = SAME_POSITIONS
+
+    def pos(self, index: int) -> int:
+        """The memory position of the slot's token `index` (see media_spans.Positions)."""
+        return self.positions(index)
 
     @property
     def state(self) -> SlotState:

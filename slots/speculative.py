@@ -356,7 +356,7 @@ class Speculator:
                 break
         end = entry.start + entry.n
         if slot.n_past < end:
-            self.ctx.seq_rm(slot.id, slot.n_past, -1)
+            self.ctx.seq_rm(slot.id, slot.pos(slot.n_past), -1)
             self._check_window(slot)
         # the next draft follows this one's acceptance: twice as long after a whole draft was
         # accepted, a little past the accepted run after a rejection (see DRAFT_FLOOR)
@@ -376,9 +376,9 @@ class Speculator:
         """Sliding-window memory: the next token's window must still be in memory."""
         if self.kind is not MemoryKind.SWA:
             return
-        n = slot.n_past
+        n = slot.pos(slot.n_past)
         pos_min = self.ctx.seq_pos_min(slot.id)
         if not 0 <= pos_min <= max(0, n - self.n_swa):
             self.on = False
             self.reason = f"the sliding window of slot {slot.id} lost cells during a draft; speculative decoding is off"
-            log.error("%s (window starts at %d, %d tokens)", self.reason, pos_min, n)
+            log.error("%s (window starts at %d, next position %d)", self.reason, pos_min, n)

@@ -13,12 +13,15 @@ swa        gemma3    iSWA cache: 4 local layers (window 8), 2 global
 recurrent  mamba2    recurrent state only
 hybrid     qwen35    3 Gated DeltaNet layers + 1 full-attention layer
 moe        qwen3moe  KV cache; each layer's FFN is 4 experts, 2 used
+mrope      qwen3vl   KV cache, M-RoPE positions (an image takes fewer positions than tokens)
 ========== ========= ==================================================
 
 ``write_tiny_mmproj`` writes a vision projector (a 2-layer CLIP ViT with a LLaVA MLP
 projector) whose output width matches every kind: ``--mmproj`` with any of them.
-``moe`` is not one of ``KINDS`` (its memory is plain attention): the tests of
-expert placement ask for it by name.
+``moe`` and ``mrope`` are not among ``KINDS`` (their memory is plain attention): the tests of
+expert placement and of M-RoPE images ask for them by name. ``write_tiny_mmproj(projector="qwen2vl")``
+writes a Qwen2-VL vision tower instead, whose images take max(width, height) positions in
+models with M-RoPE positions (``mrope``, ``hybrid``) where they have width x height tokens.
 
 All models share a byte-level ``gpt2`` BPE vocabulary of 264 tokens: the
 256 bytes (token id == byte value), 4 merged tokens (``Ġt``, ``he``,
@@ -66,6 +69,7 @@ ARCHS = {
     "swa": "gemma3",
     "recurrent": "mamba2",
     "hybrid": "qwen35",
+    "mrope": "qwen3vl",
 }
 
 # --------------------------------------------------------------------------
@@ -386,15 +390,44 @@ def _write_qwen3moe(w: gguf.GGUFWriter, t: _Tensors) -> None:
         t.normal(f"blk.{il}.ffn_down_exps.weight", 1.0 / np.sqrt(n_ff), n_ff, N_EMBD, n_expert)
 
 
+# --------------------------------------------------------------------------
+# mrope: qwen3vl (qwen3's attention with interleaved M-RoPE: image tokens have 2-D positions)
+
+QWEN3VL = dict(n_layer=4, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, rope_sections=[4, 2, 2, 0])
+
+
+def _write_qwen3vl(w: gguf.GGUFWriter, t: _Tensors) -> None:
+    p = QWEN3VL
+    hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
+    _common_kv(w, "mrope", p["n_layer"])
+    w.add_feed_forward_length(p["n_ff"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1000000.0)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_sections(p["rope_sections"])
+
+    t.embeddings()
+    for il in range(p["n_layer"]):
+        _attention(t, il, hd, nh, nkv)
+        t.ones(f"blk.{il}.attn_q_norm.weight", hd)
+        t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+        t.ffn(il, p["n_ff"])
+
+
 _WRITERS: dict[str, Callable[[gguf.GGUFWriter, _Tensors], None]] = {
     "moe": _write_qwen3moe,
     "attention": _write_llama,
     "swa": _write_gemma3,
     "recurrent": _write_mamba2,
     "hybrid": _write_qwen35,
+    "mrope": _write_qwen3vl,
 }
 
-HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35, "moe": QWEN3MOE}
+HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35, "moe": QWEN3MOE, "mrope": QWEN3VL}
 
 
 def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
@@ -425,10 +458,16 @@ MMPROJ = dict(image_size=32, patch_size=8, n_embd=32, n_ff=64, n_head=2, n_layer
 
 def write_tiny_mmproj(
     path: str | os.PathLike, *, seed: int = 0, shape: dict | None = None, n_embd_text: int = N_EMBD, name: str = "tiny-mmproj",
+    projector: str = "mlp",
 ) -> pathlib.Path:
-    """Write a random-weight vision projector (``--mmproj``): a CLIP encoder and LLaVA's MLP
-    projector, by default of the tiny models' size; `shape` (MMPROJ's keys) and `n_embd_text`
-    give another one (the benchmarks' real shapes)."""
+    """Write a random-weight vision projector (``--mmproj``), by default of the tiny models'
+    size; `shape` (MMPROJ's keys) and `n_embd_text` give another one (the benchmarks' real
+    shapes). `projector` is "mlp" (a CLIP encoder and LLaVA's MLP projector: 16 tokens an image)
+    or "qwen2vl" (Qwen2-VL's tower: two patch convolutions, 2-D rotary positions, 2x2 patches
+    merged into a token; images are resized to at least 8 tokens, 16x16 pixels each)."""
+    if projector not in ("mlp", "qwen2vl"):
+        raise ValueError(f"unknown projector {projector!r}")
+    merger = projector == "qwen2vl"
     p = shape or MMPROJ
     e, size, patch = p["n_embd"], p["image_size"], p["patch_size"]
     path = pathlib.Path(path)
@@ -438,9 +477,9 @@ def write_tiny_mmproj(
     try:
         w.add_name(name)
         w.add_file_type(gguf.LlamaFileType.ALL_F32)
-        w.add_string("clip.projector_type", "mlp")
+        w.add_string("clip.projector_type", "qwen2vl_merger" if merger else "mlp")
         w.add_bool("clip.has_vision_encoder", True)
-        w.add_bool("clip.has_llava_projector", True)
+        w.add_bool("clip.has_llava_projector", not merger)
         w.add_bool("clip.use_gelu", True)
         for key, value in (
             ("image_size", size), ("patch_size", patch), ("embedding_length", e), ("feed_forward_length", p["n_ff"]),
@@ -460,11 +499,14 @@ def write_tiny_mmproj(
             t.ones(f"{name}.weight", e)
             t.put(f"{name}.bias", np.zeros(e, dtype=np.float32))
 
-        n_patches = (size // patch) ** 2
         t.normal("v.patch_embd.weight", 1.0 / np.sqrt(3 * patch * patch), patch, patch, 3, e)
-        t.normal("v.class_embd", 0.1, e)
-        t.normal("v.position_embd.weight", 0.1, e, n_patches + 1)
-        norm("v.pre_ln")
+        if merger:
+            t.normal("v.patch_embd.weight.1", 1.0 / np.sqrt(3 * patch * patch), patch, patch, 3, e)
+        else:
+            n_patches = (size // patch) ** 2
+            t.normal("v.class_embd", 0.1, e)
+            t.normal("v.position_embd.weight", 0.1, e, n_patches + 1)
+            norm("v.pre_ln")
         for il in range(p["n_layer"]):
             for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
                 linear(f"v.blk.{il}.{name}", e, e)
@@ -472,8 +514,13 @@ def write_tiny_mmproj(
             norm(f"v.blk.{il}.ln2")
             linear(f"v.blk.{il}.ffn_up", e, p["n_ff"])
             linear(f"v.blk.{il}.ffn_down", p["n_ff"], e)
-        linear("mm.0", e, n_embd_text)
-        linear("mm.2", n_embd_text, n_embd_text)
+        if merger:
+            norm("v.post_ln")
+            linear("mm.0", 4 * e, 4 * e)  # the 2x2 patches of a token, concatenated
+            linear("mm.2", 4 * e, n_embd_text)
+        else:
+            linear("mm.0", e, n_embd_text)
+            linear("mm.2", n_embd_text, n_embd_text)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
