@@ -73,17 +73,17 @@ def screenshot(turn: int, size: tuple[int, int] = (1280, 800)) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def write_models(folder: Path, shape: str, vocab: str | None, projector: str) -> tuple[Path, Path]:
+def write_models(folder: Path, shape: str, vocab: str | None, projector: str, f16: bool) -> tuple[Path, Path]:
     from scripts.bench_models import resolve_shape, write_bench_model
     from tests.tiny_models import write_tiny_mmproj
 
     folder.mkdir(parents=True, exist_ok=True)
     model = write_bench_model(shape, folder / f"{shape}.gguf", vocab)
-    mmproj = folder / f"{shape}-{projector}-mmproj.gguf"
+    mmproj = folder / f"{shape}-{projector}-{'f16' if f16 else 'f32'}-mmproj.gguf"
     if not mmproj.exists():
         t0 = time.perf_counter()
         kind, dims = PROJECTORS[projector]
-        write_tiny_mmproj(mmproj, shape=dims, n_embd_text=resolve_shape(shape).n_embd, name=f"{projector}-random", projector=kind)
+        write_tiny_mmproj(mmproj, shape=dims, n_embd_text=resolve_shape(shape).n_embd, name=f"{projector}-random", projector=kind, f16=f16)
         print(f"{mmproj}: {mmproj.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s", flush=True)
     return model, mmproj
 
@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-models", metavar="DIR", help="generate the random-weight text model and projector in DIR")
     ap.add_argument("--shape", default="qwen3-8b", help="scripts/bench_models.py shape of the text model")
     ap.add_argument("--projector", default="clip-l-336", choices=sorted(PROJECTORS), help="the projector --write-models writes")
+    ap.add_argument("--projector-f16", action="store_true", help="its weights in F16, as published projectors are (F32 otherwise)")
     ap.add_argument("--vocab", default=None, help="vocab-only GGUF for the text model (bench_models.py's default otherwise)")
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--n-predict", type=int, default=32)
@@ -174,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if a.write_models:
-        model, mmproj = write_models(Path(a.write_models), a.shape, a.vocab, a.projector)
+        model, mmproj = write_models(Path(a.write_models), a.shape, a.vocab, a.projector, a.projector_f16)
         a.model, a.mmproj = a.model or str(model), a.mmproj or str(mmproj)
     if not (a.model and a.mmproj):
         ap.error("give -m and --mmproj, or --write-models DIR")
     sp.install_signal_handlers()
-    results: dict = {"model": a.model, "mmproj": a.mmproj, "shape": a.shape, "projector": {"name": a.projector, **PROJECTORS[a.projector][1]}, "turns": a.turns,
+    results: dict = {"model": a.model, "mmproj": a.mmproj, "shape": a.shape, "projector": {"name": a.projector, "f16": a.projector_f16, **PROJECTORS[a.projector][1]}, "turns": a.turns,
                      "n_predict": a.n_predict, "ctx_size": a.ctx_size, "flags": a.flags, "servers": {}}
     for server in a.servers.split(","):
         results["servers"][server] = run_server(server, a)

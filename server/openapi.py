@@ -336,7 +336,7 @@ _SLOTS = {
             "content_hash": {"type": "string"},
             "checkpoint_bytes": {"type": "integer"},
             "idle_s": {"type": "number"},
-            "checkpoints": {"type": "array", "items": {"type": "object"}},
+            **{k: {"type": "array", "items": {"type": "object"}} for k in ("checkpoints", "images")},
             "request": _nullable({"type": "object"}),
             "redacted": {"type": "boolean", "description": "another tenant's slot: only id and state"},
         }}},

@@ -16,7 +16,7 @@ from warmslot.cache.prompt_cache import PromptCache
 from .llama_api import Context, Model
 from .disk_tier import DiskTier
 from .memory import SlotMemory
-from .media_spans import Positions
+from .media_spans import Positions, placeholder_ids
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
 from .router import Fork, FromDisk, KeepSlot, Load, Route
@@ -65,8 +65,9 @@ class Prefixes:
             reuse.candidate_len = len(best.tokens)
             # described before the prefix is taken, which may cut the candidate's tokens
             if best.matched < min(len(best.tokens), len(req.tokens)):
-                self._describe_divergence(reuse, best, req.tokens)
-        route.target.positions = Positions(req.media)  # before any cut: its memory becomes req's prefix
+                self._describe_divergence(reuse, best, req.tokens, req.media)
+        # before any cut: its memory becomes a prefix of req's prompt
+        route.target.positions, route.target.media = Positions(req.media), tuple(req.media)
         keep, plan = self._take_prefix(route, req)
         reuse.source = route.source if keep else Source.NONE
         reuse.cached = keep
@@ -99,7 +100,7 @@ class Prefixes:
             self.memory.clear(slot)
             self.stats.parked += 1
 
-    def _describe_divergence(self, reuse: Reuse, best, new: list[int], width: int = 12) -> None:
+    def _describe_divergence(self, reuse: Reuse, best, new: list[int], media=(), width: int = 12) -> None:
         """The text around the first differing token: the prompt's own text before and after
         it, and the candidate's text after it only where the prompt holds the candidate's
         whole prompt (it continues that conversation: what differs is the reply the server
@@ -107,12 +108,23 @@ class Prefixes:
 
         NOTE: a candidate that diverges inside its own prompt may be another conversation of
         the same tenant (a shared system prompt is enough to match); quoting its text would
-        let anyone read other prompts a few tokens at a time. Positions and counts stay."""
+        let anyone read other prompts a few tokens at a time. Positions and counts stay.
+
+        An image's run reads `<image HASH>` (a hash of its bytes, as /slots shows it) where
+        it is one of the prompt's images, `<image>` otherwise."""
         at, old = best.matched, best.tokens
         prompt_end = best.prompt_end if best.prompt_end is not None else len(old)
+        names = {placeholder_ids(s.chunk.media_id, 1)[0]: s.chunk.media_id[:16] for s in media}
 
         def text(tokens) -> str:
-            return self.model.detokenize(tokens, special=True)
+            out, run = [], []
+            for i, t in enumerate(tokens):
+                if t >= 0:
+                    run.append(t)
+                elif i == 0 or tokens[i - 1] >= 0:  # an image's run starts (or the window starts in one)
+                    out += [self.model.detokenize(run, special=True), f"<image {names[t]}>" if t in names else "<image>"]
+                    run = []
+            return "".join(out) + self.model.detokenize(run, special=True)
 
         reuse.context_text = text(new[max(0, at - width) : at])
         reuse.new_text = text(new[at : at + width])

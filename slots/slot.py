@@ -10,7 +10,7 @@ from typing import Any
 from warmslot.cache.checkpoints import CheckpointList
 
 from .llama_api import Sampler
-from .media_spans import SAME_POSITIONS, Positions
+from .media_spans import SAME_POSITIONS, MediaSpan, Positions, placeholder_ids
 from .requests import Event, GenerateRequest, Progress, Reuse
 from .text import TextStream
 
@@ -81,10 +81,16 @@ class Slot:
     # where its tokens sit in the model's memory: set from each request's images before the
     # slot's memory is cut or filled for it (the memory then holds a prefix of its prompt)
     positions: Positions = SAME_POSITIONS
+    media: tuple[MediaSpan, ...] = ()  # the images of the request that positions came from
 
     def pos(self, index: int) -> int:
         """The memory position of the slot's token `index` (see media_spans.Positions)."""
         return self.positions(index)
+
+    def images(self) -> list[MediaSpan]:
+        """The images its memory holds whole (those of `media` its tokens still hold)."""
+        n = len(self.tokens)
+        return [s for s in self.media if s.end <= n and self.tokens[s.start] == placeholder_ids(s.chunk.media_id, 1)[0]]
 
     @property
     def state(self) -> SlotState:

@@ -1,4 +1,4 @@
-"""Images on the memory kinds whose prefix is not simply cut back: sliding-window attention,
+"""Images on the memory kinds whose prefix is not simply cut back: sliding-window attention, recurrent,
 hybrid (recurrent + attention) and M-RoPE positions, through the real libmtmd with tiny
 random-weight projectors.
 
@@ -17,7 +17,7 @@ from tests.helpers import metric, warmslot_server
 from tests.test_images import data_url
 from tests.tiny_models import write_tiny_mmproj, write_tiny_model
 
-PROJECTOR = {"swa": "mlp", "hybrid": "qwen2vl", "mrope": "qwen2vl"}
+PROJECTOR = {"swa": "mlp", "recurrent": "mlp", "hybrid": "qwen2vl", "mrope": "qwen2vl"}
 
 
 @pytest.fixture(scope="module", params=sorted(PROJECTOR))
@@ -73,7 +73,7 @@ def test_a_prompt_that_leaves_the_last_one_after_its_image_answers_as_cold(serve
     branch = [image_then("Describe the picture in many words.", color)]
     warm = chat(client, branch)
     assert counters(server) == seen, kind  # the image was kept
-    if kind == "hybrid":  # its memory cannot be cut: it went back to a checkpoint after the image
+    if kind in ("hybrid", "recurrent"):  # its memory cannot be cut: it went back to a checkpoint after the image
         assert metric(server, "warmslot_checkpoints_restored_total") > restored
     assert warm.usage.prompt_tokens_details.cached_tokens > 12, kind
     cold = chat(client, branch, extra_body={"cache_prompt": False})

@@ -83,6 +83,24 @@ def test_different_images_give_different_prefixes(client):
     assert a.usage.prompt_tokens == b.usage.prompt_tokens
 
 
+def test_slots_and_the_miss_explanation_name_images_by_hash(server, client):
+    """/engine lists the images a slot's memory holds (a hash, where, how many tokens), and
+    a prompt that leaves the slot at an image says so: `<image HASH>`, never its bytes."""
+    chat(client, [image_message("Name it.", data_url((10, 200, 200)))])
+    engine = httpx.get(server.url + "/engine").json()
+    images = engine["slots"][0]["images"]
+    assert len(images) == 1 and images[0]["n_tokens"] == 16 and images[0]["n_pos"] == 16, images
+    assert images[0]["start"] > 0 and len(images[0]["hash"]) == 16
+    assert httpx.get(server.url + "/slots").json()[0]["images"] == images
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "messages": [image_message("Name it.", data_url((200, 200, 10)))], "max_tokens": 2, "warmslot_explain": True})
+    divergence = r.json()["warmslot"]["cache"]["divergence"]
+    assert divergence["token"] == images[0]["start"], divergence
+    new = httpx.get(server.url + "/engine").json()["slots"][0]["images"][0]["hash"]
+    assert new != images[0]["hash"] and divergence["new"].startswith(f"<image {new}>"), divergence
+    assert "base64" not in r.text
+
+
 def post(server, messages):
     return httpx.post(server.url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 2}, timeout=60)
 

@@ -147,17 +147,18 @@ RMS_EPS = 1e-6
 class _Tensors:
     """Adds F32 tensors; shapes are given in ggml order {ne0, ne1}."""
 
-    def __init__(self, w: gguf.GGUFWriter, rng: np.random.Generator):
+    def __init__(self, w: gguf.GGUFWriter, rng: np.random.Generator, matrix_dtype=np.float32):
         self.w = w
         self.rng = rng
+        self.matrix_dtype = matrix_dtype  # of the projection weights (mat)
 
-    def put(self, name: str, arr: np.ndarray) -> None:
-        self.w.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+    def put(self, name: str, arr: np.ndarray, dtype=np.float32) -> None:
+        self.w.add_tensor(name, np.ascontiguousarray(arr, dtype=dtype))
 
     def mat(self, name: str, ne0: int, ne1: int, gain: float = 1.0) -> None:
         """Weight of a projection from ne0 inputs to ne1 outputs."""
         std = gain / np.sqrt(ne0)
-        self.put(name, self.rng.standard_normal((ne1, ne0), dtype=np.float32) * np.float32(std))
+        self.put(name, self.rng.standard_normal((ne1, ne0), dtype=np.float32) * np.float32(std), self.matrix_dtype)
 
     def ones(self, name: str, *ne: int) -> None:
         self.put(name, np.ones(tuple(reversed(ne)), dtype=np.float32))
@@ -458,13 +459,14 @@ MMPROJ = dict(image_size=32, patch_size=8, n_embd=32, n_ff=64, n_head=2, n_layer
 
 def write_tiny_mmproj(
     path: str | os.PathLike, *, seed: int = 0, shape: dict | None = None, n_embd_text: int = N_EMBD, name: str = "tiny-mmproj",
-    projector: str = "mlp",
+    projector: str = "mlp", f16: bool = False,
 ) -> pathlib.Path:
     """Write a random-weight vision projector (``--mmproj``), by default of the tiny models'
     size; `shape` (MMPROJ's keys) and `n_embd_text` give another one (the benchmarks' real
     shapes). `projector` is "mlp" (a CLIP encoder and LLaVA's MLP projector: 16 tokens an image)
     or "qwen2vl" (Qwen2-VL's tower: two patch convolutions, 2-D rotary positions, 2x2 patches
-    merged into a token; images are resized to at least 8 tokens, 16x16 pixels each)."""
+    merged into a token; images are resized to at least 8 tokens, 16x16 pixels each). `f16`
+    stores the projection and patch weights in F16, as published projectors are."""
     if projector not in ("mlp", "qwen2vl"):
         raise ValueError(f"unknown projector {projector!r}")
     merger = projector == "qwen2vl"
@@ -476,7 +478,7 @@ def write_tiny_mmproj(
     w = gguf.GGUFWriter(str(path), "clip")
     try:
         w.add_name(name)
-        w.add_file_type(gguf.LlamaFileType.ALL_F32)
+        w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
         w.add_string("clip.projector_type", "qwen2vl_merger" if merger else "mlp")
         w.add_bool("clip.has_vision_encoder", True)
         w.add_bool("clip.has_llava_projector", not merger)
@@ -489,7 +491,7 @@ def write_tiny_mmproj(
         w.add_float32("clip.vision.attention.layer_norm_epsilon", RMS_EPS)
         w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
         w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-        t = _Tensors(w, rng)
+        t = _Tensors(w, rng, np.float16 if f16 else np.float32)
 
         def linear(name: str, n_in: int, n_out: int) -> None:
             t.mat(f"{name}.weight", n_in, n_out)
@@ -499,9 +501,13 @@ def write_tiny_mmproj(
             t.ones(f"{name}.weight", e)
             t.put(f"{name}.bias", np.zeros(e, dtype=np.float32))
 
-        t.normal("v.patch_embd.weight", 1.0 / np.sqrt(3 * patch * patch), patch, patch, 3, e)
+        def patch_embd(name: str) -> None:
+            std = np.float32(1.0 / np.sqrt(3 * patch * patch))
+            t.put(name, t.rng.standard_normal((e, 3, patch, patch), dtype=np.float32) * std, t.matrix_dtype)
+
+        patch_embd("v.patch_embd.weight")
         if merger:
-            t.normal("v.patch_embd.weight.1", 1.0 / np.sqrt(3 * patch * patch), patch, patch, 3, e)
+            patch_embd("v.patch_embd.weight.1")
         else:
             n_patches = (size // patch) ** 2
             t.normal("v.class_embd", 0.1, e)
