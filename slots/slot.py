@@ -40,10 +40,12 @@ class Active:
     drafter: Any = None  # speculative.NgramDrafter over this request's history, once it drafts
     n_drafted: int = 0  # tokens drafted for it (speculative decoding)
     n_accepted: int = 0  # of those, accepted
-    draft_cap: int = 0  # the next draft's most tokens, from the last one's acceptance (0: --draft-max)
+    draft_cap: int = 0  # the next draft's most tokens, from the last one's acceptance (0: the first draft's)
     draft_backoff: int = 0  # steps without drafts after the last fruitless draft (doubles each time)
     draft_skip: int = 0  # steps left to decode without drafting
     draft_rejections: int = 0  # drafts that ended in a rejected token
+    shadowing: bool = True  # n-gram drafts are checked against the output, not verified (speculative._shadow)
+    shadow: tuple[int, int] | None = None  # (len(generated) when drafted, its first token) being checked
 
     @property
     def prompt(self) -> list[int]:

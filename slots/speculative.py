@@ -15,8 +15,11 @@ next drafted token, that drafted token was decoded at the right place with the r
 history, so it enters the slot's history as a decoded token would, and its row gives the
 next token. The first token that differs (or the last row) ends the step, and the memory of
 the drafted tokens after it is removed with seq_rm. A draft that gains nothing (none of it
-accepted, or a draft model that proposed nothing) costs its step all the same, so the request
-then decodes a few steps without drafting, twice as many after each such draft (BACKOFF_MAX).
+accepted, or a draft model that proposed nothing) costs its step all the same. So an n-gram
+request drafts without verifying at first, and again after such a draft: its drafts are
+checked for free against the tokens it then emits, and once one would have had its first
+token accepted, drafts are verified (`_shadow`). A draft model's drafts cost a decode to make, so there the request decodes
+a few steps without drafting instead, twice as many after each such draft (BACKOFF_MAX).
 
 Every emitted token is thus sampled by the request's chain (grammar, penalties, logit bias,
 temperature, seed) from the logits it would have had without speculation, one sample per
@@ -53,8 +56,10 @@ log = logging.getLogger("warmslot.speculative")
 SPEC_TYPES = ("none", "ngram-simple", "draft")
 NGRAM_SIMPLE = "ngram-simple"
 DRAFT = "draft"  # a draft model (-md): draft_model.py
-# After a rejection, the next draft is at most the accepted run plus this many tokens (then it
-# doubles with every draft accepted whole, up to --draft-max). Verifying a token that is then
+# A request's first draft, and the next after a rejection, is at most this many tokens (after a
+# rejection, plus the accepted run); it doubles with every draft accepted whole, up to
+# --draft-max. A first step of a new shape costs more than later ones (on an H200, Qwen3-8B
+# shape, the first 8 x 17-token step took 79 ms, a later one 25 ms), and verifying a token that is then
 # rejected is not free: on 2 shared CPU cores (Gemma 3 270M, Q4_K) a step of 17 tokens took
 # about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of 16-token
 # drafts ran no faster than without drafts (scripts/bench_spec.py).
@@ -62,9 +67,10 @@ DRAFT_FLOOR = 4
 # A draft that gains nothing still costs its step: on an H100 (Qwen3-8B shape) a step verifying
 # four rejected tokens per slot gave 32% fewer tokens/s than one-token steps at -np 1 and about
 # half at -np 4 and 8 (scripts/bench_spec.py --verify-cost), and a draft model's step costs its
-# decode even when no token passes --draft-p-min. After such a step the request decodes that
-# many steps without drafting: 1, 2, 4, ... up to BACKOFF_MAX; a draft with an accepted token
-# starts over at 1.
+# decode even when no token passes --draft-p-min. An n-gram request then checks its drafts
+# against its output before verifying one again (_shadow); a draft model's request decodes
+# that many steps without drafting: 1, 2, 4, ... up to BACKOFF_MAX, and a draft with an
+# accepted token starts over at 1.
 BACKOFF_MAX = 64
 
 
@@ -127,7 +133,7 @@ class SpecConfig:
     """The server's speculation settings (llama-server's flags)."""
 
     type: str = "none"  # --spec-type: none or ngram-simple
-    n_max: int = 16  # --draft-max: most tokens drafted per step
+    n_max: int = 64  # --draft-max: most tokens drafted per step
     n_min: int = 0  # --draft-min: a shorter draft is not used
     p_min: float = 0.75  # --draft-p-min: a draft model's threshold; n-gram drafts have no probabilities
     ngram_n: int = 12  # --spec-ngram-size-n: tokens of the n-gram looked up
@@ -164,7 +170,10 @@ class NgramDrafter:
 
     def draft(self, tokens: Sequence[int], pending: int, limit: int) -> list[int]:
         """Up to min(M, limit) tokens that followed the latest earlier occurrence of the last
-        N tokens of tokens + [pending]; [] when they did not occur before."""
+        N tokens of tokens + [pending]; [] when they did not occur before. A copy that reaches
+        the present goes on as the repetition it is (an overlapping copy: in a history that
+        repeats every P tokens the latest occurrence is P back, and the draft repeats that
+        period), so a loop or a repeated line drafts its whole length, not P tokens."""
         n = self.n
         key_start = len(tokens) + 1 - n  # where the last n-gram of the history starts
         if key_start <= 0 or limit <= 0:
@@ -179,11 +188,32 @@ class NgramDrafter:
         if s is None or list(tokens[s : s + n]) != key:  # not seen, or a hash collision
             return []
         start = s + n
-        end = min(start + min(self.m, limit), len(tokens) + 1)
-        out = list(tokens[start : min(end, len(tokens))])
-        if end > len(tokens):
+        history = len(tokens) + 1  # tokens, then the pending one
+        k = min(self.m, limit)
+        out = list(tokens[start : start + k])
+        if len(out) < k:
             out.append(pending)
+        while len(out) < k:
+            out.append(out[start + len(out) - history])  # past the present: the copy repeats itself
         return out
+
+
+def _shadow(active: "Active", draft: list[int]) -> bool:
+    """A request's n-gram drafts are first made but not verified: each is kept and its first
+    token compared with the token the request then emits, which is free. The first draft
+    whose first token would have been accepted ends this (True: verify drafts, this step's
+    first). After a verified draft that gained nothing it starts again. A request whose
+    drafts miss thus pays for no verification, and one that starts to copy its context
+    drafts from the next step on."""
+    kept = active.shadow
+    if kept is not None and len(active.generated) > kept[0]:
+        active.shadow = None
+        if active.generated[kept[0]] == kept[1]:
+            active.shadowing = False
+            return True
+    if active.shadow is None and draft:
+        active.shadow = (len(active.generated), draft[0])  # it guesses what follows generated[-1]
+    return False
 
 
 def _back_off(active: "Active") -> None:
@@ -282,8 +312,7 @@ class Speculator:
         limit = min(n_max, room, self.ctx.n_ctx_seq - slot.n_past - 2)
         if active.req.max_tokens is not None:
             limit = min(limit, active.req.max_tokens - len(active.generated) - 1)
-        if active.draft_cap:
-            limit = min(limit, max(active.draft_cap, n_min))
+        limit = min(limit, max(active.draft_cap or DRAFT_FLOOR, n_min))
         if cost is not None and limit > 0:
             # as long as it pays for itself at this request's acceptance so far (one accepted
             # and one rejected token assumed to start with); at least one token, since a
@@ -304,6 +333,8 @@ class Speculator:
             draft = active.drafter.draft(slot.tokens, active.pending, limit)
             cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
             draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
+            if active.shadowing and not _shadow(active, draft):
+                return []
         return draft if len(draft) >= max(1, n_min) else []
 
     def shape(self, entries: Sequence["BatchEntry"]) -> tuple[int, int, bool] | None:
@@ -365,6 +396,8 @@ class Speculator:
             active.draft_rejections += 1
         if accepted:
             active.draft_backoff = 0
+        elif self.draft_model is None:
+            active.shadowing, active.shadow = True, None  # see _shadow
         else:
             _back_off(active)
         kind = self.config.type
