@@ -158,11 +158,15 @@ def resolve_model(config) -> str | None:
     if config.hf_repo:
         from .hub import HubError, download
 
+        want_projector = not config.no_mmproj and not config.engine.mmproj
         try:
-            return download(config.hf_repo, config.hf_file, config.hf_token)
+            path, mmproj = download(config.hf_repo, config.hf_file, config.hf_token, projector=want_projector)
         except HubError as exc:
             print(f"warmslot: {exc}", file=sys.stderr)
             return None
+        if mmproj:
+            config.engine.mmproj = mmproj
+        return path
     path = config.engine.model_path or default_model_path()
     if path is None:
         print(f"warmslot: {DEFAULT_MODEL_HELP}", file=sys.stderr)

@@ -119,6 +119,9 @@ class ServerConfig:
     image_max_bytes: int = 20 << 20  # bytes of one image (decoded); more get 400
     image_max_pixels: int = 33_554_432  # pixels of one image; more get 400
     media_path: str | None = None  # file:// image URLs are read from this folder (--media-path)
+    image_fetch: bool = False  # http(s) image URLs are fetched (--image-fetch)
+    image_fetch_timeout: float = 10.0  # seconds a fetch may take in all
+    no_mmproj: bool = False  # -hf does not fetch the repository's projector (--no-mmproj)
     webui: bool = True  # the chat and cache page at /
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     tags: list[str] = field(default_factory=list)  # informational, listed on /v1/models
@@ -231,6 +234,9 @@ _FLAGS += [
     (("--image-max-bytes",), "image_max_bytes", "size", "20m", "largest image accepted, decoded (a bare number is MiB); more get 400"),
     (("--image-max-pixels",), "image_max_pixels", int, 33_554_432, "most pixels (width x height) of an image accepted; more get 400"),
     (("--media-path",), "media_path", str, None, "a folder that image_url file:// URLs are read from (paths inside it only); without it they get 400"),
+    (("--image-fetch",), "image_fetch", bool, False, "fetch http(s) image URLs (within --image-max-bytes and --image-fetch-timeout); without it they get 400"),
+    (("--image-fetch-timeout",), "image_fetch_timeout", float, 10.0, "seconds an image fetch may take in all"),
+    (("--no-mmproj", "--no-mmproj-auto"), "no_mmproj", bool, False, "-hf: do not download the repository's projector (mmproj) beside the model"),
 ]
 
 # Expert offload, tensor placement and --fit (llama-server's names and meanings)
@@ -458,6 +464,9 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         image_max_bytes=a.image_max_bytes,
         image_max_pixels=a.image_max_pixels,
         media_path=a.media_path,
+        image_fetch=a.image_fetch,
+        image_fetch_timeout=max(0.1, a.image_fetch_timeout),
+        no_mmproj=a.no_mmproj,
         max_n=a.max_n,
         responses_store=a.responses_store,
         webui=not a.no_webui,

@@ -7,8 +7,12 @@ Hub cannot be reached the cached files of the repository are used.
 
 Which file: `--hf-file` names it; otherwise the GGUF whose name carries the quant
 (case-insensitive, default Q4_K_M), else the first GGUF of the repository. Projector files
-(mmproj) are never chosen. A model split into parts (`-00001-of-00003.gguf`) is downloaded
-whole and the first part is loaded (llama.cpp finds the others next to it).
+(mmproj) are never chosen as the model. A model split into parts (`-00001-of-00003.gguf`) is
+downloaded whole and the first part is loaded (llama.cpp finds the others next to it).
+
+The projector: as llama-server does, a GGUF with "mmproj" in its name in the model's folder
+or one above it is downloaded beside the model (`choose_projector`), unless --no-mmproj or
+--mmproj gives one.
 """
 
 from __future__ import annotations
@@ -56,6 +60,26 @@ def choose_file(files: list[str], quant: str | None) -> str:
     return ggufs[0]
 
 
+def choose_projector(files: list[str], model: str) -> str | None:
+    """The repository's projector for `model` (None: it has none): a GGUF named *mmproj* in
+    the model's folder or one above it, the nearest folder first, then the precision closest
+    to the model's (bits: Q4 4, Q8 8, F16 and BF16 16, F32 32)."""
+    folder = model.split("/")[:-1]
+    best = None
+    for f in files:
+        parts = f.split("/")
+        if not f.lower().endswith(".gguf") or "mmproj" not in parts[-1].lower() or parts[:-1] != folder[: len(parts) - 1]:
+            continue
+        key = (-(len(parts) - 1), abs(_bits(parts[-1]) - _bits(model.split("/")[-1])), f)
+        best = min(best, key) if best else key
+    return best[2] if best else None
+
+
+def _bits(name: str) -> int:
+    match = re.search(r"(?:^|[^a-z0-9])(?:i?q|b?f)(\d+)", name.lower())
+    return int(match.group(1)) if match else 16
+
+
 def split_parts(filename: str) -> list[str]:
     """All parts of a split GGUF (just the file when it is not split)."""
     match = _SPLIT.search(filename)
@@ -66,24 +90,30 @@ def split_parts(filename: str) -> list[str]:
     return [f"{stem}-{i:05d}-of-{total:05d}.gguf" for i in range(1, total + 1)]
 
 
-def download(spec: str, filename: str | None = None, token: str | None = None) -> str:
-    """The local path of the model `spec` names, downloaded into the Hub cache if needed."""
+def download(spec: str, filename: str | None = None, token: str | None = None, *, projector: bool = False) -> tuple[str, str | None]:
+    """The local paths of the model `spec` names and, with `projector`, of the repository's
+    projector for it (None when it has none), downloaded into the Hub cache if needed."""
     import huggingface_hub
 
     log_once_through_root()
     model = HubModel.parse(spec)
     try:
-        name = filename or choose_file(_repo_files(model.repo, token), model.quant)
+        files = _repo_files(model.repo, token) if projector or not filename else []
+        name = filename or choose_file(files, model.quant)
         paths = []
         for part in split_parts(name):
             log.info("model %s/%s: downloading into the Hugging Face cache if it is not there yet", model.repo, part)
             paths.append(huggingface_hub.hf_hub_download(model.repo, part, token=token))
+        mmproj = choose_projector(files, name) if projector else None
+        mmproj_path = huggingface_hub.hf_hub_download(model.repo, mmproj, token=token) if mmproj else None
     except HubError:
         raise
     except Exception as exc:  # noqa: BLE001 - network, HTTP and cache errors all end the start-up
         raise HubError(f"cannot get {spec}{' ' + filename if filename else ''} from Hugging Face: {exc}") from exc
     log.info("model %s/%s: %s", model.repo, name, paths[0])
-    return paths[0]
+    if mmproj:
+        log.info("projector %s/%s: %s (--no-mmproj leaves it)", model.repo, mmproj, mmproj_path)
+    return paths[0], mmproj_path
 
 
 def log_once_through_root() -> None:

@@ -152,8 +152,7 @@ CATALOG = """
 --spm-infill | - | refuse | /infill uses the model's FIM tokens in prefix-suffix-middle order
 -nocb --no-cont-batching | - | refuse | batching is always continuous
 -mmu --mmproj-url | 1 | refuse | give the projector as a file with --mmproj
---mmproj-auto | - | ignore | the projector is loaded only with --mmproj
---no-mmproj --no-mmproj-auto | - | ignore | the projector is loaded only with --mmproj
+--mmproj-auto | - | ignore | -hf downloads the repository's projector unless --no-mmproj
 --mmproj-offload | - | ignore | the projector is offloaded unless --no-mmproj-offload
 -mmdev --mmproj-device | 1 | refuse | the projector goes to the first GPU, or stays on the CPU with --no-mmproj-offload
 --mtmd-batch-max-tokens | 1 | ignore | images are encoded one at a time, in one batch

@@ -17,6 +17,9 @@ import dataclasses
 import hashlib
 import os
 import re
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +41,7 @@ class ImageInput:
     data: bytes
     param: str  # the request field it came from, for errors
     file: str = ""  # a file:// URL's path under --media-path, read when the prompt is planned
+    url: str = ""  # an http(s) URL, fetched when the prompt is planned (with --image-fetch)
 
     @property
     def media_id(self) -> str:
@@ -47,8 +51,8 @@ class ImageInput:
 
 def image_part(part: dict, param: str) -> ImageInput:
     """A chat `image_url` part ({"image_url": {"url": "data:image/png;base64,..."}} or the
-    URL as a string) as an image's bytes, or a file:// URL read under --media-path; fetching
-    http(s) URLs is not supported."""
+    URL as a string) as an image's bytes, a file:// URL read under --media-path, or an
+    http(s) URL fetched with --image-fetch."""
     value = part.get("image_url")
     url = value.get("url") if isinstance(value, dict) else value
     param = f"{param}.image_url.url" if isinstance(value, dict) else f"{param}.image_url"
@@ -63,7 +67,7 @@ def image_from_url(url: str, param: str) -> ImageInput:
     if url.startswith("file://"):
         return ImageInput(b"", param, file=url[len("file://"):])
     if url.startswith(("http://", "https://")):
-        raise InvalidRequest("image URLs are not fetched; send the image inline as a data: URL (data:image/png;base64,...)", param=param)
+        return ImageInput(b"", param, url=url)
     match = _DATA_URL.match(url)
     if match is None:
         raise InvalidRequest("an image must be a base64 data: URL (data:image/png;base64,...)", param=param)
@@ -109,14 +113,53 @@ def read_media_file(root: str | None, path: str, max_bytes: int, param: str) -> 
     return data
 
 
+def fetch_image(url: str, timeout: float | None, max_bytes: int, param: str) -> bytes:
+    """The bytes at an http(s) image URL, within `timeout` seconds in all and `max_bytes`;
+    None for `timeout`: fetching is off (--image-fetch), and the URL gets 400."""
+    if timeout is None:
+        raise InvalidRequest(
+            "image URLs are not fetched unless the server runs with --image-fetch; send the image inline as a data: URL"
+            " (data:image/png;base64,...)", param=param,
+        )
+    deadline = time.monotonic() + timeout
+    request = urllib.request.Request(url, headers={"User-Agent": "warmslot", "Accept": "image/*"})
+    chunks, size = [], 0
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+                chunk = response.read(1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > max_bytes:
+                    raise InvalidRequest(f"the image at {url} has more than {max_bytes} bytes (--image-max-bytes)", param=param)
+                chunks.append(chunk)
+    except urllib.error.HTTPError as exc:
+        raise InvalidRequest(f"fetching the image at {url} failed: HTTP {exc.code}", param=param) from None
+    except (TimeoutError, OSError, ValueError) as exc:
+        why = f"it took more than {timeout:g} s (--image-fetch-timeout)" if isinstance(exc, TimeoutError) else str(exc)
+        raise InvalidRequest(f"fetching the image at {url} failed: {why}", param=param) from None
+    if not size:
+        raise InvalidRequest("the image is empty", param=param)
+    return b"".join(chunks)
+
+
 def attach_images(
     prompt: Prompt, images: list[ImageInput], projector: Any, *, max_bytes: int, max_pixels: int, media_path: str | None = None,
+    fetch_timeout: float | None = None,
 ) -> tuple[Prompt, tuple[MediaSpan, ...]]:
     """Replace each marker token of `prompt` by its image's parts (on the tokenize pool:
     libmtmd decodes and preprocesses the image). Raises InvalidRequest naming the image's
-    field for an image that is too large or cannot be decoded, or a file:// image that
-    --media-path does not hold."""
-    images = [ImageInput(read_media_file(media_path, i.file, max_bytes, i.param), i.param) if i.file else i for i in images]
+    field for an image that is too large or cannot be decoded, a file:// image that
+    --media-path does not hold, or an http(s) image that cannot be fetched (or is not: see
+    fetch_image)."""
+    images = [
+        ImageInput(read_media_file(media_path, i.file, max_bytes, i.param), i.param) if i.file
+        else ImageInput(fetch_image(i.url, fetch_timeout, max_bytes, i.param), i.param) if i.url else i
+        for i in images
+    ]
     at = [i for i, t in enumerate(prompt.tokens) if t == MEDIA_TOKEN]
     if len(at) != len(images):
         raise InvalidRequest(

@@ -68,10 +68,6 @@ class Positions:
             return self._starts[k] - before  # inside a run
         return index - before
 
-    def __bool__(self) -> bool:
-        """Whether any index maps to another position."""
-        return bool(self._ends)
-
 
 SAME_POSITIONS = Positions()
 

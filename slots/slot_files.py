@@ -21,6 +21,7 @@ from warmslot.cache.checkpoints import Checkpoint, CheckpointList
 from warmslot.cache.disk.format import Header, Payload
 from warmslot.cache.prompt_cache import CacheEntry
 
+from .media_spans import SAME_POSITIONS
 from .stats import CopyCause
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ def restore(engine: "Engine", slot_id: int, header: Header, payload: Payload) ->
             raise SlotActionError("no room in the KV cache for the file's state")
     slot.last_used = time.monotonic()
     slot.cache_key = ""
+    slot.positions, slot.media = SAME_POSITIONS, ()  # a file holds no images: its indices are its positions
     return len(tokens)
 
 

@@ -18,8 +18,9 @@ the drafted tokens after it is removed with seq_rm. A draft that gains nothing (
 accepted, or a draft model that proposed nothing) costs its step all the same. So an n-gram
 request drafts without verifying at first, and again after such a draft: its drafts are
 checked for free against the tokens it then emits, and once one would have had its first
-token accepted, drafts are verified (`_shadow`). A draft model's drafts cost a decode to make, so there the request decodes
-a few steps without drafting instead, twice as many after each such draft (BACKOFF_MAX).
+token accepted, drafts are verified (`_shadow`). A draft model's drafts cost a decode to
+make, so there the request decodes a few steps without drafting instead, twice as many after
+each such draft (BACKOFF_MAX).
 
 Every emitted token is thus sampled by the request's chain (grammar, penalties, logit bias,
 temperature, seed) from the logits it would have had without speculation, one sample per
@@ -59,10 +60,10 @@ DRAFT = "draft"  # a draft model (-md): draft_model.py
 # A request's first draft, and the next after a rejection, is at most this many tokens (after a
 # rejection, plus the accepted run); it doubles with every draft accepted whole, up to
 # --draft-max. A first step of a new shape costs more than later ones (on an H200, Qwen3-8B
-# shape, the first 8 x 17-token step took 79 ms, a later one 25 ms), and verifying a token that is then
-# rejected is not free: on 2 shared CPU cores (Gemma 3 270M, Q4_K) a step of 17 tokens took
-# about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of 16-token
-# drafts ran no faster than without drafts (scripts/bench_spec.py).
+# shape, the first 8 x 17-token step took 79 ms, a later one 25 ms), and verifying a token
+# that is then rejected is not free: on 2 shared CPU cores (Gemma 3 270M, Q4_K) a step of 17
+# tokens took about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of
+# 16-token drafts ran no faster than without drafts (scripts/bench_spec.py).
 DRAFT_FLOOR = 4
 # A draft that gains nothing still costs its step: on an H100 (Qwen3-8B shape) a step verifying
 # four rejected tokens per slot gave 32% fewer tokens/s than one-token steps at -np 1 and about

@@ -90,10 +90,21 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture()
-def hub(default_model):
+def hub(default_model, tmp_path):
+    from tests.tiny_models import write_tiny_mmproj
+    from warmslot.slots.llama_api import Model
+
+    model = Model(str(default_model), n_gpu_layers=0)  # its width (weights mapped, not read)
+    try:
+        n_embd = model.info.n_embd
+    finally:
+        model.close()
+    mmproj = write_tiny_mmproj(tmp_path / "mmproj.gguf", n_embd_text=n_embd)
     server = FakeHub({
         "README.md": b"# test\n",
-        "mmproj-gemma-Q4_K_M.gguf": b"not a model",
+        "mmproj-gemma-F32.gguf": b"not this precision",
+        "mmproj-gemma-F16.gguf": str(mmproj),  # the nearest to Q4_K_M's bits
+        "vision/mmproj-gemma-Q4_K_M.gguf": b"not in the model's folder",
         "gemma-Q8_0.gguf": b"not this quant",
         "gemma-Q4_K_M.gguf": str(default_model),
     })
@@ -120,16 +131,32 @@ def test_hf_repo_downloads_into_the_hub_cache_and_serves(hub, tmp_path):
     downloads = [(m, p) for m, p, _ in hub.seen if "/resolve/" in p]
     assert ("GET", f"/{REPO}/resolve/main/gemma-Q4_K_M.gguf") in downloads or any(
         m == "GET" and p.endswith("gemma-Q4_K_M.gguf") for m, p in downloads)
-    assert not any("Q8_0" in p or "mmproj" in p for _, p in downloads)
+    assert not any("Q8_0" in p or "F32" in p or "vision/" in p for _, p in downloads)
+    # the repository's projector came beside the model, as llama-server's -hf fetches it
+    assert any(p.endswith("mmproj-gemma-F16.gguf") for _, p in downloads)
+    assert props["modalities"]["vision"] is True
     assert all(auth == f"Bearer {TOKEN}" for _, _, auth in hub.seen)  # HF_TOKEN on every request
 
-    # the Hub is gone: the cached file is used, nothing is downloaded again
+    # the Hub is gone: the cached file is used, nothing is downloaded again; --no-mmproj
+    # leaves the projector
     hub.stop()
-    proc = warmslot_server_hf(env, "-hf", f"{REPO}:Q4_K_M")
+    proc = warmslot_server_hf(env, "-hf", f"{REPO}:Q4_K_M", "--no-mmproj")
     try:
-        assert httpx.get(proc.url + "/props").json()["model_path"] == props["model_path"]
+        again = httpx.get(proc.url + "/props").json()
     finally:
         proc.stop()
+    assert again["model_path"] == props["model_path"] and again["modalities"]["vision"] is False
+
+
+def test_the_projector_is_the_nearest_mmproj_of_the_closest_precision():
+    from warmslot.server.hub import choose_projector
+
+    files = ["m/model-Q4_K_M.gguf", "m/mmproj-F16.gguf", "m/mmproj-F32.gguf", "mmproj-Q4_0.gguf", "n/mmproj-Q4_0.gguf"]
+    assert choose_projector(files, "m/model-Q4_K_M.gguf") == "m/mmproj-F16.gguf"  # its own folder first
+    assert choose_projector(files, "m/model-F32.gguf") == "m/mmproj-F32.gguf"
+    assert choose_projector(["model-Q8_0.gguf", "mmproj-Q4_0.gguf", "mmproj-Q8_0.gguf"], "model-Q8_0.gguf") == "mmproj-Q8_0.gguf"
+    assert choose_projector(files, "x/model-Q4_K_M.gguf") == "mmproj-Q4_0.gguf"  # a folder above it
+    assert choose_projector(["model.gguf", "n/mmproj-F16.gguf"], "model.gguf") is None
 
 
 def test_an_unknown_quant_fails_with_the_choices(hub, tmp_path):

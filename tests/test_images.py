@@ -194,6 +194,55 @@ def test_a_file_url_in_media_path_is_the_same_image_as_its_bytes(server, client)
     assert metric(server, "warmslot_media_encodes_total") == encodes
 
 
+@pytest.fixture(scope="module")
+def web():
+    """A local web server with an image, a missing one, a large one and a slow one."""
+    import http.server
+    import threading
+    import time
+
+    png = base64.b64decode(data_url((200, 10, 30)).split(",", 1)[1])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/slow.png":
+                time.sleep(3)
+            body = {"/red.png": png, "/slow.png": png, "/big.png": png + b"\0" * 300_000}.get(self.path)
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_image_fetch_reads_http_urls_within_its_limits(tiny_models, tiny_mmproj, web):
+    """--image-fetch: an http(s) URL is the same image as its bytes sent inline; one that is
+    missing, too large or too slow gets 400 naming the field, and the server serves on."""
+    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "1024", "--mmproj", str(tiny_mmproj),
+                           "--image-fetch", "--image-fetch-timeout", "1", "--image-max-bytes", "200KiB")
+    try:
+        client = openai.OpenAI(base_url=proc.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        inline = chat(client, [image_message("Whose?", data_url((200, 10, 30)))])
+        fetched = chat(client, [image_message("Whose?", web + "/red.png")])
+        assert fetched.choices[0].message.content == inline.choices[0].message.content
+        assert fetched.usage.prompt_tokens_details.cached_tokens >= fetched.usage.prompt_tokens - 1  # the same image
+        for path, words in (("/none.png", "HTTP 404"), ("/big.png", "--image-max-bytes"), ("/slow.png", "")):
+            r = post(proc, [image_message("Whose?", web + path)])
+            assert r.status_code == 400, r.text
+            err = r.json()["error"]
+            assert err["param"] == "messages[0].content[1].image_url.url" and words in err["message"], err
+        assert httpx.get(proc.url + "/health").status_code == 200
+    finally:
+        proc.stop()
+
+
 @pytest.mark.parametrize("url,words", [
     ("file://../outside.png", "no '..'"), ("file://pics/link.png", "no link out"), ("file://pics/none.png", "no file"),
     ("file://pics", "no file"),

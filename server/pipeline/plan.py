@@ -115,6 +115,7 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
         config = server.config
         prompt, media = attach_images(
             prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels, media_path=config.media_path,
+            fetch_timeout=config.image_fetch_timeout if config.image_fetch else None,
         )
     reasoning = server.reasoning[0]
     opens = prompt_opens_reasoning(prompt.text)
