@@ -113,6 +113,18 @@ def read_media_file(root: str | None, path: str, max_bytes: int, param: str) -> 
     return data
 
 
+class _HttpRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to another http(s) URL (urllib's own also goes to ftp)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if not newurl.startswith(("http://", "https://")):
+            raise urllib.error.HTTPError(newurl, code, "a redirect out of http(s)", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpRedirectsOnly)
+
+
 def fetch_image(url: str, timeout: float | None, max_bytes: int, param: str) -> bytes:
     """The bytes at an http(s) image URL, within `timeout` seconds in all and `max_bytes`;
     None for `timeout`: fetching is off (--image-fetch), and the URL gets 400."""
@@ -125,7 +137,7 @@ def fetch_image(url: str, timeout: float | None, max_bytes: int, param: str) -> 
     request = urllib.request.Request(url, headers={"User-Agent": "warmslot", "Accept": "image/*"})
     chunks, size = [], 0
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=timeout) as response:
             while True:
                 if time.monotonic() > deadline:
                     raise TimeoutError
@@ -137,7 +149,7 @@ def fetch_image(url: str, timeout: float | None, max_bytes: int, param: str) -> 
                     raise InvalidRequest(f"the image at {url} has more than {max_bytes} bytes (--image-max-bytes)", param=param)
                 chunks.append(chunk)
     except urllib.error.HTTPError as exc:
-        raise InvalidRequest(f"fetching the image at {url} failed: HTTP {exc.code}", param=param) from None
+        raise InvalidRequest(f"fetching the image at {url} failed: HTTP {exc.code} ({exc.reason})", param=param) from None
     except (TimeoutError, OSError, ValueError) as exc:
         why = f"it took more than {timeout:g} s (--image-fetch-timeout)" if isinstance(exc, TimeoutError) else str(exc)
         raise InvalidRequest(f"fetching the image at {url} failed: {why}", param=param) from None

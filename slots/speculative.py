@@ -60,7 +60,7 @@ DRAFT = "draft"  # a draft model (-md): draft_model.py
 # A request's first draft, and the next after a rejection, is at most this many tokens (after a
 # rejection, plus the accepted run); it doubles with every draft accepted whole, up to
 # --draft-max. A first step of a new shape costs more than later ones (on an H200, Qwen3-8B
-# shape, the first 8 x 17-token step took 79 ms, a later one 25 ms), and verifying a token
+# shape, the first 8 x 17-token step took 79 ms, repeated ones about 25 ms), and verifying a token
 # that is then rejected is not free: on 2 shared CPU cores (Gemma 3 270M, Q4_K) a step of 17
 # tokens took about 4 times a one-token step, and a rewrite-a-file turn that accepted 70% of
 # 16-token drafts ran no faster than without drafts (scripts/bench_spec.py).

@@ -208,6 +208,12 @@ def web():
             pass
 
         def do_GET(self):
+            if self.path in ("/moved.png", "/away.png"):
+                self.send_response(302)
+                self.send_header("Location", "/red.png" if self.path == "/moved.png" else "ftp://127.0.0.1/red.png")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path == "/slow.png":
                 time.sleep(3)
             body = {"/red.png": png, "/slow.png": png, "/big.png": png + b"\0" * 300_000}.get(self.path)
@@ -223,8 +229,9 @@ def web():
 
 
 def test_image_fetch_reads_http_urls_within_its_limits(tiny_models, tiny_mmproj, web):
-    """--image-fetch: an http(s) URL is the same image as its bytes sent inline; one that is
-    missing, too large or too slow gets 400 naming the field, and the server serves on."""
+    """--image-fetch: an http(s) URL is the same image as its bytes sent inline (a redirect to
+    another http(s) URL is followed); one that is missing, too large, too slow or redirected
+    out of http(s) gets 400 naming the field, and the server serves on."""
     proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "1024", "--mmproj", str(tiny_mmproj),
                            "--image-fetch", "--image-fetch-timeout", "1", "--image-max-bytes", "200KiB")
     try:
@@ -233,7 +240,10 @@ def test_image_fetch_reads_http_urls_within_its_limits(tiny_models, tiny_mmproj,
         fetched = chat(client, [image_message("Whose?", web + "/red.png")])
         assert fetched.choices[0].message.content == inline.choices[0].message.content
         assert fetched.usage.prompt_tokens_details.cached_tokens >= fetched.usage.prompt_tokens - 1  # the same image
-        for path, words in (("/none.png", "HTTP 404"), ("/big.png", "--image-max-bytes"), ("/slow.png", "")):
+        moved = chat(client, [image_message("Whose?", web + "/moved.png")])  # a redirect within http(s)
+        assert moved.choices[0].message.content == inline.choices[0].message.content
+        for path, words in (("/none.png", "HTTP 404"), ("/big.png", "--image-max-bytes"), ("/slow.png", ""),
+                            ("/away.png", "out of http(s)")):
             r = post(proc, [image_message("Whose?", web + path)])
             assert r.status_code == 400, r.text
             err = r.json()["error"]
