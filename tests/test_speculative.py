@@ -296,12 +296,12 @@ def test_four_slots_agree_with_and_without_drafts(tiny_models, kind):
         assert drafted > 0 and reason is None
 
 
-def test_ngram_drafts_are_checked_before_they_are_verified(tiny_models, monkeypatch):
-    """A drafter that is wrong for the first 20 tokens, then right: the request verifies no
-    draft until one would have had its first token accepted (checked against the token it then
-    emits, at no cost), and from then on its drafts are verified and accepted. The output is
-    the one without drafts."""
-    prompt = random_tokens(5, 24)
+def _drafting_wrong_in(tiny_models, monkeypatch, seed: int, wrong: range):
+    """48 greedy tokens of a random prompt with an n-gram drafter that proposes a token the
+    model never emits while the tokens generated so far are in `wrong`, and the output
+    without drafts otherwise. Returns (the result with drafts, the output without, the steps
+    the engine ran for it)."""
+    prompt = random_tokens(seed, 24)
     off = tiny_engine(tiny_models["attention"])
     try:
         want = generate(off, prompt, max_tokens=48).tokens
@@ -309,15 +309,15 @@ def test_ngram_drafts_are_checked_before_they_are_verified(tiny_models, monkeypa
         off.stop()
     never = next(t for t in range(256) if t not in want)
 
-    class WrongThenRight:
+    class Drafter:
         def __init__(self, n, m):
             pass
 
         def draft(self, tokens, pending, limit):
             done = len(tokens) + 1 - len(prompt)  # tokens generated so far, the pending one included
-            return [never] * limit if done < 20 else list(want[done : done + limit])
+            return [never] * limit if done in wrong else list(want[done : done + limit])
 
-    monkeypatch.setattr(speculative, "NgramDrafter", WrongThenRight)
+    monkeypatch.setattr(speculative, "NgramDrafter", Drafter)
     on = tiny_engine(tiny_models["attention"], spec=SpecConfig(type="ngram-simple", n_max=8, ngram_n=3))
     try:
         steps = on.stats.steps
@@ -325,6 +325,15 @@ def test_ngram_drafts_are_checked_before_they_are_verified(tiny_models, monkeypa
         steps = on.stats.steps - steps
     finally:
         on.stop()
+    return r, want, steps
+
+
+def test_ngram_drafts_are_checked_before_they_are_verified(tiny_models, monkeypatch):
+    """A drafter that is wrong for the first 20 tokens, then right: the request verifies no
+    draft until one would have had its first token accepted (checked against the token it then
+    emits, at no cost), and from then on its drafts are verified and accepted. The output is
+    the one without drafts."""
+    r, want, steps = _drafting_wrong_in(tiny_models, monkeypatch, 5, range(0, 20))
     assert r.tokens == want
     rejected = r.usage.draft_tokens - r.usage.draft_accepted
     assert rejected == 0 and r.usage.draft_accepted >= 12, r.usage  # none verified while wrong
@@ -334,28 +343,7 @@ def test_ngram_drafts_are_checked_before_they_are_verified(tiny_models, monkeypa
 def test_after_a_fruitless_draft_drafts_are_checked_again(tiny_models, monkeypatch):
     """A drafter that is right, then wrong from token 12 to 30, then right: one verified draft
     is rejected when it turns wrong, none after it until the drafter is right again."""
-    prompt = random_tokens(6, 24)
-    off = tiny_engine(tiny_models["attention"])
-    try:
-        want = generate(off, prompt, max_tokens=48).tokens
-    finally:
-        off.stop()
-    never = next(t for t in range(256) if t not in want)
-
-    class RightWrongRight:
-        def __init__(self, n, m):
-            pass
-
-        def draft(self, tokens, pending, limit):
-            done = len(tokens) + 1 - len(prompt)
-            return [never] * limit if 12 <= done < 30 else list(want[done : done + limit])
-
-    monkeypatch.setattr(speculative, "NgramDrafter", RightWrongRight)
-    on = tiny_engine(tiny_models["attention"], spec=SpecConfig(type="ngram-simple", n_max=8, ngram_n=3))
-    try:
-        r = generate(on, prompt, max_tokens=48)
-    finally:
-        on.stop()
+    r, want, _ = _drafting_wrong_in(tiny_models, monkeypatch, 6, range(12, 30))
     assert r.tokens == want
     # drafts made before token 12 are right; of those made in the wrong stretch only the first
     # is verified (at most --draft-max tokens), where backing off would verify one every few steps

@@ -204,6 +204,22 @@ def _attention(t, il: int, hd: int, nh: int, nkv: int) -> None:
     t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
     t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
 
+def _heads(w: gguf.GGUFWriter, p: dict) -> None:
+    """The attention heads' hyperparameters: query and KV head counts, key and value widths."""
+    w.add_head_count(p["n_head"])
+    w.add_head_count_kv(p["n_head_kv"])
+    w.add_key_length(p["head_dim"])
+    w.add_value_length(p["head_dim"])
+
+
+def _qk_norm_attention(t, il: int, hd: int, nh: int, nkv: int) -> None:
+    """Layer il's attention with per-head Q and K norms (qwen3), and its FFN norm."""
+    _attention(t, il, hd, nh, nkv)
+    t.ones(f"blk.{il}.attn_q_norm.weight", hd)
+    t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+    t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+
+
 def _write_llama(w: gguf.GGUFWriter, t: _Tensors) -> None:
     p = LLAMA
     hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
@@ -232,10 +248,7 @@ def _write_gemma3(w: gguf.GGUFWriter, t: _Tensors) -> None:
     hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
     _common_kv(w, "swa", p["n_layer"])
     w.add_feed_forward_length(p["n_ff"])
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
+    _heads(w, p)
     w.add_rope_freq_base(1000000.0)
     w.add_rope_freq_base_swa(10000.0)
     w.add_sliding_window(p["sliding_window"])
@@ -317,10 +330,7 @@ def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors) -> None:
 
     _common_kv(w, "hybrid", p["n_layer"])
     w.add_feed_forward_length(p["n_ff"])
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
+    _heads(w, p)
     w.add_rope_freq_base(10000000.0)
     w.add_rope_dimension_count(p["n_rot"])
     w.add_rope_dimension_sections(p["rope_sections"])
@@ -372,18 +382,12 @@ def _write_qwen3moe(w: gguf.GGUFWriter, t: _Tensors) -> None:
     w.add_expert_feed_forward_length(n_ff)
     w.add_expert_count(n_expert)
     w.add_expert_used_count(p["n_expert_used"])
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
+    _heads(w, p)
     w.add_rope_freq_base(1000000.0)
 
     t.embeddings()
     for il in range(p["n_layer"]):
-        _attention(t, il, hd, nh, nkv)
-        t.ones(f"blk.{il}.attn_q_norm.weight", hd)
-        t.ones(f"blk.{il}.attn_k_norm.weight", hd)
-        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+        _qk_norm_attention(t, il, hd, nh, nkv)
         t.mat(f"blk.{il}.ffn_gate_inp.weight", N_EMBD, n_expert, gain=2.0)
         # ggml order {ne0, ne1, n_expert}: one projection per expert
         t.normal(f"blk.{il}.ffn_gate_exps.weight", 1.0 / np.sqrt(N_EMBD), N_EMBD, n_ff, n_expert)
@@ -402,20 +406,14 @@ def _write_qwen3vl(w: gguf.GGUFWriter, t: _Tensors) -> None:
     hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
     _common_kv(w, "mrope", p["n_layer"])
     w.add_feed_forward_length(p["n_ff"])
-    w.add_head_count(nh)
-    w.add_head_count_kv(nkv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
+    _heads(w, p)
     w.add_rope_freq_base(1000000.0)
     w.add_rope_dimension_count(hd)
     w.add_rope_dimension_sections(p["rope_sections"])
 
     t.embeddings()
     for il in range(p["n_layer"]):
-        _attention(t, il, hd, nh, nkv)
-        t.ones(f"blk.{il}.attn_q_norm.weight", hd)
-        t.ones(f"blk.{il}.attn_k_norm.weight", hd)
-        t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+        _qk_norm_attention(t, il, hd, nh, nkv)
         t.ffn(il, p["n_ff"])
 
 
