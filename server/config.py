@@ -231,7 +231,7 @@ _FLAGS += [
     (("--no-mmproj-offload",), "no_mmproj_offload", bool, False, "keep the projector on the CPU"),
     (("--image-min-tokens",), "image_min_tokens", int, -1, "fewest tokens an image takes, for projectors of dynamic resolution (-1: the projector's own)"),
     (("--image-max-tokens",), "image_max_tokens", int, -1, "most tokens an image takes, for projectors of dynamic resolution (-1: the projector's own)"),
-    (("--image-max-bytes",), "image_max_bytes", "size", "20m", "largest image accepted, decoded (a bare number is MiB); more get 400"),
+    (("--image-max-bytes",), "image_max_bytes", "size", "20m", "largest image or audio clip accepted, decoded (a bare number is MiB); more get 400"),
     (("--image-max-pixels",), "image_max_pixels", int, 33_554_432, "most pixels (width x height) of an image accepted; more get 400"),
     (("--media-path",), "media_path", str, None, "a folder that image_url file:// URLs are read from (paths inside it only); without it they get 400"),
     (("--image-fetch",), "image_fetch", bool, False, "fetch http(s) image URLs (within --image-max-bytes and --image-fetch-timeout); without it they get 400"),
@@ -260,6 +260,7 @@ _FLAGS += [
     (("--draft-p-min",), "draft_p_min", float, 0.75, "a draft model stops drafting before a token it gives less probability (n-gram drafts have none)"),
     (("--spec-ngram-size-n",), "spec_ngram_size_n", int, 12, "ngram-simple: tokens of the n-gram looked up in the slot's history"),
     (("--spec-ngram-size-m",), "spec_ngram_size_m", int, 48, "ngram-simple: most tokens drafted after a match (before --draft-max)"),
+    (("--spec-ngram-memory",), "spec_ngram_memory", int, 65536, "ngram-simple: tokens of earlier requests' outputs kept, drafted from where the slot's history has no match (same tenant only; 0: none)"),
     (("-md", "--model-draft"), "model_draft", str, None, "a draft model for speculative decoding (same vocabulary; sets --spec-type draft): it drafts greedily while each token is at least --draft-p-min likely"),
     (("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), "gpu_layers_draft", int, -1, "layers of the draft model on the GPU (-1: all)"),
     (("-ctkd", "--cache-type-k-draft"), "cache_type_k_draft", str, "f16", "KV cache type for K of the draft model"),
@@ -509,7 +510,7 @@ def _spec(a: argparse.Namespace, parser: argparse.ArgumentParser) -> SpecConfig:
     try:
         return SpecConfig(
             type=kind, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
-            ngram_n=a.spec_ngram_size_n, ngram_m=a.spec_ngram_size_m, draft_model=a.model_draft or None,
+            ngram_n=a.spec_ngram_size_n, ngram_m=a.spec_ngram_size_m, ngram_memory=a.spec_ngram_memory, draft_model=a.model_draft or None,
             draft_gpu_layers=a.gpu_layers_draft, draft_type_k=a.cache_type_k_draft, draft_type_v=a.cache_type_v_draft,
         )
     except ValueError as exc:

@@ -18,7 +18,7 @@ from warmslot.slots import DraftLimits, SamplingParams
 
 from .cache_hints import parse_cache_hints
 from .errors import InvalidRequest
-from .media import IMAGES_KEY, MEDIA_MARKER, image_part
+from .media import IMAGES_KEY, MEDIA_MARKER, audio_part, image_part
 
 MAX_STOP = 16
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -335,20 +335,20 @@ def continues_final(messages: list[dict], add_generation_prompt: bool | None = N
 
 
 def _content(value: Any, where: str, images: list | None = None) -> str | None:
-    """A message's content as text; image parts become media markers in it, their images
-    appended to `images` (None: images are refused)."""
+    """A message's content as text; image and audio parts become media markers in it, their
+    media appended to `images` (None: media are refused)."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list):
         parts = []
         for i, part in enumerate(value):
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind == "image_url" and images is not None:
-                images.append(image_part(part, f"{where}.content[{i}]"))
+            if kind in ("image_url", "input_audio") and images is not None:
+                images.append((image_part if kind == "image_url" else audio_part)(part, f"{where}.content[{i}]"))
                 parts.append(MEDIA_MARKER)
                 continue
-            if kind in ("input_audio", "audio", "file", "video_url"):
-                raise InvalidRequest(f"content of type {kind!r} is not supported: this server takes text and images", param=f"{where}.content[{i}]")
+            if kind in ("audio", "file", "video_url", "input_video"):
+                raise InvalidRequest(f"content of type {kind!r} is not supported: this server takes text, images and audio", param=f"{where}.content[{i}]")
             if kind != "text" or not isinstance(part.get("text"), str):
                 kind = kind if isinstance(part, dict) else type(part).__name__
                 raise InvalidRequest(f"content part of type {kind!r} is not supported; send text parts", param=f"{where}.content[{i}]")

@@ -91,6 +91,7 @@ class Capacity:
     embeddings_bytes: int = 0  # most the embedding and reranking contexts' buffers take (0: both off)
     projector: str = ""  # --mmproj: where its weights are ("" without one)
     projector_bytes: int = 0  # its file's size
+    modalities: tuple[str, ...] = ()  # what its encoders take: "vision", "audio"
     overridden: dict[str, int] = field(default_factory=dict)  # tensors placed by -ot/--cpu-moe, per device
     headroom: Headroom | None = None  # what the server could hold, with the margin
     fit: FitPlan | None = None  # what --fit settled (None: it did not run)
@@ -121,6 +122,7 @@ class Capacity:
                               for d in self.device_memory],
             "embeddings_bytes": self.embeddings_bytes,
             "projector_bytes": self.projector_bytes,
+            "modalities": list(self.modalities),
             "overridden_tensors": self.overridden,
             "headroom": self.headroom.to_json() if self.headroom is not None else None,
             "fit": self.fit.to_json() if self.fit is not None else None,
@@ -158,7 +160,8 @@ class Capacity:
         if self.embeddings_bytes:
             rows.append(("embeddings", f"up to {_size(self.embeddings_bytes)} (KV cache, outputs and compute of one batch of inputs)"))
         if self.projector_bytes:
-            rows.append(("projector", f"{_size(self.projector_bytes)} of weights ({self.projector}), compute buffer in the log"))
+            takes = " and ".join("images" if m == "vision" else m for m in self.modalities)
+            rows.append(("projector", f"{_size(self.projector_bytes)} of weights ({self.projector}) for {takes}, compute buffer in the log"))
         return rows + [("note", note) for note in self.notes]
 
     def table(self) -> str:

@@ -99,7 +99,7 @@ class Engine:
         self.sampling: BatchSampler | None = None
         self.post: Postprocess | None = None  # the token path after each decode
         self.media: MediaPrefill | None = None  # --mmproj: images in prompts
-        self.projector = None  # --mmproj: its `tokenize_image` may be called from any thread
+        self.projector = None  # --mmproj: its `tokenize_media` may be called from any thread
         self.spec: Speculator | None = None  # drafts tokens and verifies them (speculative decoding)
         self._batch: Batch | None = None
         self._filler_budget = 0  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
@@ -270,6 +270,7 @@ class Engine:
                 parts.projector, self.ctx, self.memory, self.outbox, self.stats, truncatable=self.ctx.memory_kind.truncatable,
             )
         self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa, load_draft(self.config, self.model, self.ctx))
+        self.outbox.on_finish = self.spec.remember if self.spec.memory is not None else None
         self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab, parts.projector is not None), self.slots)
         self._publish()
 
@@ -311,6 +312,7 @@ class Engine:
         self._close_parts()
         self.model.close()
         self.model = self.ctx = self.sampling = self.spec = self.embedder = self.reranker = self.projector = None
+        self.outbox.on_finish = None
         self.post = self.media = self.memory = self.router = self.prefixes = self._batch = None
         self.slots = []
         self._publish()

@@ -226,7 +226,7 @@ def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprin
 
 
 def _projector(cfg: EngineConfig, model: Model, on_gpu: bool, stats: EngineStats) -> Projector | None:
-    """--mmproj: the vision projector beside the model."""
+    """--mmproj: the vision or audio projector beside the model."""
     if not cfg.mmproj:
         return None
     log.info("loading the projector %s", cfg.mmproj)
@@ -234,9 +234,9 @@ def _projector(cfg: EngineConfig, model: Model, on_gpu: bool, stats: EngineStats
         use_gpu=cfg.mmproj_offload and on_gpu, n_threads=cfg.n_threads,
         image_min_tokens=cfg.image_min_tokens, image_max_tokens=cfg.image_max_tokens,
     ), on_preprocess=stats.count_preprocessed)
-    if not projector.vision:
+    if not projector.modalities:
         projector.close()
-        raise ValueError(f"{cfg.mmproj}: only vision projectors are supported so far (this one has no vision encoder)")
+        raise ValueError(f"{cfg.mmproj}: the projector has neither a vision nor an audio encoder")
     return projector
 
 
@@ -268,6 +268,7 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         embeddings_bytes=sum(e.memory_bytes for e in (parts.embedder, parts.reranker) if e is not None),
         projector=("device" if cfg.mmproj_offload and cfg.n_gpu_layers != 0 and supports_gpu_offload() else "CPU") if parts.projector else "",
         projector_bytes=parts.projector.size_bytes if parts.projector is not None else 0,
+        modalities=parts.projector.modalities if parts.projector is not None else (),
         overridden=overridden_tensors(buffers), headroom=answer, fit=plan,
     )
     return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)

@@ -1,4 +1,5 @@
-"""Images in a prompt, and how their prefixes are reused.
+"""Images (and audio clips: all said of images here holds for them) in a prompt, and how
+their prefixes are reused.
 
 A prompt with images is still a list of token ids: each image's chunk stands in it as a run
 of placeholder ids derived from the image's hash (`placeholder_ids`), as many as the

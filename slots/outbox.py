@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .requests import EngineError, Event, FinishReason, Sink, Usage
 from .slot import Slot
@@ -23,6 +23,7 @@ class Outbox:
     def __init__(self, stats: EngineStats) -> None:
         self.stats = stats
         self._pending: list[tuple[Sink, list[Event]]] = []  # finished requests' events
+        self.on_finish: Callable[[Slot], None] | None = None  # a request ends well (its slot still holds it)
 
     def finish(self, slot: Slot, reason: FinishReason, error: EngineError | None = None) -> None:
         """End the slot's request with `reason`, or with `error` when given; frees the slot."""
@@ -56,6 +57,8 @@ class Outbox:
         self.stats.generated_tokens += len(active.generated)
         self.stats.max_sequence = max(self.stats.max_sequence, len(active.prompt) + len(active.generated))
         active.sampler.close()
+        if self.on_finish is not None and error is None and reason is not FinishReason.ABORT:
+            self.on_finish(slot)
         slot.last_used = now
         self._pending.append((active.req.sink, active.events))
         slot.active = None

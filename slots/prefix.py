@@ -111,10 +111,10 @@ class Prefixes:
         let anyone read other prompts a few tokens at a time. Positions and counts stay.
 
         An image's run reads `<image HASH>` (a hash of its bytes, as /slots shows it) where
-        it is one of the prompt's images, `<image>` otherwise."""
+        it is one of the prompt's images, `<image>` otherwise (a clip's, `<audio HASH>`)."""
         at, old = best.matched, best.tokens
         prompt_end = best.prompt_end if best.prompt_end is not None else len(old)
-        names = {placeholder_ids(s.chunk.media_id, 1)[0]: s.chunk.media_id[:16] for s in media}
+        names = {placeholder_ids(s.chunk.media_id, 1)[0]: f"{s.chunk.kind} {s.chunk.media_id[:16]}" for s in media}
 
         def text(tokens) -> str:
             out, run = [], []
@@ -122,7 +122,7 @@ class Prefixes:
                 if t >= 0:
                     run.append(t)
                 elif i == 0 or tokens[i - 1] >= 0:  # an image's run starts (or the window starts in one)
-                    out += [self.model.detokenize(run, special=True), f"<image {names[t]}>" if t in names else "<image>"]
+                    out += [self.model.detokenize(run, special=True), f"<{names[t]}>" if t in names else "<image>"]
                     run = []
             return "".join(out) + self.model.detokenize(run, special=True)
 

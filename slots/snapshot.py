@@ -64,12 +64,14 @@ class CheckpointView:
 
 @dataclass(frozen=True, slots=True)
 class ImageView:
-    """An image in a slot's memory: where its run is, and a hash of its bytes (never them)."""
+    """An image or an audio clip in a slot's memory: where its run is, and a hash of its bytes
+    (never them)."""
 
     hash: str
     start: int
     n_tokens: int
     n_pos: int  # memory positions it takes (fewer than its tokens with M-RoPE)
+    kind: str = "image"  # or "audio"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +98,7 @@ class SlotView:
     redacted: bool = False  # another tenant's slot: only its id and state are shown
     spec_drafted: int = 0  # tokens drafted in this slot since the start (speculative decoding)
     spec_accepted: int = 0  # of those, accepted
-    images: tuple[ImageView, ...] = ()  # the images its memory holds, in order
+    images: tuple[ImageView, ...] = ()  # the images and clips its memory holds, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,5 +209,5 @@ def _slot_view(slot, now: float, detail: bool, stats: "EngineStats | None" = Non
         request=request,
         spec_drafted=drafted,
         spec_accepted=accepted,
-        images=tuple(ImageView(s.chunk.media_id[:16], s.start, s.chunk.n_tokens, s.chunk.n_pos) for s in slot.images()) if detail else (),
+        images=tuple(ImageView(s.chunk.media_id[:16], s.start, s.chunk.n_tokens, s.chunk.n_pos, s.chunk.kind) for s in slot.images()) if detail else (),
     )

@@ -5,7 +5,9 @@ history (what its memory holds, then the sampled token not yet decoded) are look
 the earlier ones; the up to M tokens that followed their latest earlier occurrence are the
 draft, cut to `--draft-max` (and dropped below `--draft-min`). Agents re-emit what their
 context holds (a file written back with one change, a quoted tool output), and such a draft
-then runs along the copy.
+then runs along the copy. Where the history holds no earlier occurrence, earlier requests'
+outputs are searched (`ngram_memory.NgramMemory`, --spec-ngram-memory): a retried turn or a
+call made again drafts from what was emitted the first time.
 
 Verification (`Speculator.verify`): the draft goes into the step's batch right after the
 slot's pending token, with logits at every position, next to the other slots' tokens and
@@ -45,6 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from .llama_api import Context, MemoryKind
+from .ngram_memory import MEMORY_TOKENS, NgramMemory
 from .stats import EngineStats
 
 if TYPE_CHECKING:
@@ -139,6 +142,7 @@ class SpecConfig:
     p_min: float = 0.75  # --draft-p-min: a draft model's threshold; n-gram drafts have no probabilities
     ngram_n: int = 12  # --spec-ngram-size-n: tokens of the n-gram looked up
     ngram_m: int = 48  # --spec-ngram-size-m: tokens drafted after a match (before --draft-max)
+    ngram_memory: int = MEMORY_TOKENS  # --spec-ngram-memory: tokens of earlier outputs drafted from
     draft_model: str | None = None  # -md: the draft model's GGUF (type "draft")
     draft_gpu_layers: int = -1  # -ngld
     draft_type_k: str = "f16"  # -ctkd
@@ -149,8 +153,10 @@ class SpecConfig:
             raise ValueError(f"--spec-type must be one of {', '.join(SPEC_TYPES)}")
         if (self.type == DRAFT) != (self.draft_model is not None):
             raise ValueError("a draft model (-md) and --spec-type draft go together")
-        if self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1:
-            raise ValueError("--draft-max and --draft-min must be 0 or more, --spec-ngram-size-n and -m at least 1")
+        if self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1 or self.ngram_memory < 0:
+            raise ValueError(
+                "--draft-max, --draft-min and --spec-ngram-memory must be 0 or more, --spec-ngram-size-n and -m at least 1"
+            )
         if not 0.0 <= self.p_min <= 1.0:
             raise ValueError("--draft-p-min must be between 0 and 1")
 
@@ -163,15 +169,18 @@ class NgramDrafter:
     """ngram-simple over one request's history: an index of where each n-gram last started,
     grown as the history grows (the history of a running request only grows)."""
 
-    def __init__(self, n: int, m: int) -> None:
+    def __init__(self, n: int, m: int, memory: NgramMemory | None = None, tenant: str = "") -> None:
         self.n = n
         self.m = m
+        self.memory = memory  # earlier requests' outputs, searched where the history has no match
+        self.tenant = tenant
         self._last: dict[int, int] = {}  # hash of an n-gram -> its latest start
         self._indexed = 0  # n-grams starting before this position are in `_last`
 
     def draft(self, tokens: Sequence[int], pending: int, limit: int) -> list[int]:
         """Up to min(M, limit) tokens that followed the latest earlier occurrence of the last
-        N tokens of tokens + [pending]; [] when they did not occur before. A copy that reaches
+        N tokens of tokens + [pending]; where they did not occur before, what followed them in
+        the newest remembered output that holds them; [] when none does. A copy that reaches
         the present goes on as the repetition it is (an overlapping copy: in a history that
         repeats every P tokens the latest occurrence is P back, and the draft repeats that
         period), so a loop or a repeated line drafts its whole length, not P tokens."""
@@ -187,7 +196,7 @@ class NgramDrafter:
         key.append(pending)
         s = last.get(hash(tuple(key)))
         if s is None or list(tokens[s : s + n]) != key:  # not seen, or a hash collision
-            return []
+            return self.memory.draft(self.tenant, key, min(self.m, limit)) if self.memory is not None else []
         start = s + n
         history = len(tokens) + 1  # tokens, then the pending one
         k = min(self.m, limit)
@@ -250,6 +259,8 @@ class Speculator:
         self.on = config.on and self.reason is None
         self._skip_next = False  # the last batch with drafts did not fit the KV pool
         self.cost = StepCost()
+        ngram = self.on and draft is None and config.ngram_memory > 0
+        self.memory = NgramMemory(config.ngram_n, config.ngram_memory) if ngram else None
         if self.reason:
             log.warning("%s", self.reason)
         elif self.on:
@@ -330,13 +341,19 @@ class Speculator:
                 _back_off(active)
         else:
             if active.drafter is None:
-                active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m)
+                active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m, self.memory, active.req.tenant)
             draft = active.drafter.draft(slot.tokens, active.pending, limit)
             cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
             draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
             if active.shadowing and not _shadow(active, draft):
                 return []
         return draft if len(draft) >= max(1, n_min) else []
+
+    def remember(self, slot: "Slot") -> None:
+        """A request ends (its slot still holds it): its output joins the n-gram memory."""
+        active = slot.active
+        if self.memory is not None and not active.req.media:
+            self.memory.remember(active.req.tenant, active.prompt, active.generated)
 
     def shape(self, entries: Sequence["BatchEntry"]) -> tuple[int, int, bool] | None:
         """(decoding slots, drafted tokens, whether any prompt is in the step) of a batch, for

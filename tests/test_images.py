@@ -124,7 +124,11 @@ def test_limits_and_modalities_get_400(server):
     r = post(server, [image_message("x", big)])
     assert r.status_code == 400 and "pixels" in r.json()["error"]["message"]
     audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}
-    r = post(server, [audio])
+    r = post(server, [audio])  # a vision projector has no audio encoder
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].input_audio.data"
+    assert "no audio" in r.json()["error"]["message"]
+    video = {"role": "user", "content": [{"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}]}
+    r = post(server, [video])
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0]"
     assert httpx.get(server.url + "/health").status_code == 200
 

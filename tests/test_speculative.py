@@ -14,6 +14,7 @@ from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
 from warmslot.server.config import parse_config
 from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
 from warmslot.slots import speculative
+from warmslot.slots.ngram_memory import NgramMemory
 from warmslot.slots.speculative import NgramDrafter
 
 NGRAM = SpecConfig(type="ngram-simple", n_max=16, ngram_n=4)
@@ -40,6 +41,23 @@ def test_ngram_simple_drafts_what_followed_the_latest_earlier_occurrence():
     assert NgramDrafter(4, 48).draft([5, 7] * 6, 5, limit=9) == [7, 5, 7, 5, 7, 5, 7, 5, 7]
     assert d.draft(history + [3], 5, limit=16) == []  # [2, 3, 5] never occurred
     assert NgramDrafter(3, 2).draft(history, 3, limit=16) == [6, 8]  # --spec-ngram-size-m
+
+
+def test_the_memory_drafts_what_an_earlier_output_emitted_after_the_n_gram():
+    memory = NgramMemory(3, budget=40)
+    memory.remember("", [7, 7, 1, 2], [3, 4, 5, 6])  # kept after its prompt's last 2 tokens
+    d = NgramDrafter(3, 48, memory)
+    # [1, 2, 3] never occurred in this history: the output that followed it is drafted
+    assert d.draft([9, 9, 1, 2], 3, limit=8) == [4, 5, 6]
+    assert NgramDrafter(3, 48, memory, tenant="other").draft([9, 9, 1, 2], 3, limit=8) == []  # tenants apart
+    assert NgramDrafter(3, 48, memory).draft([1, 2, 3, 8, 1, 2], 3, limit=5) == [8, 1, 2, 3, 8]  # the history's own first
+    memory.remember("", [0, 1, 2], [3, 9, 9, 9])  # the newest output wins
+    assert memory.draft("", [1, 2, 3], 2) == [9, 9]
+    for i in range(12):  # past the budget the oldest go, with what the index held of them
+        memory.remember("", [50, 51], [60 + i, 61 + i, 62 + i])
+    assert memory.draft("", [1, 2, 3], 2) == [] and len(memory) <= 40
+    assert memory.draft("", [51, 71, 72], 1) == [73]
+    assert len(memory._index) <= len(memory)
 
 
 def test_draft_length_follows_what_a_drafted_token_costs():
@@ -138,6 +156,24 @@ def test_the_next_turn_reuses_the_accepted_tokens(engines):
     second = generate(on, follow, max_tokens=4, cache_key="conversation")
     # everything the slot decoded: the prompt and every output token but the last sampled one
     assert second.usage.cached_tokens >= len(prompt) + len(first.tokens) - 1
+
+
+def test_a_request_drafts_from_what_an_earlier_request_emitted(engines):
+    """A retried turn: the second request drafts from the first one's output (a count: its own
+    history never holds the n-gram it is at), accepts it and runs in far fewer steps; another
+    tenant's request does not draft from it."""
+    off, on = engines
+    prompt = on.model.tokenize("Count from 1 to 40: 1, 2, 3,", add_special=True, parse_special=False)
+    want = generate(off, prompt, max_tokens=48).tokens
+    first = generate(on, prompt, max_tokens=48)
+    steps = on.stats.steps
+    again = generate(on, prompt, max_tokens=48)
+    steps = on.stats.steps - steps
+    other = generate(on, prompt, max_tokens=48, tenant="other")
+    assert first.tokens == again.tokens == other.tokens == want
+    assert again.usage.draft_accepted >= first.usage.draft_accepted + 30, (first.usage, again.usage)
+    assert other.usage.draft_accepted == first.usage.draft_accepted
+    assert steps < 48 / 2, steps
 
 
 def test_a_request_turns_drafting_off(engines):
@@ -310,7 +346,7 @@ def _drafting_wrong_in(tiny_models, monkeypatch, seed: int, wrong: range):
     never = next(t for t in range(256) if t not in want)
 
     class Drafter:
-        def __init__(self, n, m):
+        def __init__(self, n, m, *memory):
             pass
 
         def draft(self, tokens, pending, limit):

@@ -104,7 +104,8 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     images = message_images(params.messages)
     projector = server.engine.projector if images else None
     if images and projector is None:
-        raise InvalidRequest("this model takes no images: the server runs without a projector (--mmproj)", param=images[0].param)
+        what = "audio" if images[0].audio else "images"
+        raise InvalidRequest(f"this model takes no {what}: the server runs without a projector (--mmproj)", param=images[0].param)
     marker = MEDIA_MARKER if images else None
     prompt = server.builder.build(
         params.messages, tools or None, extra=params.template_kwargs, media_marker=marker,

@@ -37,7 +37,7 @@ async def props(request: Request) -> Response:
         "total_slots": info.n_slots,
         "model_alias": server.model_name,
         "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
-        "modalities": {"vision": _vision(server), "video": False, "audio": False},
+        "modalities": {"vision": "vision" in _modalities(server), "video": False, "audio": "audio" in _modalities(server)},
         "endpoint_slots": server.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
@@ -54,9 +54,11 @@ async def props(request: Request) -> Response:
     return JSONResponse(body)
 
 
-def _vision(server: Warmslot) -> bool:
-    """A projector is loaded (from the flags: the engine frees it while the model sleeps)."""
-    return server.ready and bool(server.config.engine.mmproj)
+def _modalities(server: Warmslot) -> tuple[str, ...]:
+    """What the projector's encoders take ("vision", "audio"), as loaded (the engine frees the
+    projector while the model sleeps; its info stays)."""
+    capacity = server.engine.info.capacity if server.ready else None
+    return capacity.modalities if capacity is not None else ()
 
 
 def default_params(server: Warmslot) -> dict:
@@ -112,9 +114,9 @@ async def models(request: Request) -> Response:
     """OpenAI's list in `data`; `models` is the same model in Ollama's shape, as llama-server
     adds it (clients read its `capabilities`)."""
     server = server_of(request)
-    vision = _vision(server)
+    media = bool(_modalities(server))
     ollama = {"name": server.model_name, "model": server.model_name, "type": "model", "format": "gguf",
-              "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if vision else ["completion"]}
+              "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if media else ["completion"]}
     return JSONResponse({"object": "list", "data": [model_entry(server)], "models": [ollama]})
 
 

@@ -1,10 +1,10 @@
-"""libmtmd, llama.cpp's multimodal library (in llama-cpp-python's wheel): a vision projector
-(`--mmproj`) beside the model. Every ctypes call to it lives here.
+"""libmtmd, llama.cpp's multimodal library (in llama-cpp-python's wheel): a vision or audio
+projector (`--mmproj`) beside the model. Every ctypes call to it lives here.
 
-- `Projector.tokenize_image` turns an image's bytes into what the prompt holds in its place:
-  text tokens (some models wrap an image in tokens of their own) and one `MediaChunk`, the
-  preprocessed image, whose embeddings are computed only when the engine prefills it. Any
-  thread (the tokenize pool).
+- `Projector.tokenize_media` turns an image's or an audio clip's bytes into what the prompt
+  holds in its place: text tokens (some models wrap media in tokens of their own) and one
+  `MediaChunk`, the preprocessed image or mel spectrogram, whose embeddings are computed only
+  when the engine prefills it. Any thread (the tokenize pool).
 - `Projector.encode` runs the encoder on one chunk and returns its embeddings (a copy).
 - `Projector.decode` writes embeddings into a sequence of the context, in batches of
   `n_batch`. Engine thread only (it decodes with the engine's context).
@@ -34,36 +34,51 @@ from .model import Model
 
 
 IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
+AUDIO_MAGIC = (b"ID3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2", b"fLaC")  # MP3 (tagged or a bare frame), FLAC
 
 
 RECENT_BYTES = 256 << 20  # preprocessed images kept for the next turns (their pixels, as float32)
 
 
 def _parts_bytes(parts: list) -> int:
-    return sum(p.nx * p.ny * 3 * 4 for p in parts if isinstance(p, MediaChunk))
+    return sum(p.nx * p.ny * (1 if p.audio else 3) * 4 for p in parts if isinstance(p, MediaChunk))
+
+
+def _is_image(data: bytes) -> bool:
+    return data.startswith(IMAGE_MAGIC) or data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+
+
+def _is_audio(data: bytes) -> bool:
+    return data.startswith(AUDIO_MAGIC) or data[:4] == b"RIFF" and data[8:12] == b"WAVE"
 
 
 class MediaError(ValueError):
-    """An image libmtmd cannot take: not decodable, or over the pixel limit."""
+    """Media libmtmd cannot take: not decodable, of a kind the projector has no encoder for,
+    or over the pixel limit."""
 
 
 class MediaChunk:
-    """One image as the model sees it: `n_tokens` embeddings at `n_pos` positions, named by
-    `media_id` (a hash of the image's bytes: the same bytes give the same id). Owns the
-    libmtmd chunk, freed with this object."""
+    """One image or audio clip as the model sees it: `n_tokens` embeddings at `n_pos`
+    positions, named by `media_id` (a hash of the bytes: the same bytes give the same id).
+    Owns the libmtmd chunk, freed with this object."""
 
-    __slots__ = ("_ptr", "media_id", "n_tokens", "n_pos", "nx", "ny", "__weakref__")
+    __slots__ = ("_ptr", "media_id", "n_tokens", "n_pos", "nx", "ny", "audio", "__weakref__")
 
-    def __init__(self, ptr: int, media_id: str, nx: int, ny: int) -> None:
+    def __init__(self, ptr: int, media_id: str, nx: int, ny: int, audio: bool = False) -> None:
         self._ptr = ptr
         self.media_id = media_id
         self.n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(ptr))
         self.n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(ptr))
-        self.nx, self.ny = nx, ny  # the image's size in pixels
+        self.nx, self.ny = nx, ny  # an image's size in pixels; a clip's samples, and 1
+        self.audio = audio
         weakref.finalize(self, mtmd.mtmd_input_chunk_free, ptr)
 
+    @property
+    def kind(self) -> str:
+        return "audio" if self.audio else "image"
+
     def __repr__(self) -> str:
-        return f"MediaChunk({self.media_id[:12]}, {self.n_tokens} tokens)"
+        return f"MediaChunk({self.kind} {self.media_id[:12]}, {self.n_tokens} tokens)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,24 +117,31 @@ class Projector:
         self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
         self.marker = (mtmd.mtmd_default_marker() or b"<__media__>").decode()
         self._lock = threading.Lock()
-        self._recent: collections.OrderedDict[tuple[str, int], list] = collections.OrderedDict()  # see tokenize_image
+        self._recent: collections.OrderedDict[tuple[str, int], list] = collections.OrderedDict()  # see tokenize_media
         self._recent_bytes = 0
 
-    def tokenize_image(self, data: bytes, media_id: str, *, max_pixels: int = 0) -> list[list[int] | MediaChunk]:
-        """The prompt's parts in the image's place, in order: token lists and one chunk.
-        Raises MediaError for bytes that are no image it can decode, or one of more than
-        `max_pixels` pixels (0: any).
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        return ("vision",) * self.vision + ("audio",) * self.audio
 
-        The parts of recent images are kept by their id (chunks are never changed), so an
+    def tokenize_media(self, data: bytes, media_id: str, *, audio: bool = False, max_pixels: int = 0) -> list[list[int] | MediaChunk]:
+        """The prompt's parts in the place of an image (or with `audio`, of a clip: WAV, MP3
+        or FLAC), in order: token lists and one chunk. Raises MediaError for bytes that are
+        not of that kind or cannot be decoded, media the projector has no encoder for, or an
+        image of more than `max_pixels` pixels (0: any).
+
+        The parts of recent media are kept by their id (chunks are never changed), so an
         image that every turn of a conversation sends again is decoded and preprocessed once,
         not once a turn."""
+        if not (self.audio if audio else self.vision):
+            raise MediaError(f"this model takes no {'audio' if audio else 'images'}: its projector has no {'audio' if audio else 'vision'} encoder")
         key = (media_id, max_pixels)
         with self._lock:
             parts = self._recent.get(key)
             if parts is not None:
                 self._recent.move_to_end(key)
                 return list(parts)
-        parts = self._tokenize_new(data, media_id, max_pixels)
+        parts = self._tokenize_new(data, media_id, audio, max_pixels)
         self._on_preprocess()
         with self._lock:
             self._recent[key] = parts
@@ -128,28 +150,34 @@ class Projector:
                 self._recent_bytes -= _parts_bytes(self._recent.popitem(last=False)[1])
         return list(parts)
 
-    def _tokenize_new(self, data: bytes, media_id: str, max_pixels: int) -> list[list[int] | MediaChunk]:
+    def _tokenize_new(self, data: bytes, media_id: str, audio: bool, max_pixels: int) -> list[list[int] | MediaChunk]:
         # NOTE: libmtmd hands data it does not recognise to a video probe (an ffprobe
-        # process): only image formats it decodes itself go in
-        if not data.startswith(IMAGE_MAGIC) and not (data[:4] == b"RIFF" and data[8:12] == b"WEBP"):
+        # process): only formats it decodes itself go in
+        if audio and not _is_audio(data):
+            raise MediaError("the data is not audio (WAV, MP3 or FLAC)")
+        if not audio and not _is_image(data):
             raise MediaError("the data is not an image (PNG, JPEG, GIF, BMP or WebP)")
+        what = "audio" if audio else "image"
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         with self._lock:
             bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ptr, buf, len(data), False)
             if not bitmap:
-                raise MediaError("the image could not be decoded (PNG, JPEG, GIF, BMP, WebP are read)")
+                formats = "WAV, MP3, FLAC" if audio else "PNG, JPEG, GIF, BMP, WebP"
+                raise MediaError(f"the {what} could not be decoded ({formats} are read)")
             try:
                 nx, ny = int(mtmd.mtmd_bitmap_get_nx(bitmap)), int(mtmd.mtmd_bitmap_get_ny(bitmap))
-                if mtmd.mtmd_bitmap_is_audio(bitmap):
-                    raise MediaError("the data is audio, not an image")
-                if max_pixels and nx * ny > max_pixels:
+                if bool(mtmd.mtmd_bitmap_is_audio(bitmap)) != audio:
+                    raise MediaError(f"the data is {'an image' if audio else 'audio'}, not {'audio' if audio else 'an image'}")
+                if not audio and max_pixels and nx * ny > max_pixels:
                     raise MediaError(f"the image is {nx}x{ny} pixels; at most {max_pixels} are accepted")
+                if audio and nx == 0:
+                    raise MediaError("the audio holds no samples")
                 mtmd.mtmd_bitmap_set_id(bitmap, media_id.encode())
-                return self._tokenize(bitmap, media_id, nx, ny)
+                return self._tokenize(bitmap, media_id, nx, ny, audio)
             finally:
                 mtmd.mtmd_bitmap_free(bitmap)
 
-    def _tokenize(self, bitmap, media_id: str, nx: int, ny: int) -> list[list[int] | MediaChunk]:
+    def _tokenize(self, bitmap, media_id: str, nx: int, ny: int, audio: bool) -> list[list[int] | MediaChunk]:
         chunks = mtmd.mtmd_input_chunks_init()
         try:
             text = self.marker.encode()
@@ -157,7 +185,7 @@ class Projector:
             bitmaps = (ctypes.c_void_p * 1)(bitmap)
             rc = mtmd.mtmd_tokenize(self.ptr, chunks, ctypes.byref(inp), bitmaps, 1)
             if rc != 0:
-                raise MediaError(f"the image could not be tokenized (libmtmd error {rc})")
+                raise MediaError(f"the {'audio' if audio else 'image'} could not be tokenized (libmtmd error {rc})")
             parts: list[list[int] | MediaChunk] = []
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd.mtmd_input_chunks_get(chunks, i)
@@ -166,10 +194,10 @@ class Projector:
                     n = ctypes.c_size_t()
                     ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                     parts.append([int(ptr[k]) for k in range(n.value)])
-                elif kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
-                    parts.append(MediaChunk(mtmd.mtmd_input_chunk_copy(chunk), media_id, nx, ny))
+                elif kind == (mtmd.MTMD_INPUT_CHUNK_TYPE_AUDIO if audio else mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE):
+                    parts.append(MediaChunk(mtmd.mtmd_input_chunk_copy(chunk), media_id, nx, ny, audio))
                 else:
-                    raise MediaError("the projector made a non-image chunk of an image")
+                    raise MediaError(f"the projector made a chunk of another kind of a {'clip' if audio else 'image'}")
             return parts
         finally:
             mtmd.mtmd_input_chunks_free(chunks)
@@ -179,7 +207,7 @@ class Projector:
         with self._lock:
             rc = mtmd.mtmd_encode_chunk(self.ptr, chunk._ptr)
             if rc != 0:
-                raise LlamaError(f"the projector failed to encode an image ({rc})")
+                raise LlamaError(f"the projector failed to encode {'a clip' if chunk.audio else 'an image'} ({rc})")
             out = mtmd.mtmd_get_output_embd(self.ptr)
             n = chunk.n_tokens * self.n_embd
             return np.ctypeslib.as_array(out, shape=(n,)).reshape(chunk.n_tokens, self.n_embd).copy()

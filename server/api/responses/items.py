@@ -129,16 +129,23 @@ def _part_text(part: Any, where: str, send: str = "text parts", refusal: bool = 
     return text
 
 
+_MEDIA_PARTS = ("input_image", "input_audio")
+
+
 def _content(content: Any, at: str, images: bool) -> Any:
-    """A message's content: its text, or, with `input_image` parts in a user message, chat's
-    text and `image_url` parts (each naming its own field for errors)."""
-    if not (images and isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in content)):
+    """A message's content: its text, or, with `input_image` or `input_audio` parts in a user
+    message, chat's text, `image_url` and `input_audio` parts (each naming its own field for
+    errors)."""
+    if not (images and isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in _MEDIA_PARTS for p in content)):
         return _text(content, at)
     parts: list[dict] = []
     for j, part in enumerate(content):
         where = f"{at}.content[{j}]"
-        if not (isinstance(part, dict) and part.get("type") == "input_image"):
-            parts.append({"type": "text", "text": _part_text(part, where, "text or image parts", refusal=False)})
+        if not (isinstance(part, dict) and part.get("type") in _MEDIA_PARTS):
+            parts.append({"type": "text", "text": _part_text(part, where, "text, image or audio parts", refusal=False)})
+            continue
+        if part["type"] == "input_audio":  # the same shape as chat's
+            parts.append({"type": "input_audio", "input_audio": part.get("input_audio"), PARAM_KEY: where})
             continue
         url = part.get("image_url")
         if not isinstance(url, str):
