@@ -86,7 +86,7 @@ class OracleDrafter:
     expected: list[int] = []
     n_prompt = 0
 
-    def __init__(self, n: int, m: int) -> None:
+    def __init__(self, n: int, m: int, *memory) -> None:
         pass
 
     def draft(self, tokens, pending: int, limit: int) -> list[int]:
@@ -99,7 +99,7 @@ class RejectDrafter:
 
     token = 0
 
-    def __init__(self, n: int, m: int) -> None:
+    def __init__(self, n: int, m: int, *memory) -> None:
         self.m = m
 
     def draft(self, tokens, pending: int, limit: int) -> list[int]:

@@ -188,3 +188,27 @@ def _wait_listening(endpoint: str, timeout: float = 30.0) -> None:
         except OSError:
             time.sleep(0.1)
     pytest.fail(f"no RPC server on {endpoint}")
+
+
+def test_auto_flash_attention_is_off_on_the_cpu(tiny_models, monkeypatch):
+    """On the CPU, "auto" turns flash attention off (it decodes slower there), unless the V
+    cache is quantized (which needs it) or the attention scores would take too much RAM; a
+    setting given is kept, and a GPU leaves "auto" to llama.cpp. The state fingerprint names
+    the choice: without it llama.cpp stores V transposed, so saved states differ."""
+    from warmslot.slots import EngineConfig, loader
+
+    monkeypatch.setattr(loader, "physical_memory", lambda: 16 << 30)
+    cfg = EngineConfig(model_path="m.gguf")
+    assert loader.flash_attn_setting(cfg, 32, False, 32768) == "off"  # 512 x 32768 x 32 floats: 2 GiB of 16
+    assert loader.flash_attn_setting(cfg, 32, False, 131072) == "auto"  # 8 GiB: too much
+    assert loader.flash_attn_setting(cfg, 32, True, 32768) == "auto"
+    assert loader.flash_attn_setting(EngineConfig(model_path="m.gguf", type_v="q8_0"), 32, False, 4096) == "auto"
+    assert loader.flash_attn_setting(EngineConfig(model_path="m.gguf", flash_attn="on"), 32, False, 4096) == "on"
+    monkeypatch.undo()
+    engine = tiny_engine(tiny_models["attention"])
+    try:
+        assert ":fa-off:" in engine.info.state_fingerprint
+        prompt = random_tokens(3, 20)
+        assert len(generate(engine, prompt, max_tokens=4).tokens) == 4
+    finally:
+        engine.stop()

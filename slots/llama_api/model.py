@@ -217,6 +217,11 @@ class Model:
         template = llama_cpp.llama_model_chat_template(self.ptr, name.encode())
         return template.decode("utf-8") if template else None
 
+    @property
+    def n_head(self) -> int:
+        """Attention heads of the first layer (0 for a model without attention)."""
+        return int(llama_cpp.llama_model_n_head(self.ptr))
+
     def kv_bytes_per_token(self, type_k: str, type_v: str) -> int | None:
         """Bytes of attention KV cache one token takes in every layer, from the model's
         metadata; None when the metadata does not say (per-layer head counts, say)."""
