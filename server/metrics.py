@@ -158,6 +158,11 @@ class EngineCollector:
         yield drafted
         yield accepted
         yield rate
+        yield CounterMetricFamily(
+            "warmslot_spec_rollbacks", "Recurrent and hybrid memory: drafts partly rejected, the state before them put back",
+            value=stats.spec_rollbacks,
+        )
+        yield CounterMetricFamily("warmslot_spec_rollback_seconds", "Time spent rolling back drafts", value=stats.spec_rollback_seconds)
 
     def _checkpoints(self, snap, stats):
         yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from .config import EngineConfig
-from .llama_api import Batch, Context, ContextParams, LlamaError, MemoryKind, Model
+from .llama_api import Batch, Context, ContextParams, LlamaError, Model
 
 log = logging.getLogger("warmslot.speculative")
 
@@ -116,9 +116,9 @@ class DraftModel:
 
 def load_draft(cfg: EngineConfig, target: Model, ctx: Context) -> DraftModel | None:
     """The draft model of `cfg.spec` (-md), with one sequence per target sequence; None
-    without one, or where speculation is off for the target's memory (speculative.off_reason)."""
+    without one."""
     spec = cfg.spec
-    if spec.draft_model is None or ctx.memory_kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
+    if spec.draft_model is None:
         return None
     return DraftModel(
         spec.draft_model, target, n_seq=ctx.n_seq_max, n_ctx=ctx.n_ctx, n_gpu_layers=spec.draft_gpu_layers,

@@ -551,6 +551,9 @@ class Engine:
             self.post.on_token(entry.slot, token, entry.out_index)
         # a rejected drafted token counts as neither prompt nor generated
         n_rejected = sum(len(e.draft) - self.spec.verify(e, self.post) for e in to_verify)
+        for slot in self.spec.settle():  # recurrent and hybrid memory: the drafts cut, rolled back
+            if slot.active is not None:
+                self.outbox.finish(slot, FinishReason.STOP, EngineError(ErrorKind.INTERNAL, "rolling back a draft failed"))
         self.stats.filler_tokens += n_filler
         self.stats.busy_slot_steps += len({e.slot.id for e in entries if not e.filler})
         self.stats.spec_verify_steps += len(to_verify)

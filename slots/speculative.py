@@ -32,8 +32,12 @@ this is the standard rule for a deterministic draft: a drafted token is accepted
 probability p_target(token), and on rejection the token emitted is distributed as p_target
 with the drafted token removed and renormalised.
 
-Where it is off: recurrent and hybrid memory (a rejected draft would need a state rollback
-that costs more than a draft saves on a CPU; the reason is logged once at load). Sliding-
+Recurrent and hybrid memory cannot be cut back: before a step that verifies a draft, the
+slot's recurrent state is copied (`Context.state_get`, partial); when part of the draft is
+rejected, the copy is put back, the attention cells past it removed, and the pending and
+accepted tokens decoded again into that sequence alone, after every row of the step is
+sampled (`settle`). That costs a state copy per draft and a small decode per rejection, and
+the step costs it learns make drafts shorter where it does not pay. Sliding-
 window memory drops cells that fall out of the window while the draft is decoded; the draft
 is safe only while the slot's tokens stay within one micro-batch of the decode, so there a
 step drafts for one slot only, and only in steps without prefill chunks and within one ubatch
@@ -43,10 +47,11 @@ step drafts for one slot only, and only in steps without prefill chunks and with
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from .llama_api import Context, MemoryKind
+from .llama_api import Batch, Context, MemoryKind
 from .ngram_memory import MEMORY_TOKENS, NgramMemory
 from .stats import EngineStats
 
@@ -233,14 +238,8 @@ def _back_off(active: "Active") -> None:
 
 
 def off_reason(config: SpecConfig, kind: MemoryKind) -> str | None:
-    """Why speculation stays off for this model, or None when it runs."""
-    if not config.on:
-        return None
-    if kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
-        return (
-            f"speculative decoding is off on {kind.value} memory: a rejected draft needs a state "
-            "rollback (a checkpoint before every draft), which costs more than the draft saves"
-        )
+    """Why speculation stays off for this model, or None when it runs (every memory kind
+    runs it: recurrent and hybrid memory roll back from a state copy)."""
     return None
 
 
@@ -259,6 +258,12 @@ class Speculator:
         self.on = config.on and self.reason is None
         self._skip_next = False  # the last batch with drafts did not fit the KV pool
         self.cost = StepCost()
+        # recurrent and hybrid memory: each drafting slot's state before the step, and the
+        # rollbacks due once the step's rows are sampled (see the module docstring)
+        self._rollback = self.kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID)
+        self._saved: dict[int, tuple[int, object]] = {}
+        self._due: list[tuple["Slot", int, object]] = []
+        self._redo = Batch(config.n_max + 1, ctx.n_seq_max) if self._rollback and self.on else None
         ngram = self.on and draft is None and config.ngram_memory > 0
         self.memory = NgramMemory(config.ngram_n, config.ngram_memory) if ngram else None
         if self.reason:
@@ -288,6 +293,7 @@ class Speculator:
 
     def drafts(self, slots: Sequence["Slot"], capacity: int, n_ubatch: int, fork_pending: bool) -> dict[int, list[int]]:
         """The drafted tokens of this step, by slot id (each after its pending token)."""
+        self._saved.clear()
         if not self.on or fork_pending:
             return {}
         if self._skip_next:
@@ -314,6 +320,8 @@ class Speculator:
             if draft:
                 out[slot.id] = draft
                 room -= len(draft)
+                if self._rollback:
+                    self._saved[slot.id] = (slot.n_past, self.ctx.state_get(slot.id, partial=True))
                 if window:
                     break
         return out
@@ -404,7 +412,10 @@ class Speculator:
             if slot.active is None or i == len(draft) or token != draft[i]:
                 break
         end = entry.start + entry.n
-        if slot.n_past < end:
+        if slot.n_past < end and self._rollback:
+            n, state = self._saved.pop(slot.id)
+            self._due.append((slot, n, state))
+        elif slot.n_past < end:
             self.ctx.seq_rm(slot.id, slot.pos(slot.n_past), -1)
             self._check_window(slot)
         # the next draft follows this one's acceptance: twice as long after a whole draft was
@@ -422,6 +433,32 @@ class Speculator:
         self.stats.spec_drafted[(kind, slot.id)] += len(draft)
         self.stats.spec_accepted[(kind, slot.id)] += accepted
         return accepted
+
+    def settle(self) -> list["Slot"]:
+        """Recurrent and hybrid memory: roll back the slots whose drafts were cut (after the
+        step's rows are sampled: a decode here overwrites the step's logits). Each gets its
+        state from before the step, loses the attention cells past it, and decodes again the
+        tokens it kept. Returns the slots whose rollback failed (their memory is cleared)."""
+        failed = []
+        for slot, n, state in self._due:
+            t0 = time.monotonic()
+            redo = slot.tokens[n:]
+            batch = self._redo
+            batch.clear()
+            batch.add(redo, slot.pos(n), slot.id, logits_last=False)
+            ok = (
+                self.ctx.state_set(slot.id, state, partial=True) and self.ctx.seq_rm(slot.id, slot.pos(n), -1)
+                and self.ctx.decode(batch) == 0
+            )
+            if not ok:
+                log.error("slot %d: rolling back a draft failed; the slot's memory is cleared", slot.id)
+                self.ctx.seq_clear(slot.id)
+                del slot.tokens[:]
+                failed.append(slot)
+            self.stats.spec_rollbacks += 1
+            self.stats.spec_rollback_seconds += time.monotonic() - t0
+        self._due.clear()
+        return failed
 
     def _check_window(self, slot: "Slot") -> None:
         """Sliding-window memory: the next token's window must still be in memory."""

@@ -104,6 +104,8 @@ class EngineStats:
     spec_drafted: Counter = field(default_factory=Counter)
     spec_accepted: Counter = field(default_factory=Counter)
     spec_verify_steps: int = 0  # drafts verified
+    spec_rollbacks: int = 0  # recurrent and hybrid memory: drafts cut, their state put back
+    spec_rollback_seconds: float = 0.0
     ttft: Histogram = field(default_factory=Histogram)
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)
