@@ -139,6 +139,7 @@ def run(engine: Engine, prompt: list[int], n: int, sampling: SamplingParams) -> 
 def case(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingParams, oracle: list[list[int]] | None = None) -> dict:
     runs = []
     run(engine, prompts[0], 8, sampling)  # warm-up (graphs, allocations)
+    rolled = (engine.stats.spec_rollbacks, engine.stats.spec_rollback_seconds)
     for i, prompt in enumerate(prompts):
         if oracle is not None:
             OracleDrafter.expected, OracleDrafter.n_prompt = oracle[i], len(prompt)
@@ -152,6 +153,9 @@ def case(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingPar
         "drafted": drafted,
         "accepted": accepted,
         "acceptance": accepted / drafted if drafted else 0.0,
+        # recurrent and hybrid memory: drafts rolled back, and the time it took
+        "rollbacks": engine.stats.spec_rollbacks - rolled[0],
+        "rollback_s": round(engine.stats.spec_rollback_seconds - rolled[1], 4),
         "_tokens": [r["tokens"] for r in runs],
     }
 
@@ -164,15 +168,17 @@ def batch(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingPa
         engine.submit(GenerateRequest(f"b{time.monotonic_ns()}-{i}", prompt, sink, sampling, max_tokens=n, ignore_eos=True))
         sinks.append(sink)
     st = engine.stats
-    before = (st.steps, st.step_seconds, st.decode_call_seconds, st.device_wait_seconds, st.spec_verify_steps)
+    before = (st.steps, st.step_seconds, st.decode_call_seconds, st.device_wait_seconds, st.spec_verify_steps,
+              st.spec_rollbacks, st.spec_rollback_seconds)
     usages = []
     for sink in sinks:
         r = sink.collect(timeout=600)
         assert r.error is None, r.error
         usages.append(r.usage)
-    after = (st.steps, st.step_seconds, st.decode_call_seconds, st.device_wait_seconds, st.spec_verify_steps)
+    after = (st.steps, st.step_seconds, st.decode_call_seconds, st.device_wait_seconds, st.spec_verify_steps,
+             st.spec_rollbacks, st.spec_rollback_seconds)
     # where the engine's time went: its steps, the llama_decode calls, the wait for the device
-    engine_time = dict(zip(("steps", "step_s", "decode_call_s", "device_wait_s", "verify_steps"),
+    engine_time = dict(zip(("steps", "step_s", "decode_call_s", "device_wait_s", "verify_steps", "rollbacks", "rollback_s"),
                            (round(b - a, 4) for a, b in zip(before, after))))
     decode_s = statistics.median(u.decode_s for u in usages)
     generated = sum(u.completion_tokens - 1 for u in usages)
