@@ -237,12 +237,6 @@ def _back_off(active: "Active") -> None:
     active.draft_skip = active.draft_backoff
 
 
-def off_reason(config: SpecConfig, kind: MemoryKind) -> str | None:
-    """Why speculation stays off for this model, or None when it runs (every memory kind
-    runs it: recurrent and hybrid memory roll back from a state copy)."""
-    return None
-
-
 class Speculator:
     """Plans each step's drafts and verifies them after the decode. Engine thread only.
     `draft`: the loaded draft model (draft_model.DraftModel) when the type is "draft"."""
@@ -254,8 +248,8 @@ class Speculator:
         self.stats = stats
         self.kind = ctx.memory_kind
         self.n_swa = n_swa
-        self.reason = off_reason(config, self.kind)
-        self.on = config.on and self.reason is None
+        self.reason: str | None = None  # why it turned off while running (see _check_window)
+        self.on = config.on
         self._skip_next = False  # the last batch with drafts did not fit the KV pool
         self.cost = StepCost()
         # recurrent and hybrid memory: each drafting slot's state before the step, and the
@@ -266,9 +260,7 @@ class Speculator:
         self._redo = Batch(config.n_max + 1, ctx.n_seq_max) if self._rollback and self.on else None
         ngram = self.on and draft is None and config.ngram_memory > 0
         self.memory = NgramMemory(config.ngram_n, config.ngram_memory) if ngram else None
-        if self.reason:
-            log.warning("%s", self.reason)
-        elif self.on:
+        if self.on:
             how = f"draft model {config.draft_model}" if draft is not None else f"n-gram {config.ngram_n}"
             log.info(
                 "speculative decoding: %s, %s, up to %d drafted tokens (at least %d)",
