@@ -34,7 +34,7 @@ from .model import Model
 
 
 IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
-AUDIO_MAGIC = (b"ID3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2", b"fLaC")  # MP3 (tagged or a bare frame), FLAC
+AUDIO_MAGIC = (b"ID3", b"fLaC")  # MP3 with a tag, FLAC (a bare MP3 starts with a frame sync: _is_audio)
 
 
 RECENT_BYTES = 256 << 20  # preprocessed images kept for the next turns (their pixels, as float32)
@@ -49,7 +49,8 @@ def _is_image(data: bytes) -> bool:
 
 
 def _is_audio(data: bytes) -> bool:
-    return data.startswith(AUDIO_MAGIC) or data[:4] == b"RIFF" and data[8:12] == b"WAVE"
+    mpeg_frame = len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0  # 11 sync bits
+    return data.startswith(AUDIO_MAGIC) or mpeg_frame or data[:4] == b"RIFF" and data[8:12] == b"WAVE"
 
 
 class MediaError(ValueError):
