@@ -70,8 +70,10 @@ def test_the_audio_projector_encodes_a_clip(tiny_models, audio_mmproj):
 
 
 @pytest.fixture(scope="module")
-def server(tiny_models, audio_mmproj):
-    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "2048", "--mmproj", str(audio_mmproj))
+def server(tiny_models, audio_mmproj, tmp_path_factory):
+    media = tmp_path_factory.mktemp("clips")
+    (media / "tone.wav").write_bytes(sine_wav(520))
+    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "2048", "--mmproj", str(audio_mmproj), "--media-path", str(media))
     yield proc
     proc.stop()
 
@@ -123,6 +125,14 @@ def test_a_responses_input_audio_is_the_same_clip_as_a_chat_part(server, client)
     bad = dict(body, input=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "!!", "format": "wav"}}]}])
     r = httpx.post(server.url + "/v1/responses", json=bad, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].content[0].input_audio.data", r.text
+
+
+def test_a_file_url_in_media_path_is_the_same_clip_as_its_bytes(server, client):
+    inline = chat(client, [audio_message("Which tone?", sine_wav(520))])
+    part = {"type": "input_audio", "input_audio": {"data": "file://tone.wav", "format": "wav"}}
+    r = chat(client, [{"role": "user", "content": [{"type": "text", "text": "Which tone?"}, part]}])
+    assert r.choices[0].message.content == inline.choices[0].message.content
+    assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - 1  # the same clip: the same prefix
 
 
 def _post(server, messages):
