@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.helpers import metric, warmslot_server
-from tests.test_images import data_url, image_message
+from tests.test_images import chat, data_url, image_message
 from tests.tiny_audio import write_tiny_audio_mmproj
 from tests.tiny_models import N_EMBD
 from warmslot.slots.llama_api.model import Model
@@ -81,10 +81,6 @@ def server(tiny_models, audio_mmproj, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-def chat(client, messages, **kw):
-    return client.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0, **kw)
 
 
 def test_second_turn_reuses_the_prefix_past_the_clip_without_encoding_again(server, client):

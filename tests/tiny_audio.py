@@ -35,7 +35,7 @@ import pathlib
 import gguf
 import numpy as np
 
-from tests.tiny_models import N_EMBD, RMS_EPS, _Tensors
+from tests.tiny_models import N_EMBD, RMS_EPS, _gguf_file, _Tensors
 
 AUDIO = dict(n_mel=80, n_embd=32, n_ff=64, n_head=2, n_layer=2)
 N_POS = 1500  # positions after the stride-2 conv: 3000 mel frames (30 s) a chunk
@@ -49,10 +49,8 @@ def write_tiny_audio_mmproj(
     p = AUDIO
     e, n_mel = p["n_embd"], p["n_mel"]
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), "clip")
-    try:
+    with _gguf_file(path, "clip") as w:
         w.add_name(name)
         w.add_file_type(gguf.LlamaFileType.ALL_F32)
         w.add_string("clip.projector_type", "qwen2a")
@@ -65,15 +63,10 @@ def write_tiny_audio_mmproj(
             w.add_uint32(f"clip.audio.{key}", value)
         w.add_float32("clip.audio.attention.layer_norm_epsilon", RMS_EPS)
         t = _Tensors(w, rng)
-
-        def linear(name: str, n_in: int, n_out: int, bias: bool = True) -> None:
-            t.mat(f"{name}.weight", n_in, n_out)
-            if bias:
-                t.put(f"{name}.bias", np.zeros(n_out, dtype=np.float32))
+        linear = t.linear
 
         def norm(name: str) -> None:
-            t.ones(f"{name}.weight", e)
-            t.put(f"{name}.bias", np.zeros(e, dtype=np.float32))
+            t.layer_norm(name, e)
 
         def conv1d(i: int, n_in: int) -> None:
             # ggml {kernel, in, out} (torch's (out, in, kernel)); the bias is {1, out}, as
@@ -96,9 +89,4 @@ def write_tiny_audio_mmproj(
             linear(f"a.blk.{il}.ffn_down", p["n_ff"], e)
         norm("a.post_ln")
         linear("mm.a.fc", e, n_embd_text)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
     return path

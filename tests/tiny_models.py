@@ -53,6 +53,7 @@ load or misbehave.  Generating files needs no ``llama_cpp`` at all.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import sys
@@ -172,6 +173,16 @@ class _Tensors:
         out = self.rng.standard_normal((N_VOCAB, N_EMBD), dtype=np.float32) * np.float32(out_gain / np.sqrt(N_EMBD))
         out[~_OUTPUT_MASK] = 0.0
         self.put("output.weight", out)
+
+    def linear(self, name: str, n_in: int, n_out: int, bias: bool = True) -> None:
+        """A projector's linear layer: `name`.weight, and a zero `name`.bias."""
+        self.mat(f"{name}.weight", n_in, n_out)
+        if bias:
+            self.put(f"{name}.bias", np.zeros(n_out, dtype=np.float32))
+
+    def layer_norm(self, name: str, n: int) -> None:
+        self.ones(f"{name}.weight", n)
+        self.put(f"{name}.bias", np.zeros(n, dtype=np.float32))
 
     def ffn(self, il: int, n_ff: int) -> None:
         self.mat(f"blk.{il}.ffn_gate.weight", N_EMBD, n_ff)
@@ -429,22 +440,29 @@ _WRITERS: dict[str, Callable[[gguf.GGUFWriter, _Tensors], None]] = {
 HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35, "moe": QWEN3MOE, "mrope": QWEN3VL}
 
 
-def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
-    """Write the tiny model of ``kind`` (one of ``KINDS``, or ``moe``) to ``path`` and return the path."""
-    if kind not in _WRITERS:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {tuple(_WRITERS)}")
-    path = pathlib.Path(path)
+@contextlib.contextmanager
+def _gguf_file(path: pathlib.Path, arch: str):
+    """A GGUF writer for `path` (its folder made); what the block adds is written when it
+    ends without an error."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), ARCHS[kind])
+    w = gguf.GGUFWriter(str(path), arch)
     try:
-        _WRITERS[kind](w, _Tensors(w, rng))
-        _add_vocab(w)
+        yield w
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
     finally:
         w.close()
+
+
+def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
+    """Write the tiny model of ``kind`` (one of ``KINDS``, or ``moe``) to ``path`` and return the path."""
+    if kind not in _WRITERS:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {tuple(_WRITERS)}")
+    path = pathlib.Path(path)
+    with _gguf_file(path, ARCHS[kind]) as w:
+        _WRITERS[kind](w, _Tensors(w, np.random.default_rng(seed)))
+        _add_vocab(w)
     return path
 
 
@@ -471,10 +489,8 @@ def write_tiny_mmproj(
     p = shape or MMPROJ
     e, size, patch = p["n_embd"], p["image_size"], p["patch_size"]
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), "clip")
-    try:
+    with _gguf_file(path, "clip") as w:
         w.add_name(name)
         w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
         w.add_string("clip.projector_type", "qwen2vl_merger" if merger else "mlp")
@@ -490,14 +506,10 @@ def write_tiny_mmproj(
         w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
         w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
         t = _Tensors(w, rng, np.float16 if f16 else np.float32)
-
-        def linear(name: str, n_in: int, n_out: int) -> None:
-            t.mat(f"{name}.weight", n_in, n_out)
-            t.put(f"{name}.bias", np.zeros(n_out, dtype=np.float32))
+        linear = t.linear
 
         def norm(name: str) -> None:
-            t.ones(f"{name}.weight", e)
-            t.put(f"{name}.bias", np.zeros(e, dtype=np.float32))
+            t.layer_norm(name, e)
 
         def patch_embd(name: str) -> None:
             std = np.float32(1.0 / np.sqrt(3 * patch * patch))
@@ -525,11 +537,6 @@ def write_tiny_mmproj(
         else:
             linear("mm.0", e, n_embd_text)
             linear("mm.2", n_embd_text, n_embd_text)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
     return path
 
 

@@ -32,12 +32,13 @@ async def props(request: Request) -> Response:
     server.require_ready()
     info = server.engine.info
     template = server.builder.template
+    modalities = _modalities(server)
     body = {
         "default_generation_settings": {"params": default_params(server), "n_ctx": info.n_ctx_slot},
         "total_slots": info.n_slots,
         "model_alias": server.model_name,
         "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
-        "modalities": {"vision": "vision" in _modalities(server), "video": False, "audio": "audio" in _modalities(server)},
+        "modalities": {"vision": "vision" in modalities, "video": False, "audio": "audio" in modalities},
         "endpoint_slots": server.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
