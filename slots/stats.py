@@ -20,6 +20,7 @@ LATENCY_BUCKETS = (
     1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0,
 )
 
+RECENT_WINDOW = 10.0  # seconds of steps the recent rates are over
 PROMPT_SOURCES = ("slot", "fork", "ram", "disk", "computed")  # labels of prompt tokens by origin
 
 
@@ -110,7 +111,12 @@ class EngineStats:
     itl: Histogram = field(default_factory=Histogram)
     queue_wait: Histogram = field(default_factory=Histogram)
 
-    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
+    # the steps of the last RECENT_WINDOW seconds (as of the newest), with their sums
+    # (prefill tokens, prefill seconds, decode tokens, decode seconds), kept as they change:
+    # the engine reads the prefill rate every step, and a sum over thousands of steps
+    # each time cost a tenth of a one-token step on a GPU
+    recent: collections.deque = field(default_factory=collections.deque)
+    _recent_sums: list = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
 
     def record_step(self, n_prefill: int, n_decode: int, seconds: float) -> None:
         """Account one decode step, splitting its time by token counts."""
@@ -122,20 +128,30 @@ class EngineStats:
         self.decode_tokens += n_decode
         self.prefill_seconds += prefill_s
         self.decode_seconds += decode_s
-        self.recent.append((time.monotonic(), n_prefill, prefill_s, n_decode, decode_s))
+        now = time.monotonic()
+        sums, recent = self._recent_sums, self.recent
+        recent.append((now, n_prefill, prefill_s, n_decode, decode_s))
+        for i, v in enumerate((n_prefill, prefill_s, n_decode, decode_s)):
+            sums[i] += v
+        while recent[0][0] < now - RECENT_WINDOW:
+            old = recent.popleft()
+            for i in range(4):
+                sums[i] -= old[i + 1]
 
     def prefill_rate(self) -> float:
-        """Prefill tokens per second: recent, else since the start (0: none measured yet)."""
-        recent = self.recent_rates()[0]
-        if recent > 0:
-            return recent
+        """Prefill tokens per second over the last RECENT_WINDOW seconds of steps, else since
+        the start (0: none measured yet). Engine thread."""
+        pn, ps = self._recent_sums[0], self._recent_sums[1]
+        if pn > 0 and ps > 1e-9:
+            return pn / ps
         return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
 
-    def recent_rates(self, window: float = 10.0) -> tuple[float, float]:
-        """Prefill and decode tokens per second of decode time, over the last `window` seconds."""
+    def recent_rates(self, window: float = RECENT_WINDOW) -> tuple[float, float]:
+        """Prefill and decode tokens per second of decode time, over the last `window`
+        seconds (at most RECENT_WINDOW). Any thread."""
         since = time.monotonic() - window
         pn = ps = dn = ds = 0.0
-        for t, a, b, c, d in list(self.recent):
+        for t, a, b, c, d in list(self.recent):  # one C-level copy, under the GIL
             if t >= since:
                 pn, ps, dn, ds = pn + a, ps + b, dn + c, ds + d
         return (pn / ps if ps else 0.0, dn / ds if ds else 0.0)
