@@ -260,6 +260,7 @@ _FLAGS += [
     (("--draft-p-min",), "draft_p_min", float, 0.75, "a draft model stops drafting before a token it gives less probability (n-gram drafts have none)"),
     (("--spec-ngram-size-n",), "spec_ngram_size_n", int, 12, "ngram-simple: tokens of the n-gram looked up in the slot's history"),
     (("--spec-ngram-size-m",), "spec_ngram_size_m", int, 48, "ngram-simple: most tokens drafted after a match (before --draft-max)"),
+    (("--spec-ngram-size-min",), "spec_ngram_size_min", int, 3, "ngram-simple: the shortest n-gram looked up where the last --spec-ngram-size-n tokens did not occur before (equal to -n: only that length)"),
     (("--spec-ngram-memory",), "spec_ngram_memory", int, 65536, "ngram-simple: tokens of earlier requests' outputs kept, drafted from where the slot's history has no match (same tenant only; 0: none)"),
     (("-md", "--model-draft"), "model_draft", str, None, "a draft model for speculative decoding (same vocabulary; sets --spec-type draft): it drafts greedily while each token is at least --draft-p-min likely"),
     (("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), "gpu_layers_draft", int, -1, "layers of the draft model on the GPU (-1: all)"),
@@ -510,7 +511,7 @@ def _spec(a: argparse.Namespace, parser: argparse.ArgumentParser) -> SpecConfig:
     try:
         return SpecConfig(
             type=kind, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
-            ngram_n=a.spec_ngram_size_n, ngram_m=a.spec_ngram_size_m, ngram_memory=a.spec_ngram_memory, draft_model=a.model_draft or None,
+            ngram_n=a.spec_ngram_size_n, ngram_min=a.spec_ngram_size_min, ngram_m=a.spec_ngram_size_m, ngram_memory=a.spec_ngram_memory, draft_model=a.model_draft or None,
             draft_gpu_layers=a.gpu_layers_draft, draft_type_k=a.cache_type_k_draft, draft_type_v=a.cache_type_v_draft,
         )
     except ValueError as exc:

@@ -70,15 +70,24 @@ class NgramMemory:
                 if self._index.get(key, (None,))[0] is old:
                     del self._index[key]
 
+    def find(self, tenant: str, key: Sequence[int]) -> tuple[list[int], int] | None:
+        """(the tokens of the newest remembered output of `tenant` that holds the n-gram
+        `key`, where what followed it there starts); None when none does."""
+        if len(key) != self.n:
+            return None
+        found = self._index.get((tenant, hash(tuple(key))))
+        if found is None:
+            return None
+        entry, s = found
+        if entry.tokens[s : s + self.n] != list(key):  # a hash collision
+            return None
+        return entry.tokens, s + self.n
+
     def draft(self, tenant: str, key: Sequence[int], k: int) -> list[int]:
         """Up to k tokens that followed the n-gram `key` in the newest remembered output of
         `tenant` that holds it; [] when none does."""
-        if len(key) != self.n or k <= 0:
-            return []
-        found = self._index.get((tenant, hash(tuple(key))))
+        found = self.find(tenant, key) if k > 0 else None
         if found is None:
             return []
-        entry, s = found
-        if entry.tokens[s : s + self.n] != list(key):  # a hash collision
-            return []
-        return entry.tokens[s + self.n : s + self.n + k]
+        tokens, start = found
+        return tokens[start : start + k]

@@ -7,7 +7,11 @@ draft, cut to `--draft-max` (and dropped below `--draft-min`). Agents re-emit wh
 context holds (a file written back with one change, a quoted tool output), and such a draft
 then runs along the copy. Where the history holds no earlier occurrence, earlier requests'
 outputs are searched (`ngram_memory.NgramMemory`, --spec-ngram-memory): a retried turn or a
-call made again drafts from what was emitted the first time.
+call made again drafts from what was emitted the first time. A model that copies loosely (a
+renamed variable, a changed number) breaks every N-gram around a change, so shorter n-grams
+of the history are looked up next (`ngram_sizes`), their drafts cut where their two latest
+occurrences were followed differently; and a copy whose tokens keep being emitted goes on
+from its source (`NgramDrafter._go_on`).
 
 Verification (`Speculator.verify`): the draft goes into the step's batch right after the
 slot's pending token, with logits at every position, next to the other slots' tokens and
@@ -53,6 +57,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from .llama_api import Batch, Context, MemoryKind
 from .ngram_memory import MEMORY_TOKENS, NgramMemory
+
+NGRAM_MIN = 3  # --spec-ngram-size-min: the shortest n-gram looked up
 from .stats import EngineStats
 
 if TYPE_CHECKING:
@@ -147,6 +153,7 @@ class SpecConfig:
     p_min: float = 0.75  # --draft-p-min: a draft model's threshold; n-gram drafts have no probabilities
     ngram_n: int = 12  # --spec-ngram-size-n: tokens of the n-gram looked up
     ngram_m: int = 48  # --spec-ngram-size-m: tokens drafted after a match (before --draft-max)
+    ngram_min: int = NGRAM_MIN  # --spec-ngram-size-min: the shortest looked up where that one did not occur
     ngram_memory: int = MEMORY_TOKENS  # --spec-ngram-memory: tokens of earlier outputs drafted from
     draft_model: str | None = None  # -md: the draft model's GGUF (type "draft")
     draft_gpu_layers: int = -1  # -ngld
@@ -158,9 +165,9 @@ class SpecConfig:
             raise ValueError(f"--spec-type must be one of {', '.join(SPEC_TYPES)}")
         if (self.type == DRAFT) != (self.draft_model is not None):
             raise ValueError("a draft model (-md) and --spec-type draft go together")
-        if self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1 or self.ngram_memory < 0:
+        if self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1 or self.ngram_memory < 0 or self.ngram_min < 1:
             raise ValueError(
-                "--draft-max, --draft-min and --spec-ngram-memory must be 0 or more, --spec-ngram-size-n and -m at least 1"
+                "--draft-max, --draft-min and --spec-ngram-memory must be 0 or more, --spec-ngram-size-n, -m and -min at least 1"
             )
         if not 0.0 <= self.p_min <= 1.0:
             raise ValueError("--draft-p-min must be between 0 and 1")
@@ -170,43 +177,115 @@ class SpecConfig:
         return self.type != "none" and self.n_max > 0
 
 
-class NgramDrafter:
-    """ngram-simple over one request's history: an index of where each n-gram last started,
-    grown as the history grows (the history of a running request only grows)."""
+def ngram_sizes(n: int, n_min: int) -> tuple[int, ...]:
+    """The n-gram lengths looked up, longest first: N, then about two thirds of the one
+    before, down to n_min (12, 8, 6, 4, 3 by default)."""
+    sizes = [n]
+    while sizes[-1] > n_min:
+        sizes.append(max(n_min, min(sizes[-1] - 1, (2 * sizes[-1] + 2) // 3)))
+    return tuple(sizes)
 
-    def __init__(self, n: int, m: int, memory: NgramMemory | None = None, tenant: str = "") -> None:
+
+class NgramDrafter:
+    """ngram-simple over one request's history: for each n-gram length, an index of where
+    each n-gram last started (and where it started the time before), grown as the history
+    grows (the history of a running request only grows)."""
+
+    def __init__(self, n: int, m: int, memory: NgramMemory | None = None, tenant: str = "", n_min: int | None = None) -> None:
         self.n = n
         self.m = m
+        self.sizes = ngram_sizes(n, min(n, n_min if n_min is not None else NGRAM_MIN))
         self.memory = memory  # earlier requests' outputs, searched where the history has no match
         self.tenant = tenant
-        self._last: dict[int, int] = {}  # hash of an n-gram -> its latest start
-        self._indexed = 0  # n-grams starting before this position are in `_last`
+        self._last: dict[int, dict[int, int]] = {k: {} for k in self.sizes}  # hash of an n-gram -> its latest start
+        self._before: dict[int, dict[int, int]] = {k: {} for k in self.sizes}  # -> the start before that
+        self._indexed = {k: 0 for k in self.sizes}  # n-grams starting before this position are indexed
+        # the copy the last draft came from: (the source's tokens, or None for the history;
+        # where the draft's first token was in it; the history's length when drafted)
+        self._copy: tuple[Sequence[int] | None, int, int] | None = None
 
     def draft(self, tokens: Sequence[int], pending: int, limit: int) -> list[int]:
-        """Up to min(M, limit) tokens that followed the latest earlier occurrence of the last
-        N tokens of tokens + [pending]; where they did not occur before, what followed them in
-        the newest remembered output that holds them; [] when none does. A copy that reaches
-        the present goes on as the repetition it is (an overlapping copy: in a history that
-        repeats every P tokens the latest occurrence is P back, and the draft repeats that
-        period), so a loop or a repeated line drafts its whole length, not P tokens."""
-        n = self.n
-        key_start = len(tokens) + 1 - n  # where the last n-gram of the history starts
-        if key_start <= 0 or limit <= 0:
-            return []
-        last = self._last
-        for s in range(self._indexed, key_start):  # n-grams wholly inside `tokens`, before the key
-            last[hash(tuple(tokens[s : s + n]))] = s
-        self._indexed = max(self._indexed, key_start)
-        key = list(tokens[key_start:])
-        key.append(pending)
-        s = last.get(hash(tuple(key)))
-        if s is None or list(tokens[s : s + n]) != key:  # not seen, or a hash collision
-            return self.memory.draft(self.tenant, key, min(self.m, limit)) if self.memory is not None else []
-        start = s + n
+        """Up to min(M, limit) tokens that followed an earlier occurrence of the end of
+        tokens + [pending], [] when there is none:
+        - the copy the last draft came from goes on, while what was emitted since equals it;
+        - else the latest earlier occurrence of the last N tokens in the history, then in the
+          newest remembered output that holds them;
+        - else of a shorter n-gram of the history (about two thirds as long each time, down to
+          --spec-ngram-size-min), cut where what followed its two latest occurrences differs: a
+          short n-gram recurs in places it does not continue.
+        A copy that reaches the present goes on as the repetition it is (an overlapping copy:
+        in a history that repeats every P tokens the latest occurrence is P back, and the
+        draft repeats that period), so a loop or a repeated line drafts its whole length."""
         history = len(tokens) + 1  # tokens, then the pending one
         k = min(self.m, limit)
+        if history <= self.sizes[-1] or k <= 0:
+            return []
+        self._index(tokens)
+        draft = self._go_on(tokens, pending, history, k)
+        if draft is not None:
+            return draft
+        for size in self.sizes:
+            key_start = history - size
+            if key_start <= 0:
+                continue
+            key = list(tokens[key_start:])
+            key.append(pending)
+            h = hash(tuple(key))
+            s = self._last[size].get(h)
+            if s is not None and list(tokens[s : s + size]) == key:  # not a hash collision
+                self._copy = (None, s + size, history)
+                out = self._from_history(tokens, pending, s + size, k)
+                before = self._before[size].get(h)
+                if size < self.n and before is not None:
+                    other = self._from_history(tokens, pending, before + size, len(out))
+                    out = out[: next((i for i, (a, b) in enumerate(zip(out, other)) if a != b), len(out))]
+                return out
+            if size == self.n and self.memory is not None:
+                found = self.memory.find(self.tenant, key)
+                if found is not None:
+                    source, start = found
+                    self._copy = (source, start, history)
+                    return list(source[start : start + k])
+        self._copy = None
+        return []
+
+    def _index(self, tokens: Sequence[int]) -> None:
+        for size in self.sizes:  # n-grams wholly inside `tokens`, before the last one
+            last, before = self._last[size], self._before[size]
+            for s in range(self._indexed[size], len(tokens) + 1 - size):
+                h = hash(tuple(tokens[s : s + size]))
+                old = last.get(h)
+                if old is not None:
+                    before[h] = old
+                last[h] = s
+            self._indexed[size] = max(self._indexed[size], len(tokens) + 1 - size)
+
+    def _go_on(self, tokens: Sequence[int], pending: int, history: int, k: int) -> list[int] | None:
+        """The last draft's copy, on from where it has got to, if every token emitted since
+        it was drafted is the copy's (a whole draft accepted and the next token the source's
+        next, or tokens emitted without verifying that follow it)."""
+        if self._copy is None:
+            return None
+        source, start, then = self._copy
+        done = history - then  # tokens emitted since
+        if done <= 0:
+            return None
+        src = tokens if source is None else source
+        at = start + done
+        if at >= (history - 1 if source is None else len(src)) or src[at - 1] != pending:
+            return None
+        if any(tokens[then + i] != src[start + i] for i in range(done - 1)):
+            return None
+        self._copy = (source, at, history)
+        if source is None:
+            return self._from_history(tokens, pending, at, k)
+        return list(src[at : at + k])
+
+    @staticmethod
+    def _from_history(tokens: Sequence[int], pending: int, start: int, k: int) -> list[int]:
+        history = len(tokens) + 1
         out = list(tokens[start : start + k])
-        if len(out) < k:
+        if len(out) < k and start + len(out) == len(tokens):
             out.append(pending)
         while len(out) < k:
             out.append(out[start + len(out) - history])  # past the present: the copy repeats itself
@@ -261,7 +340,7 @@ class Speculator:
         ngram = self.on and draft is None and config.ngram_memory > 0
         self.memory = NgramMemory(config.ngram_n, config.ngram_memory) if ngram else None
         if self.on:
-            how = f"draft model {config.draft_model}" if draft is not None else f"n-gram {config.ngram_n}"
+            how = f"draft model {config.draft_model}" if draft is not None else f"n-grams of {config.ngram_n} down to {min(config.ngram_n, config.ngram_min)}"
             log.info(
                 "speculative decoding: %s, %s, up to %d drafted tokens (at least %d)",
                 config.type, how, config.n_max, config.n_min,
@@ -341,7 +420,8 @@ class Speculator:
                 _back_off(active)
         else:
             if active.drafter is None:
-                active.drafter = NgramDrafter(self.config.ngram_n, self.config.ngram_m, self.memory, active.req.tenant)
+                cfg = self.config
+                active.drafter = NgramDrafter(cfg.ngram_n, cfg.ngram_m, self.memory, active.req.tenant, cfg.ngram_min)
             draft = active.drafter.draft(slot.tokens, active.pending, limit)
             cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
             draft = draft[:cut]  # an image's placeholder ids are no tokens to decode

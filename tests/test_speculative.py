@@ -43,6 +43,32 @@ def test_ngram_simple_drafts_what_followed_the_latest_earlier_occurrence():
     assert NgramDrafter(3, 2).draft(history, 3, limit=16) == [6, 8]  # --spec-ngram-size-m
 
 
+def test_shorter_n_grams_draft_where_the_longest_did_not_occur_cut_where_they_disagree():
+    assert speculative.ngram_sizes(12, 3) == (12, 8, 6, 4, 3) and speculative.ngram_sizes(4, 4) == (4,)
+    history = [9, 8, 7, 1, 2, 3, 4, 5, 6]
+    # the last 6 tokens with the pending 3 never occurred, the last 3 ([1, 2, 3]) did once
+    assert NgramDrafter(6, 48, n_min=3).draft(history + [7, 1, 2], 3, limit=4) == [4, 5, 6, 7]
+    assert NgramDrafter(6, 48, n_min=6).draft(history + [7, 1, 2], 3, limit=4) == []  # --spec-ngram-size-min
+    # [1, 2, 3] occurred twice, followed by 4, 5, 6 and by 4, 5, 0: the draft stops where they differ
+    twice = history + [1, 2, 3, 4, 5, 0, 8, 1, 2]
+    assert NgramDrafter(6, 48, n_min=3).draft(twice, 3, limit=8) == [4, 5]
+    # the longest n-gram drafts from its latest occurrence alone, as ngram-simple does
+    assert NgramDrafter(3, 48).draft(twice, 3, limit=3) == [4, 5, 0]
+
+
+def test_a_copy_goes_on_from_its_source_while_the_output_follows_it():
+    source = [1, 2, 3, 4, 5, 6, 7, 8]
+    tokens = source + [0, 5, 6, 9, 0, 1, 2]  # [5, 6] recurs later, followed by 9
+    d = NgramDrafter(2, 48, n_min=2)
+    assert d.draft(tokens, 3, limit=2) == [4, 5]  # [2, 3] occurred at the start: the copy begins
+    # both drafted tokens accepted, and the next token is the source's next (6): the copy goes
+    # on there, though the latest occurrence of [5, 6] is followed by 9
+    assert d.draft(tokens + [3, 4, 5], 6, limit=2) == [7, 8]
+    assert NgramDrafter(2, 48, n_min=2).draft(tokens + [3, 4, 5], 6, limit=2) == [9, 0]
+    # a token the source does not hold ends the copy: the n-grams decide again
+    assert d.draft(tokens + [3, 4, 5, 6], 9, limit=2) == [0, 1]
+
+
 def test_the_memory_drafts_what_an_earlier_output_emitted_after_the_n_gram():
     memory = NgramMemory(3, budget=40)
     memory.remember("", [7, 7, 1, 2], [3, 4, 5, 6])  # kept after its prompt's last 2 tokens
