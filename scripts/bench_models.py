@@ -158,6 +158,7 @@ class Shape:
     ssm_state_size: int = 0  # DeltaNet key and value head size
     ssm_group_count: int = 0  # DeltaNet key heads
     ssm_time_step_rank: int = 0  # DeltaNet value heads
+    mtp: int = 0  # multi-token-prediction blocks after the last layer (Qwen3.5 has one)
     # gemma3
     sliding_window: int = 0
     sliding_window_pattern: int = 0  # layer il uses the window when il % pattern < pattern - 1
@@ -227,8 +228,9 @@ TINY: dict[str, dict[str, Any]] = {
 SCALES = ("real", "tiny")
 
 
-def resolve_shape(name: str, scale: str = "real", layers: int | None = None) -> Shape:
-    """The Shape of model `name` at `scale`, with `layers` layers if given."""
+def resolve_shape(name: str, scale: str = "real", layers: int | None = None, mtp: bool = False) -> Shape:
+    """The Shape of model `name` at `scale`, with `layers` layers if given, and its MTP block
+    (`mtp`, Qwen3.5 shapes only)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {sorted(MODELS)}")
     if scale not in SCALES:
@@ -240,6 +242,10 @@ def resolve_shape(name: str, scale: str = "real", layers: int | None = None) -> 
         if layers < 1:
             raise ValueError("layers must be >= 1")
         shape = replace(shape, n_layer=int(layers))
+    if mtp:
+        if shape.arch != "qwen35":
+            raise ValueError("--mtp: only the Qwen3.5 shapes carry an MTP block")
+        shape = replace(shape, mtp=1)
     return shape
 
 
@@ -343,6 +349,25 @@ def tensor_plan(s: Shape, n_vocab: int) -> list[TensorSpec]:
         ]
         if s.arch == "gemma3":
             plan.append(_f(f"{b}.post_ffw_norm.weight", (E,), "ones"))
+    for il in range(s.n_layer, s.n_layer + s.mtp):  # Qwen3.5's MTP block: a full-attention layer
+        b = f"blk.{il}"
+        plan += [
+            _f(f"{b}.attn_norm.weight", (E,), "ones"),
+            _f(f"{b}.post_attention_norm.weight", (E,), "ones"),
+            _q(f"{b}.attn_q.weight", E, 2 * q_dim, "attn_q"),
+            _q(f"{b}.attn_k.weight", E, kv_dim, "attn_k"),
+            _q(f"{b}.attn_v.weight", E, kv_dim, "attn_v"),
+            _q(f"{b}.attn_output.weight", q_dim, E, "attn_output"),
+            _f(f"{b}.attn_q_norm.weight", (hd,), "ones"),
+            _f(f"{b}.attn_k_norm.weight", (hd,), "ones"),
+            _q(f"{b}.ffn_gate.weight", E, F, "ffn_gate"),
+            _q(f"{b}.ffn_up.weight", E, F, "ffn_up"),
+            _q(f"{b}.ffn_down.weight", F, E, "ffn_down"),
+            _q(f"{b}.nextn.eh_proj.weight", 2 * E, E, "eh_proj"),
+            _f(f"{b}.nextn.enorm.weight", (E,), "ones"),
+            _f(f"{b}.nextn.hnorm.weight", (E,), "ones"),
+            _f(f"{b}.nextn.shared_head_norm.weight", (E,), "ones"),
+        ]
     return plan
 
 
@@ -512,7 +537,7 @@ def spec_string(s: Shape, vocab: Vocab, scale: str) -> str:
     """What the file is: recorded under SPEC_KEY, compared to decide whether to rewrite it."""
     return json.dumps(
         {"model": s.name, "scale": scale, "layers": s.n_layer, "vocab_sha256": vocab.sha256,
-         "seed": SEED, "version": GENERATOR_VERSION},
+         "seed": SEED, "version": GENERATOR_VERSION} | ({"mtp": s.mtp} if s.mtp else {}),
         sort_keys=True,
     )
 
@@ -528,7 +553,7 @@ def metadata(s: Shape, vocab: Vocab, scale: str) -> list[bytes]:
         SPEC_KEY: spec_string(s, vocab, scale),
         f"{a}.context_length": s.n_ctx_train,
         f"{a}.embedding_length": s.n_embd,
-        f"{a}.block_count": s.n_layer,
+        f"{a}.block_count": s.n_layer + s.mtp,
         f"{a}.feed_forward_length": s.n_ff,
         f"{a}.attention.head_count": s.n_head,
         f"{a}.attention.head_count_kv": s.n_head_kv,
@@ -547,7 +572,7 @@ def metadata(s: Shape, vocab: Vocab, scale: str) -> list[bytes]:
             f"{a}.ssm.group_count": s.ssm_group_count,
             f"{a}.ssm.time_step_rank": s.ssm_time_step_rank,
             f"{a}.ssm.inner_size": s.ssm_inner_size,
-        }
+        } | ({f"{a}.nextn_predict_layers": s.mtp} if s.mtp else {})
     if s.sliding_window:
         kv |= {
             f"{a}.attention.sliding_window": s.sliding_window,
@@ -665,9 +690,9 @@ def _fmt_size(n: int) -> str:
 
 
 def dry_run(name: str, vocab: str | os.PathLike | None = None, scale: str = "real",
-            layers: int | None = None, *, verbose: bool = True, out=sys.stdout) -> int:
+            layers: int | None = None, *, verbose: bool = True, out=sys.stdout, mtp: bool = False) -> int:
     """Print every tensor's shape and type and the file size; return the size in bytes."""
-    s = resolve_shape(name, scale, layers)
+    s = resolve_shape(name, scale, layers, mtp)
     v = read_vocab(find_vocab(vocab))
     plan = tensor_plan(s, v.n_vocab)
     meta, data = plan_size(s, v, scale, plan)
@@ -689,13 +714,13 @@ def dry_run(name: str, vocab: str | os.PathLike | None = None, scale: str = "rea
 
 def write_bench_model(name: str, out: str | os.PathLike, vocab: str | os.PathLike | None = None,
                       scale: str = "real", layers: int | None = None, *, force: bool = False,
-                      quiet: bool = False) -> pathlib.Path:
+                      quiet: bool = False, mtp: bool = False) -> pathlib.Path:
     """Write benchmark model `name` at `scale` to `out` and return its path.
 
     An existing `out` recording the same parameters (SPEC_KEY) is kept unless `force`."""
     t0 = time.perf_counter()
     out = pathlib.Path(out)
-    s = resolve_shape(name, scale, layers)
+    s = resolve_shape(name, scale, layers, mtp)
     v = read_vocab(find_vocab(vocab))
     spec = spec_string(s, v, scale)
     if out.is_file() and not force and read_spec(out) == spec:
@@ -741,16 +766,17 @@ def main(argv: list[str] | None = None) -> int:
                     "from the pinned llama-cpp-python sdist, cached under ~/.cache/warmslot)")
     ap.add_argument("--out", help="output .gguf (kept if it already records the same parameters)")
     ap.add_argument("--force", action="store_true", help="rewrite --out even if it is up to date")
+    ap.add_argument("--mtp", action="store_true", help="with a Qwen3.5 shape: add its MTP block (--spec-type draft-mtp)")
     ap.add_argument("--dry-run", action="store_true", help="print tensor shapes, types and the file size; write nothing")
     ap.add_argument("--summary", action="store_true", help="with --dry-run: totals only, no per-tensor lines")
     args = ap.parse_args(argv)
     try:
         if args.dry_run:
-            dry_run(args.model, args.vocab, args.scale, args.layers, verbose=not args.summary)
+            dry_run(args.model, args.vocab, args.scale, args.layers, verbose=not args.summary, mtp=args.mtp)
             return 0
         if not args.out:
             ap.error("--out is required unless --dry-run")
-        write_bench_model(args.model, args.out, args.vocab, args.scale, args.layers, force=args.force)
+        write_bench_model(args.model, args.out, args.vocab, args.scale, args.layers, force=args.force, mtp=args.mtp)
     except (FileNotFoundError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

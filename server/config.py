@@ -254,7 +254,7 @@ _REPEATABLE = {"override_tensor"}  # each use adds to the list
 
 # Speculative decoding (llama-server's names; see slots/speculative.py).
 _FLAGS += [
-    (("--spec-type",), "spec_type", str, "none", "speculative decoding: none; ngram-simple (drafts from the slot's own prompt and output: the tokens that followed the last earlier occurrence of the last --spec-ngram-size-n tokens); draft or draft-simple (a draft model, -md)"),
+    (("--spec-type",), "spec_type", str, "none", "speculative decoding: none; ngram-simple (drafts from the slot's own prompt and output: the tokens that followed the last earlier occurrence of the last --spec-ngram-size-n tokens); draft or draft-simple (a draft model, -md); draft-mtp (the model's own MTP layers)"),
     (("--draft", "--draft-n", "--draft-max"), "draft_max", int, 64, "most tokens drafted per step (0: no drafting)"),
     (("--draft-min", "--draft-n-min"), "draft_min", int, 0, "a shorter draft is not used"),
     (("--draft-p-min",), "draft_p_min", float, 0.75, "a draft model stops drafting before a token it gives less probability (n-gram drafts have none)"),

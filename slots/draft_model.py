@@ -25,6 +25,9 @@ import numpy as np
 
 from .config import EngineConfig
 from .llama_api import Batch, Context, ContextParams, LlamaError, Model
+from .mtp_draft import MtpDraft
+
+MTP = "draft-mtp"  # --spec-type: drafts from the model's own MTP layers (mtp_draft.py)
 
 log = logging.getLogger("warmslot.speculative")
 
@@ -109,15 +112,20 @@ class DraftModel:
             return None
         return self.ctx.logits(index)
 
+    def after_decode(self, entries, batch) -> None:
+        """The target decoded a batch: a draft model follows the slots when it drafts."""
+
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
 
 
-def load_draft(cfg: EngineConfig, target: Model, ctx: Context) -> DraftModel | None:
-    """The draft model of `cfg.spec` (-md), with one sequence per target sequence; None
-    without one."""
+def load_draft(cfg: EngineConfig, target: Model, ctx: Context) -> "DraftModel | MtpDraft | None":
+    """The drafter of `cfg.spec` that is a model: the draft model (-md), with one sequence
+    per target sequence, or the target's own MTP layers (draft-mtp); None otherwise."""
     spec = cfg.spec
+    if spec.type == MTP:
+        return MtpDraft(target, ctx)
     if spec.draft_model is None:
         return None
     return DraftModel(

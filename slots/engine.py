@@ -527,6 +527,7 @@ class Engine:
         t2 = time.monotonic()
         self.ctx.synchronize()
         self.stats.device_wait_seconds += time.monotonic() - t2
+        self.spec.after_decode(entries, self._batch)  # the MTP block follows what was decoded
         n_decode = sum(e.n for e in entries if e.is_decode)  # drafted tokens included
         n_filler = sum(1 for e in entries if e.filler)
         to_sample: list[BatchEntry] = []

@@ -136,7 +136,7 @@ def _load(
     log.info("loading %s", cfg.model_path)
     model = Model(
         cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock,
-        placement=cfg.placement, repack=cfg.repack,
+        placement=cfg.placement, repack=cfg.repack, load_mtp=cfg.spec.type == "draft-mtp",
     )
     info = model.info
     on_gpu = _offloads(cfg)

@@ -68,9 +68,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warmslot.speculative")
 
-SPEC_TYPES = ("none", "ngram-simple", "draft")
+SPEC_TYPES = ("none", "ngram-simple", "draft", "draft-mtp")
 NGRAM_SIMPLE = "ngram-simple"
 DRAFT = "draft"  # a draft model (-md): draft_model.py
+MTP = "draft-mtp"  # the model's own MTP layers: mtp_draft.py
 # A request's first draft, and the next after a rejection, is at most this many tokens (after a
 # rejection, plus the accepted run); it doubles with every draft accepted whole, up to
 # --draft-max. A first step of a new shape costs more than later ones (on an H200, Qwen3-8B
@@ -340,7 +341,7 @@ class Speculator:
         ngram = self.on and draft is None and config.ngram_memory > 0
         self.memory = NgramMemory(config.ngram_n, config.ngram_memory) if ngram else None
         if self.on:
-            how = f"draft model {config.draft_model}" if draft is not None else f"n-grams of {config.ngram_n} down to {min(config.ngram_n, config.ngram_min)}"
+            how = "the model's MTP layers" if config.type == MTP else f"draft model {config.draft_model}" if draft is not None else f"n-grams of {config.ngram_n} down to {min(config.ngram_n, config.ngram_min)}"
             log.info(
                 "speculative decoding: %s, %s, up to %d drafted tokens (at least %d)",
                 config.type, how, config.n_max, config.n_min,
@@ -428,6 +429,11 @@ class Speculator:
             if active.shadowing and not _shadow(active, draft):
                 return []
         return draft if len(draft) >= max(1, n_min) else []
+
+    def after_decode(self, entries: Sequence["BatchEntry"], batch: Batch) -> None:
+        """The target decoded `batch` (synchronized): a drafter that follows it sees it."""
+        if self.on and self.draft_model is not None:
+            self.draft_model.after_decode(entries, batch)
 
     def remember(self, slot: "Slot") -> None:
         """A request ends (its slot still holds it): its output joins the n-gram memory."""

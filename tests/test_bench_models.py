@@ -203,3 +203,29 @@ def test_real_shapes(vocab_path):
     assert [il for il in range(s.n_layer) if not s.is_swa(il)] == [5, 11, 17, 23, 29]
     s = bench_models.resolve_shape("qwen35-9b", layers=10)
     assert [il for il in range(s.n_layer) if not s.is_recurrent(il)] == [3, 7]
+
+
+def test_a_qwen35_shape_with_its_mtp_block_drafts(vocab_path, tmp_path):
+    """--mtp adds Qwen3.5's MTP block after the last layer: llama.cpp loads it as one MTP
+    layer, and an engine with --spec-type draft-mtp drafts from it (random weights: the
+    drafts are rejected, the output is the output without them)."""
+    from tests.helpers import generate, tiny_engine
+    from warmslot.slots import SpecConfig
+
+    path = bench_models.write_bench_model("qwen35-9b", tmp_path / "mtp.gguf", vocab_path, scale="tiny", layers=4,
+                                          quiet=True, mtp=True)
+    prompt = list(range(1000, 1040))
+    outputs = []
+    for spec in (SpecConfig(), SpecConfig(type="draft-mtp", n_max=4, p_min=0.0)):
+        engine = tiny_engine(path, spec=spec)
+        try:
+            r = generate(engine, prompt, max_tokens=12)
+            if spec.on:
+                assert engine.spec.draft_model.mtp.ctx.model.info.arch == "qwen35"
+                assert r.usage.draft_tokens > 0
+            outputs.append(r.tokens)
+        finally:
+            engine.stop()
+    assert outputs[0] == outputs[1]
+    with pytest.raises(ValueError, match="Qwen3.5"):
+        bench_models.resolve_shape("qwen3-8b", "tiny", 2, mtp=True)

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
+from tests.tiny_models import write_tiny_model
 from warmslot.server.config import parse_config
 from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
 from warmslot.slots import speculative
@@ -441,6 +442,9 @@ def test_a_draft_model_that_proposes_nothing_backs_off(tiny_models, monkeypatch)
             calls.append(len(tokens))
             return []
 
+        def after_decode(self, entries, batch):
+            pass
+
         def close(self):
             pass
 
@@ -529,3 +533,41 @@ def test_a_draft_model_drafts_and_follows_the_slot(tiny_models):
 def test_a_draft_model_of_another_vocabulary_is_refused(tiny_models, default_model):
     with pytest.raises(NotReady, match="vocabulary"):
         tiny_engine(tiny_models["attention"], spec=SpecConfig(type="draft", draft_model=str(default_model)))
+
+
+@pytest.fixture(scope="module")
+def tiny_mtp(tmp_path_factory):
+    """The tiny hybrid model with a Qwen3.5 MTP block after its last layer."""
+    return write_tiny_model("hybrid-mtp", tmp_path_factory.mktemp("tiny-mtp") / "hybrid-mtp.gguf")
+
+
+def test_mtp_drafts_are_verified_and_the_block_follows_the_slot(tiny_mtp):
+    """--spec-type draft-mtp on the tiny hybrid model: the MTP block drafts (every proposal
+    taken, p_min 0), the target verifies and rolls back its recurrent state, and the output is
+    the output without drafts. The block is fed every position the target decodes, so a second
+    turn on the same slot feeds it only what is new."""
+    prompt = random_tokens(11, 40)
+    results = {}
+    for config in (SpecConfig(), SpecConfig(type="draft-mtp", n_max=4, p_min=0.0)):
+        engine = tiny_engine(tiny_mtp, n_ctx=1024, n_parallel=2, spec=config)
+        try:
+            first = generate(engine, prompt, max_tokens=24, cache_key="m")
+            before = engine.spec.draft_model.evaluated if config.on else 0
+            follow = prompt + first.tokens + random_tokens(12, 8)
+            second = generate(engine, follow, max_tokens=12, cache_key="m")
+            after = engine.spec.draft_model.evaluated if config.on else 0
+            results[config.on] = (first, second, after - before, engine.stats.spec_rollbacks)
+        finally:
+            engine.stop()
+    (plain1, plain2, _, _), (mtp1, mtp2, fed, rollbacks) = results[False], results[True]
+    assert (mtp1.tokens, mtp2.tokens) == (plain1.tokens, plain2.tokens)
+    assert mtp1.usage.draft_tokens > 0 and mtp2.usage.draft_tokens > 0
+    assert rollbacks > 0  # rejected drafts on recurrent memory
+    # the second prompt adds the first turn's output and 8 tokens: the block is fed those, the
+    # tokens it then verifies (drafts included) and nothing of the 40-token prompt again
+    assert 8 <= fed < 40 + 8, fed
+
+
+def test_mtp_on_a_model_without_mtp_layers_is_refused(tiny_models):
+    with pytest.raises(NotReady, match="MTP"):
+        tiny_engine(tiny_models["hybrid"], spec=SpecConfig(type="draft-mtp"))

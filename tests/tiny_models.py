@@ -70,6 +70,7 @@ ARCHS = {
     "swa": "gemma3",
     "recurrent": "mamba2",
     "hybrid": "qwen35",
+    "hybrid-mtp": "qwen35",
     "mrope": "qwen3vl",
 }
 
@@ -330,7 +331,9 @@ QWEN35 = dict(
 )
 
 
-def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors) -> None:
+def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors, mtp: bool = False) -> None:
+    """`mtp`: with a multi-token-prediction block after the last layer (Qwen3.5's one MTP
+    layer: a full-attention block fed the next token's embedding and the trunk's hidden state)."""
     p = QWEN35
     hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
     d_state, n_group, dt_rank, d_conv = p["d_state"], p["n_group"], p["dt_rank"], p["d_conv"]
@@ -339,7 +342,9 @@ def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors) -> None:
     conv_dim = 2 * key_dim + value_dim
     interval = p["full_attention_interval"]
 
-    _common_kv(w, "hybrid", p["n_layer"])
+    _common_kv(w, "hybrid-mtp" if mtp else "hybrid", p["n_layer"] + mtp)
+    if mtp:
+        w.add_nextn_predict_layers(1)
     w.add_feed_forward_length(p["n_ff"])
     _heads(w, p)
     w.add_rope_freq_base(10000000.0)
@@ -376,6 +381,21 @@ def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors) -> None:
             t.ones(f"blk.{il}.ssm_norm.weight", d_state)
             t.mat(f"blk.{il}.ssm_out.weight", value_dim, N_EMBD)
         t.ffn(il, p["n_ff"])
+    if mtp:
+        il = p["n_layer"]
+        t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
+        t.ones(f"blk.{il}.post_attention_norm.weight", N_EMBD)
+        t.mat(f"blk.{il}.attn_q.weight", N_EMBD, 2 * hd * nh)
+        t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv)
+        t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
+        t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
+        t.ones(f"blk.{il}.attn_q_norm.weight", hd)
+        t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+        t.ffn(il, p["n_ff"])
+        t.mat(f"blk.{il}.nextn.eh_proj.weight", 2 * N_EMBD, N_EMBD)
+        t.ones(f"blk.{il}.nextn.enorm.weight", N_EMBD)
+        t.ones(f"blk.{il}.nextn.hnorm.weight", N_EMBD)
+        t.ones(f"blk.{il}.nextn.shared_head_norm.weight", N_EMBD)
 
 
 # --------------------------------------------------------------------------
@@ -434,10 +454,11 @@ _WRITERS: dict[str, Callable[[gguf.GGUFWriter, _Tensors], None]] = {
     "swa": _write_gemma3,
     "recurrent": _write_mamba2,
     "hybrid": _write_qwen35,
+    "hybrid-mtp": lambda w, t: _write_qwen35(w, t, mtp=True),
     "mrope": _write_qwen3vl,
 }
 
-HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35, "moe": QWEN3MOE, "mrope": QWEN3VL}
+HPARAMS = {"attention": LLAMA, "swa": GEMMA3, "recurrent": MAMBA2, "hybrid": QWEN35, "hybrid-mtp": QWEN35, "moe": QWEN3MOE, "mrope": QWEN3VL}
 
 
 @contextlib.contextmanager

@@ -44,7 +44,9 @@ def default_threads() -> int:
 class Context:
     """A llama_context with one sequence per slot. Owned by the engine thread."""
 
-    def __init__(self, model: Model, params: ContextParams) -> None:
+    def __init__(self, model: Model, params: ContextParams, *, ctx_type: int = 0, other: "Context | None" = None) -> None:
+        """`ctx_type` and `other`: libllama's context type, and the context it is made
+        against (an MTP context and its target; see mtp.py)."""
         self.model = model
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx = params.n_ctx
@@ -60,6 +62,9 @@ class Context:
         cp.swa_full = params.swa_full
         cp.kv_unified = params.kv_unified
         cp.no_perf = True
+        if ctx_type:
+            cp.ctx_type = ctx_type
+            cp.ctx_other = other.ptr if other is not None else None
         ctx = llama_cpp.llama_init_from_model(model.ptr, cp)
         if not ctx:
             raise LlamaError("llama.cpp could not create the context (out of memory? see the log above)")

@@ -129,8 +129,10 @@ class Model:
         use_mlock: bool = False,
         placement: Placement | None = None,
         repack: bool | None = None,
+        load_mtp: bool = False,
     ) -> None:
-        """`placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's).
+        """`load_mtp`: load the multi-token-prediction layers a model carries (mtp.py).
+        `placement`: split mode, tensor split, devices and RPC servers (default: llama.cpp's).
         `repack`: llama.cpp's CPU buffer types that repack weights (AMX, interleaved quants);
         None: on, except where AMX runs in a virtual machine (`amx_in_vm`)."""
         init_backend()
@@ -140,6 +142,7 @@ class Model:
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
         params.load_mode = load_mode(use_mmap, use_mlock)
+        params.load_mtp = load_mtp
         self._placement = None
         if placement is not None:
             self._placement = PlacementParams(placement)  # the arrays params point to
