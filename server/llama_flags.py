@@ -43,7 +43,6 @@ CATALOG = """
 --yarn-beta-fast | 1 | refuse | RoPE and YaRN come from the model's metadata; overriding them is not offered
 -kvo --kv-offload | - | ignore | the KV cache is offloaded with the layers (the default)
 -nkvo --no-kv-offload | - | refuse | the KV cache stays with its layers; keeping it in RAM is not offered
---repack | - | ignore | repacking is on by default (off only where AMX runs in a virtual machine; -nr turns it off)
 --no-host | - | ignore | host buffers are chosen by llama.cpp
 -dt --defrag-thold | 1 | ignore | deprecated in llama.cpp: the KV cache needs no defragmentation
 -lm --load-mode | 1 | ignore | weights are memory-mapped (--no-mmap reads them)

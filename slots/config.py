@@ -37,7 +37,7 @@ class EngineConfig:
     cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
     use_mmap: bool = True
     use_mlock: bool = False
-    repack: bool | None = None  # CPU weight repacking (llama.cpp's extra buffer types); None: auto
+    repack: bool | None = None  # CPU weight repacking (llama.cpp's extra buffer types, --repack); None: off
     cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
     cache_disk_size: int = 0  # its budget in bytes
     placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
