@@ -26,8 +26,7 @@ import numpy as np
 from .config import EngineConfig
 from .llama_api import Batch, Context, ContextParams, LlamaError, Model
 from .mtp_draft import MtpDraft
-
-MTP = "draft-mtp"  # --spec-type: drafts from the model's own MTP layers (mtp_draft.py)
+from .speculative import MTP
 
 log = logging.getLogger("warmslot.speculative")
 

@@ -57,8 +57,6 @@ from typing import TYPE_CHECKING, Sequence
 
 from .llama_api import Batch, Context, MemoryKind
 from .ngram_memory import MEMORY_TOKENS, NgramMemory
-
-NGRAM_MIN = 3  # --spec-ngram-size-min: the shortest n-gram looked up
 from .stats import EngineStats
 
 if TYPE_CHECKING:
@@ -72,6 +70,7 @@ SPEC_TYPES = ("none", "ngram-simple", "draft", "draft-mtp")
 NGRAM_SIMPLE = "ngram-simple"
 DRAFT = "draft"  # a draft model (-md): draft_model.py
 MTP = "draft-mtp"  # the model's own MTP layers: mtp_draft.py
+NGRAM_MIN = 3  # --spec-ngram-size-min: the shortest n-gram looked up
 # A request's first draft, and the next after a rejection, is at most this many tokens (after a
 # rejection, plus the accepted run); it doubles with every draft accepted whole, up to
 # --draft-max. A first step of a new shape costs more than later ones (on an H200, Qwen3-8B
