@@ -111,6 +111,7 @@ class MtpDraft:
             del held[keep:]
         if len(held) < pos0:  # taken from a cache: no states for these positions
             held.extend(tokens[len(held) : pos0])
+            self.states[seq] = None  # nor is the last one kept here this history's
         self.mtp.seq_rm(seq, pos0, -1)  # what a draft left there
 
     def _state_at(self, seq: int, pos: int) -> np.ndarray | None:
