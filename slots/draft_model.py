@@ -23,8 +23,11 @@ from typing import Sequence
 
 import numpy as np
 
+from warmslot.cache.prefix_trie import common_prefix
+
 from .config import EngineConfig
 from .llama_api import Batch, Context, ContextParams, LlamaError, Model
+from .logprobs import most_likely
 from .mtp_draft import MtpDraft
 from .speculative import MTP
 
@@ -66,7 +69,7 @@ class DraftModel:
         held = self.tokens[seq]
         out: list[int] = []
         while True:
-            token, p = _best(logits)
+            token, p = most_likely(logits)
             if p < p_min:
                 break
             out.append(token)
@@ -82,7 +85,7 @@ class DraftModel:
         """Bring the draft sequence to `history` (keep the common prefix, evaluate the rest);
         the logits after its last token."""
         held = self.tokens[seq]
-        keep = _common_prefix(held, history)
+        keep = common_prefix(held, history)
         if keep == len(history):
             keep -= 1  # the last token is evaluated again for its logits
         if keep < len(held) and not self.ctx.seq_rm(seq, keep, -1):
@@ -137,19 +140,3 @@ def _probe_tokens(n_vocab: int) -> list[int]:
     """A spread of token ids whose text both vocabularies must agree on."""
     return sorted({min(n_vocab - 1, i * n_vocab // 64) for i in range(64)})
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _best(logits: np.ndarray) -> tuple[int, float]:
-    """The most likely token and its probability."""
-    token = int(np.argmax(logits))
-    top = logits[token]
-    return token, float(1.0 / np.exp(logits - top).sum())

@@ -23,6 +23,12 @@ class TokenLogprob:
     top: tuple[tuple[int, float], ...] = ()  # (token, logprob), most likely first
 
 
+def most_likely(logits: np.ndarray) -> tuple[int, float]:
+    """The most likely token of a row of logits and its probability (a drafter's pick)."""
+    token = int(np.argmax(logits))
+    return token, float(1.0 / np.exp(logits - logits[token]).sum())
+
+
 def log_softmax(logits: np.ndarray, bias: dict[int, float] | None = None) -> np.ndarray:
     """The log-probabilities of a row of logits with `bias` added (float64: sums over a large
     vocabulary lose digits in float32)."""

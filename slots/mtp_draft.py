@@ -30,8 +30,11 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from warmslot.cache.prefix_trie import common_prefix
+
 from .llama_api import Batch, Context, LlamaError, Model
 from .llama_api import mtp
+from .logprobs import most_likely
 
 if TYPE_CHECKING:
     from .scheduler import BatchEntry
@@ -68,7 +71,7 @@ class MtpDraft:
         read before the next decode replaces them)."""
         n = batch.n
         rows = mtp.hidden_rows(self.target, n, self.n_embd)
-        seqs = (batch.seq_ptrs[:n] - batch._seq_base) // 4
+        seqs = batch.seq_ids(n)
         self.mtp.clear()
         for entry in entries:
             slot = entry.slot
@@ -103,7 +106,7 @@ class MtpDraft:
         held = self.held[seq]
         if self.owner[seq] is not owner:  # another request: compare once
             self.owner[seq] = owner
-            keep = _common_prefix(held, tokens[:pos0])
+            keep = common_prefix(held, tokens[:pos0])
         else:  # the same request: its history before pos0 is what it was
             keep = min(len(held), pos0)
         if keep < len(held):
@@ -145,7 +148,7 @@ class MtpDraft:
             index = self.mtp.add(token, pos, seq, state, logits=True)
             if self.mtp.process() != 0:
                 break
-            token, p = _best(self.mtp.logits(index))
+            token, p = most_likely(self.mtp.logits(index))
             if p < p_min:
                 break
             out.append(token)
@@ -157,18 +160,3 @@ class MtpDraft:
     def close(self) -> None:
         self.mtp.close()
 
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if list(a[:n]) == list(b[:n]):
-        return n
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-def _best(logits: np.ndarray) -> tuple[int, float]:
-    """The most likely token and its probability."""
-    token = int(np.argmax(logits))
-    return token, float(1.0 / np.exp(logits - logits[token]).sum())

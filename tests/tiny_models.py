@@ -331,6 +331,16 @@ QWEN35 = dict(
 )
 
 
+def _qwen35_attention(t, il: int, hd: int, nh: int, nkv: int) -> None:
+    """A qwen35 full-attention layer's projections (its query carries a gate) and Q/K norms."""
+    t.mat(f"blk.{il}.attn_q.weight", N_EMBD, 2 * hd * nh)
+    t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv)
+    t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
+    t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
+    t.ones(f"blk.{il}.attn_q_norm.weight", hd)
+    t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+
+
 def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors, mtp: bool = False) -> None:
     """`mtp`: with a multi-token-prediction block after the last layer (Qwen3.5's one MTP
     layer: a full-attention block fed the next token's embedding and the trunk's hidden state)."""
@@ -363,12 +373,7 @@ def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors, mtp: bool = False) -> None:
         t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
         t.ones(f"blk.{il}.post_attention_norm.weight", N_EMBD)
         if (il + 1) % interval == 0:
-            t.mat(f"blk.{il}.attn_q.weight", N_EMBD, 2 * hd * nh)
-            t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv)
-            t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
-            t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
-            t.ones(f"blk.{il}.attn_q_norm.weight", hd)
-            t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+            _qwen35_attention(t, il, hd, nh, nkv)
         else:
             t.mat(f"blk.{il}.attn_qkv.weight", N_EMBD, conv_dim)
             t.mat(f"blk.{il}.attn_gate.weight", N_EMBD, value_dim)
@@ -385,12 +390,7 @@ def _write_qwen35(w: gguf.GGUFWriter, t: _Tensors, mtp: bool = False) -> None:
         il = p["n_layer"]
         t.ones(f"blk.{il}.attn_norm.weight", N_EMBD)
         t.ones(f"blk.{il}.post_attention_norm.weight", N_EMBD)
-        t.mat(f"blk.{il}.attn_q.weight", N_EMBD, 2 * hd * nh)
-        t.mat(f"blk.{il}.attn_k.weight", N_EMBD, hd * nkv)
-        t.mat(f"blk.{il}.attn_v.weight", N_EMBD, hd * nkv)
-        t.mat(f"blk.{il}.attn_output.weight", hd * nh, N_EMBD)
-        t.ones(f"blk.{il}.attn_q_norm.weight", hd)
-        t.ones(f"blk.{il}.attn_k_norm.weight", hd)
+        _qwen35_attention(t, il, hd, nh, nkv)
         t.ffn(il, p["n_ff"])
         t.mat(f"blk.{il}.nextn.eh_proj.weight", 2 * N_EMBD, N_EMBD)
         t.ones(f"blk.{il}.nextn.enorm.weight", N_EMBD)

@@ -185,6 +185,10 @@ class Batch:
         self.n = j
         return j - 1
 
+    def seq_ids(self, n: int) -> np.ndarray:
+        """The sequence id of each of the first n tokens."""
+        return (self.seq_ptrs[:n] - self._seq_base) // 4
+
     def struct(self, n: int) -> llama_cpp.llama_batch:
         self._struct.n_tokens = n
         return self._struct

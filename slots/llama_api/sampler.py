@@ -129,40 +129,13 @@ class Sampler:
         n = logits.shape[0]
         if Sampler._token_ids is None or Sampler._token_ids.shape[0] != n:
             Sampler._token_ids = np.arange(n, dtype=np.int32)
-        data = np.zeros(n, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-        data["id"] = Sampler._token_ids
-        data["logit"] = logits
-        arr = llama_cpp.llama_token_data_array(
-            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
-            size=n,
-            selected=-1,
-            sorted=False,
-        )
-        llama_cpp.llama_sampler_apply(self.ptr, ctypes.byref(arr))
-        assert 0 <= arr.selected < arr.size, "the chain ends in a selecting sampler"
-        chosen = ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected]
-        token = int(chosen.id)
-        llama_cpp.llama_sampler_accept(self.ptr, token)
-        return token
+        return _draw(self.ptr, Sampler._token_ids, logits, is_sorted=False)
 
     def _sample_top_k(self, logits: np.ndarray) -> int:
         """The chain's draw, with its top-k taken in numpy: the k largest logits, sorted as
         llama.cpp sorts them (descending), then the rest of the chain on those alone."""
         ids = _top_k(logits, self._k)
-        n = len(ids)
-        data = np.empty(n, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-        data["id"] = ids
-        data["logit"] = logits[ids]
-        data["p"] = 0.0
-        arr = llama_cpp.llama_token_data_array(
-            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=n, selected=-1, sorted=True,
-        )
-        llama_cpp.llama_sampler_apply(self._tail, ctypes.byref(arr))
-        assert 0 <= arr.selected < arr.size, "the chain ends in a selecting sampler"
-        chosen = ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected]
-        token = int(chosen.id)
-        llama_cpp.llama_sampler_accept(self._tail, token)
-        return token
+        return _draw(self._tail, ids, logits[ids], is_sorted=True)
 
     def close(self) -> None:
         if getattr(self, "_tail", None):
@@ -171,6 +144,23 @@ class Sampler:
         if getattr(self, "ptr", None):
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
+
+
+def _draw(chain, ids: np.ndarray, logits: np.ndarray, *, is_sorted: bool) -> int:
+    """Apply `chain` to the candidates (ids and their logits); the chain accepts the token
+    it selects, which is returned."""
+    data = np.zeros(len(ids), dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+    data["id"] = ids
+    data["logit"] = logits
+    arr = llama_cpp.llama_token_data_array(
+        data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=len(ids), selected=-1,
+        sorted=is_sorted,
+    )
+    llama_cpp.llama_sampler_apply(chain, ctypes.byref(arr))
+    assert 0 <= arr.selected < arr.size, "the chain ends in a selecting sampler"
+    token = int(ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected].id)
+    llama_cpp.llama_sampler_accept(chain, token)
+    return token
 
 
 def _top_k(logits: np.ndarray, k: int) -> np.ndarray:
