@@ -1,11 +1,13 @@
 """The RAM prompt cache: sequence states of conversations that no slot holds any more.
 
-An entry is (tokens, full sequence state, checkpoints, tenant, model fingerprint). Loading
-an entry into a slot copies it and leaves it in place: the cache is never consumed, so
-conversations that alternate on one slot, or share a long system prompt, all come back warm.
+An entry is (tokens, full sequence state, checkpoints, tenant, model fingerprint), and the
+drafter's memory of the same conversation where speculative decoding has one (a draft model's
+KV, the MTP block's; `DraftState`). Loading an entry into a slot copies it and leaves it in
+place: the cache is never consumed, so conversations that alternate on one slot, or share a
+long system prompt, all come back warm.
 
 - Budget: `budget` bytes (--cache-ram; 0 disables the cache). An entry's size is its state
-  plus its checkpoints; a checkpoint shared by two entries counts in both, so the total is
+  plus its checkpoints and its drafter state; a checkpoint shared by two entries counts in both, so the total is
   an upper bound of the RAM really used. The total never exceeds the budget.
 - Eviction: least recently used first (use = insert or load).
 - Lookup: a token radix tree per tenant (`PrefixTrie`), never a scan of all entries.
@@ -32,6 +34,21 @@ from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 EVICTED_REMEMBERED = 256  # evicted keys kept to explain misses
 
 
+@dataclass(frozen=True, eq=False)
+class DraftState:
+    """What a drafter's own memory holds of a conversation: the tokens its sequence holds (a
+    prefix of the entry's, and perhaps tokens of a draft past it), that sequence's state, and
+    what else the drafter needs to go on (read-only arrays)."""
+
+    tokens: tuple[int, ...]
+    state: np.ndarray
+    extra: tuple[np.ndarray, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.state.nbytes) + sum(int(a.nbytes) for a in self.extra)
+
+
 @dataclass(eq=False)
 class CacheEntry:
     tokens: tuple[int, ...]
@@ -43,10 +60,11 @@ class CacheEntry:
     id: int = 0
     prompt_end: int = 0  # length of the last prompt in it; what follows is a generated reply
     keep_s: float | None = None  # retention on disk: 0 never written there, None no limit but LRU
+    draft: DraftState | None = None  # the drafter's memory of it (speculative decoding)
 
     @property
     def nbytes(self) -> int:
-        return int(self.state.nbytes) + self.checkpoints.nbytes
+        return int(self.state.nbytes) + self.checkpoints.nbytes + (self.draft.nbytes if self.draft is not None else 0)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -148,15 +166,18 @@ class PromptCache:
 
     def insert(
         self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str,
-        prompt_end: int | None = None, keep_s: float | None = None,
+        prompt_end: int | None = None, keep_s: float | None = None, draft: DraftState | None = None,
     ) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
         buffers). Evicts least recently used entries to fit; drops entries this one makes
         redundant. Returns None when the entry alone exceeds the budget. Mutates."""
         state.flags.writeable = False
+        if draft is not None:
+            for array in (draft.state, *draft.extra):
+                array.flags.writeable = False
         entry = CacheEntry(
             tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
-            prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s,
+            prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s, draft=draft,
         )
         if entry.nbytes > self.budget:
             return None

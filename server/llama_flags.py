@@ -120,7 +120,7 @@ CATALOG = """
 --spec-draft-p-split --draft-p-split | 1 | ignore | drafts are one sequence (no tree split)
 --spec-draft-p-min | 1 | alias | --draft-p-min
 --spec-draft-backend-sampling --no-spec-draft-backend-sampling | - | ignore | the draft samples on the CPU
---spec-draft-device -devd --device-draft | 1 | refuse | the draft model goes where -ngld puts it, on the target's devices
+--spec-draft-device | 1 | alias | -devd
 --spec-draft-ngl | 1 | alias | -ngld
 --spec-draft-model | 1 | alias | -md
 --spec-ngram-mod-n-min | 1 | refuse | --spec-type ngram-mod is not supported (ngram-simple and draft are)

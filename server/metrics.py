@@ -163,6 +163,13 @@ class EngineCollector:
             value=stats.spec_rollbacks,
         )
         yield CounterMetricFamily("warmslot_spec_rollback_seconds", "Time spent rolling back drafts", value=stats.spec_rollback_seconds)
+        drafter = CounterMetricFamily(
+            "warmslot_spec_drafter_tokens", "Tokens a draft model or the MTP block took into its own memory to follow the "
+            "slots: evaluated, or restored with the slot's contents from the prompt cache or another slot", labels=["source"],
+        )
+        for source in ("evaluated", "restored"):
+            drafter.add_metric([source], stats.spec_drafter_tokens.get(source, 0))
+        yield drafter
 
     def _checkpoints(self, snap, stats):
         yield CounterMetricFamily("warmslot_checkpoints_created", "Checkpoints taken", value=stats.checkpoints_created)

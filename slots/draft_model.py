@@ -6,8 +6,12 @@ sequence follows the slot's history by its longest common prefix: before draftin
 sequence is cut where it leaves the slot's tokens (seq_rm) and only the rest is evaluated. A
 request that returns to a slot holding its conversation, or a verified draft, costs the draft
 model only the new tokens, as it costs the target; what a rejected draft left is cut at the
-next draft. A request whose prompt the target took from the prompt cache into another slot
-evaluates that slot's draft sequence from where it differs.
+next draft. The draft sequence goes where the target's goes (slots/memory.py): saved with
+the slot's contents into the prompt cache (`save_state`), loaded with them into whichever
+slot takes them back (`load_state`), and copied with a fork (`fork`). So a conversation back
+from the RAM tier, or a prompt that shares another slot's prefix, costs the draft model
+only what the target evaluates too. (Entries from the disk tier or a slot file carry no
+draft state: the draft sequence is then evaluated from where it differs.)
 
 Drafting stops at --draft-max tokens, or before a token the draft model gives less than
 --draft-p-min probability. The draft only proposes: the target's own sampler decides every
@@ -24,9 +28,11 @@ from typing import Sequence
 import numpy as np
 
 from warmslot.cache.prefix_trie import common_prefix
+from warmslot.cache.prompt_cache import DraftState
 
 from .config import EngineConfig
-from .llama_api import Batch, Context, ContextParams, LlamaError, Model
+from .stats import EngineStats
+from .llama_api import Batch, Context, ContextParams, LlamaError, Model, Placement
 from .logprobs import most_likely
 from .mtp_draft import MtpDraft
 from .speculative import MTP
@@ -38,8 +44,11 @@ class DraftModel:
     def __init__(
         self, path: str, target: Model, *, n_seq: int, n_ctx: int, n_gpu_layers: int = -1, type_k: str = "f16",
         type_v: str = "f16", n_threads: int = 0, n_batch: int = 512, repack: bool | None = None,
+        stats: EngineStats | None = None, devices: tuple[str, ...] | None = None,
     ) -> None:
-        self.model = Model(path, n_gpu_layers=n_gpu_layers, repack=repack)
+        """`devices`: where its layers go (names from --list-devices; None: every GPU; (): the CPU)."""
+        placement = Placement(devices=devices) if devices is not None else None
+        self.model = Model(path, n_gpu_layers=0 if devices == () else n_gpu_layers, repack=repack, placement=placement)
         try:
             if self.model.n_vocab != target.n_vocab or any(
                 self.model.token_piece(t) != target.token_piece(t) for t in _probe_tokens(target.n_vocab)
@@ -57,7 +66,7 @@ class DraftModel:
             raise
         self.batch = Batch(self.ctx.n_batch, n_seq)
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]  # what each draft sequence holds
-        self.evaluated = 0  # tokens the draft model evaluated to follow the slots (not drafting)
+        self.stats = stats or EngineStats()  # spec_drafter_tokens
         log.info("draft model %s (%s): %d slots share %d cells", self.model.info.name, self.model.info.arch, n_seq, self.ctx.n_ctx)
 
     def draft(self, seq: int, history: Sequence[int], limit: int, p_min: float) -> list[int]:
@@ -101,7 +110,7 @@ class DraftModel:
             if logits is None:
                 return None
             held.extend(chunk)
-            self.evaluated += len(chunk)
+            self.stats.spec_drafter_tokens["evaluated"] += len(chunk)
         return logits
 
     def _decode(self, seq: int, tokens: list[int], pos: int) -> np.ndarray | None:
@@ -117,22 +126,57 @@ class DraftModel:
     def after_decode(self, entries, batch) -> None:
         """The target decoded a batch: a draft model follows the slots when it drafts."""
 
+    # -- where the target's sequence goes, the draft's goes ------------------------------
+
+    def save_state(self, seq: int, tokens: Sequence[int]) -> DraftState | None:
+        """A copy of the draft sequence, to go into a prompt cache entry of the slot's
+        `tokens`; None when it holds nothing of them."""
+        held = self.tokens[seq]
+        if not common_prefix(held, tokens):
+            return None
+        return DraftState(tuple(held), self.ctx.state_get(seq, partial=False))
+
+    def load_state(self, seq: int, saved: DraftState) -> None:
+        """The draft sequence takes a cache entry's copy (the entry keeps it)."""
+        self.ctx.seq_clear(seq)
+        if self.ctx.state_set(seq, saved.state, partial=False):
+            self.tokens[seq][:] = saved.tokens
+            self.stats.spec_drafter_tokens["restored"] += len(saved.tokens)
+        else:
+            log.warning("the draft model could not load a saved sequence of %d tokens; it evaluates it again", len(saved.tokens))
+            self.ctx.seq_clear(seq)
+            self.tokens[seq].clear()
+
+    def fork(self, donor: int, target: int, tokens: Sequence[int]) -> None:
+        """The target slot took the donor's first tokens (`tokens`): the draft sequence takes
+        what the donor's draft sequence holds of them (on attention memory, where a copy can
+        stop anywhere; other memory evaluates the target's again)."""
+        held = self.tokens[donor]
+        keep = common_prefix(held, tokens)
+        self.ctx.seq_clear(target)
+        self.tokens[target].clear()
+        if keep and self.ctx.memory_kind.truncatable:
+            self.ctx.seq_cp(donor, target, 0, keep)
+            self.tokens[target][:] = held[:keep]
+            self.stats.spec_drafter_tokens["restored"] += keep
+
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
 
 
-def load_draft(cfg: EngineConfig, target: Model, ctx: Context) -> "DraftModel | MtpDraft | None":
+def load_draft(cfg: EngineConfig, target: Model, ctx: Context, stats: EngineStats) -> "DraftModel | MtpDraft | None":
     """The drafter of `cfg.spec` that is a model: the draft model (-md), with one sequence
     per target sequence, or the target's own MTP layers (draft-mtp); None otherwise."""
     spec = cfg.spec
     if spec.type == MTP:
-        return MtpDraft(target, ctx)
+        return MtpDraft(target, ctx, stats)
     if spec.draft_model is None:
         return None
     return DraftModel(
         spec.draft_model, target, n_seq=ctx.n_seq_max, n_ctx=ctx.n_ctx, n_gpu_layers=spec.draft_gpu_layers,
-        type_k=spec.draft_type_k, type_v=spec.draft_type_v, n_threads=cfg.n_threads, repack=cfg.repack,
+        type_k=spec.draft_type_k, type_v=spec.draft_type_v, n_threads=cfg.n_threads, repack=cfg.repack, stats=stats,
+        devices=spec.draft_devices,
     )
 
 

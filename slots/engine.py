@@ -269,7 +269,8 @@ class Engine:
             self.media = MediaPrefill(
                 parts.projector, self.ctx, self.memory, self.outbox, self.stats, truncatable=self.ctx.memory_kind.truncatable,
             )
-        self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa, load_draft(self.config, self.model, self.ctx))
+        self.spec = Speculator(self.config.spec, self.ctx, self.stats, self.model.info.n_swa, load_draft(self.config, self.model, self.ctx, self.stats))
+        self.memory.drafter = self.spec.draft_model
         self.outbox.on_finish = self.spec.remember if self.spec.memory is not None else None
         self.admission.open(PromptLimits(self.ctx.n_ctx_seq, self.model.n_vocab, parts.projector is not None), self.slots)
         self._publish()

@@ -1,8 +1,9 @@
 """Moving sequence state: cut, restore, fork, save to and load from the prompt cache.
 
 `SlotMemory` performs every operation that changes what a slot's sequence holds, and keeps
-the slot's token record and checkpoints in step with the llama memory. Runs on the engine
-thread only.
+the slot's token record and checkpoints in step with the llama memory. A drafter with a
+memory of its own (a draft model, the MTP block) follows: its sequence is saved, loaded and
+forked with the slot's. Runs on the engine thread only.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class SlotMemory:
         self.fork_pending = False
         self.fork_target: Slot | None = None
         self.fork_donor: Slot | None = None
+        # speculative decoding's drafter, when it keeps a sequence per slot (draft_model.py,
+        # mtp_draft.py): save_state, load_state and fork follow the slot's
+        self.drafter = None
 
     # -- what can be kept -----------------------------------------------------------------
 
@@ -116,6 +120,8 @@ class SlotMemory:
             target.tokens = list(donor.tokens)
         target.checkpoints = donor.checkpoints.copy()
         target.checkpoints.drop_after(len(target.tokens))
+        if self.drafter is not None:
+            self.drafter.fork(donor.id, target.id, target.tokens)
         target.tenant = donor.tenant
         target.keep_s = donor.keep_s
         target.prompt_end = 0
@@ -145,10 +151,13 @@ class SlotMemory:
             return existing
         t0 = time.monotonic()
         state = self.ctx.state_get(slot.id, partial=False)
-        entry = self.cache.insert(slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s)
+        draft = self.drafter.save_state(slot.id, slot.tokens) if self.drafter is not None else None
+        entry = self.cache.insert(
+            slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
+        )
         seconds = time.monotonic() - t0
         self.cache.stats.save_seconds += seconds
-        self.stats.add_copy(cause, int(state.nbytes), seconds)
+        self.stats.add_copy(cause, int(state.nbytes) + (draft.nbytes if draft is not None else 0), seconds)
         if entry is not None:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
         return entry
@@ -167,12 +176,16 @@ class SlotMemory:
         target.tenant = entry.tenant
         target.prompt_end = entry.prompt_end
         target.keep_s = entry.keep_s
+        n_bytes = int(entry.state.nbytes)
+        if self.drafter is not None and entry.draft is not None:
+            self.drafter.load_state(target.id, entry.draft)
+            n_bytes += entry.draft.nbytes
         seconds = time.monotonic() - t0
         if self.cache is not None:  # None: a slot file restored without a prompt cache
             self.cache.touch(entry)
-            self.cache.stats.loaded_bytes += int(entry.state.nbytes)
+            self.cache.stats.loaded_bytes += n_bytes
             self.cache.stats.load_seconds += seconds
-        self.stats.add_copy(CopyCause.LOAD, int(entry.state.nbytes), seconds)
+        self.stats.add_copy(CopyCause.LOAD, n_bytes, seconds)
         return True
 
     def checkpoint(self, slot: Slot, n: int, logits) -> None:

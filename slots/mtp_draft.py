@@ -9,8 +9,11 @@ position the target decodes, each as (token at p, the target's hidden state at p
 - after every decode of the target (`after_decode`), the rows it decoded for each slot are
   fed to the MTP context, the first paired with the state the slot's last decode ended on.
   The MTP sequence is first cut where it leaves the slot's history: a request that returns
-  to its slot costs the block only the new tokens, as it costs the target. Positions the
-  target took from a cache (another slot's, the RAM or disk tier) were never decoded here and
+  to its slot costs the block only the new tokens, as it costs the target. The MTP sequence
+  goes where the target's goes: into a prompt cache entry with the slot's contents, with the
+  hidden states of the slot's last decode (`save_state`), back out of it (`load_state`), and
+  into a fork's target (`fork`, where the pool is unified). Positions the target took from
+  elsewhere (the disk tier, a slot file, a fork between streams) were never decoded here and
   have no hidden state: the block's attention goes without them (its drafts may be accepted
   less; the output never changes);
 - drafting (`draft`) feeds (pending token, state at the last decoded position), takes the
@@ -31,10 +34,12 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from warmslot.cache.prefix_trie import common_prefix
+from warmslot.cache.prompt_cache import DraftState
 
 from .llama_api import Batch, Context, LlamaError, Model
 from .llama_api import mtp
 from .logprobs import most_likely
+from .stats import EngineStats
 
 if TYPE_CHECKING:
     from .scheduler import BatchEntry
@@ -43,7 +48,7 @@ log = logging.getLogger("warmslot.speculative")
 
 
 class MtpDraft:
-    def __init__(self, model: Model, target: Context) -> None:
+    def __init__(self, model: Model, target: Context, stats: EngineStats | None = None) -> None:
         n_layers = mtp.n_mtp_layers(model)
         if n_layers < 1:
             raise LlamaError(
@@ -61,7 +66,7 @@ class MtpDraft:
         self.held: list[list[int]] = [[] for _ in range(n)]  # the tokens each MTP sequence holds, by position
         self.owner: list[object] = [None] * n  # the request whose tokens those are
         self.states: list[tuple[int, np.ndarray] | None] = [None] * n  # (first position, the target's states from there)
-        self.evaluated = 0  # positions fed to the block after the target decoded them (not drafting)
+        self.stats = stats or EngineStats()  # spec_drafter_tokens
         log.info("MTP drafts: %d MTP layer(s) of the model, %d slots", n_layers, n)
 
     # -- following the target -----------------------------------------------------------
@@ -95,7 +100,7 @@ class MtpDraft:
                 self.mtp.add(int(tokens[i]), pos0 + i, seq, rows[r0 + i - 1] if i else (self._zero if first is None else first))
             self.held[seq].extend(int(t) for t in tokens)
             self.states[seq] = (pos0, rows[r0 : r0 + entry.n].copy())
-            self.evaluated += entry.n
+            self.stats.spec_drafter_tokens["evaluated"] += entry.n
         if self.mtp.n and self.mtp.process() != 0:
             log.warning("the MTP block could not follow a decode; its sequences start over")
             for entry in entries:
@@ -130,6 +135,42 @@ class MtpDraft:
         self.held[seq].clear()
         self.owner[seq] = None
         self.states[seq] = None
+
+    # -- where the target's sequence goes, the MTP sequence goes ---------------------------
+
+    def save_state(self, seq: int, tokens: Sequence[int]) -> DraftState | None:
+        """A copy of the MTP sequence and the hidden states it goes on from, to go into a
+        prompt cache entry of the slot's `tokens`; None when it holds nothing of them."""
+        held = self.held[seq]
+        if not common_prefix(held, tokens):
+            return None
+        state = self.states[seq]
+        extra = () if state is None else (np.array([state[0]], dtype=np.int64), state[1])
+        return DraftState(tuple(held), self.mtp.ctx.state_get(seq, partial=False), extra)
+
+    def load_state(self, seq: int, saved: DraftState) -> None:
+        """The MTP sequence takes a cache entry's copy (the entry keeps it)."""
+        self._forget(seq)
+        if self.mtp.ctx.state_set(seq, saved.state, partial=False):
+            self.held[seq][:] = saved.tokens
+            self.states[seq] = (int(saved.extra[0][0]), saved.extra[1]) if saved.extra else None
+            self.stats.spec_drafter_tokens["restored"] += len(saved.tokens)
+        else:
+            log.warning("the MTP block could not load a saved sequence of %d tokens", len(saved.tokens))
+            self._forget(seq)
+
+    def fork(self, donor: int, target: int, tokens: Sequence[int]) -> None:
+        """The target slot took the donor's first tokens (`tokens`): the MTP sequence takes
+        what the donor's holds of them, where the pool is unified (a copy between streams
+        waits for a decode of the target context, which the block never runs)."""
+        self._forget(target)
+        held = self.held[donor]
+        keep = common_prefix(held, tokens)
+        if keep and self.mtp.ctx.unified:
+            self.mtp.ctx.seq_cp(donor, target, 0, keep)
+            self.held[target][:] = held[:keep]
+            self.states[target] = self.states[donor]
+            self.stats.spec_drafter_tokens["restored"] += keep
 
     # -- drafting -----------------------------------------------------------------------
 

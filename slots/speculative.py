@@ -159,6 +159,7 @@ class SpecConfig:
     draft_gpu_layers: int = -1  # -ngld
     draft_type_k: str = "f16"  # -ctkd
     draft_type_v: str = "f16"  # -ctvd
+    draft_devices: tuple[str, ...] | None = None  # -devd: names from --list-devices; None: all GPUs; (): the CPU
 
     def __post_init__(self) -> None:
         if self.type not in SPEC_TYPES:

@@ -129,6 +129,25 @@ def test_draft_model_flags(tmp_path):
     for argv in (["-md", str(draft), "--spec-type", "ngram-simple"], ["--spec-type", "draft"], ["-md", str(tmp_path / "none.gguf")]):
         with pytest.raises(SystemExit):
             parse_config(["-m", "x.gguf", *argv])
+    # -devd: the draft model's devices; by default the model's (-dev)
+    devices = {
+        tuple(argv): parse_config(["-m", "x.gguf", "-md", str(draft), *argv])[0].engine.spec.draft_devices
+        for argv in ([], ["-dev", "CUDA1"], ["-dev", "CUDA1", "-devd", "none"], ["--spec-draft-device", "CUDA0,CUDA1"])
+    }
+    assert list(devices.values()) == [None, ("CUDA1",), (), ("CUDA0", "CUDA1")]
+
+
+def test_a_draft_model_on_no_device_or_an_unknown_one(tiny_models):
+    """-devd none keeps the draft model on the CPU, and it drafts; a device that does not exist
+    is refused at start, naming it."""
+    target = tiny_models["attention"]
+    engine = tiny_engine(target, spec=SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0, draft_devices=()))
+    try:
+        assert generate(engine, random_tokens(7, 30), max_tokens=16).usage.draft_accepted > 0
+    finally:
+        engine.stop()
+    with pytest.raises(NotReady, match="NOPE"):
+        tiny_engine(target, spec=SpecConfig(type="draft", draft_model=str(target), draft_devices=("NOPE",)))
 
 
 # -- the engine on the default model --------------------------------------------------------
@@ -515,10 +534,10 @@ def test_a_draft_model_drafts_and_follows_the_slot(tiny_models):
         engine = tiny_engine(target, n_ctx=1024, n_parallel=2, spec=config)
         try:
             first = generate(engine, prompt, max_tokens=30, cache_key="c")
-            before = engine.spec.draft_model.evaluated if config.on else 0
+            before = engine.stats.spec_drafter_tokens["evaluated"]
             follow = prompt + first.tokens + random_tokens(6, 10)
             second = generate(engine, follow, max_tokens=10, cache_key="c")
-            after = engine.spec.draft_model.evaluated if config.on else 0
+            after = engine.stats.spec_drafter_tokens["evaluated"]
             results[config.on] = (first, second, after - before)
         finally:
             engine.stop()
@@ -552,10 +571,10 @@ def test_mtp_drafts_are_verified_and_the_block_follows_the_slot(tiny_mtp):
         engine = tiny_engine(tiny_mtp, n_ctx=1024, n_parallel=2, spec=config)
         try:
             first = generate(engine, prompt, max_tokens=24, cache_key="m")
-            before = engine.spec.draft_model.evaluated if config.on else 0
+            before = engine.stats.spec_drafter_tokens["evaluated"]
             follow = prompt + first.tokens + random_tokens(12, 8)
             second = generate(engine, follow, max_tokens=12, cache_key="m")
-            after = engine.spec.draft_model.evaluated if config.on else 0
+            after = engine.stats.spec_drafter_tokens["evaluated"]
             results[config.on] = (first, second, after - before, engine.stats.spec_rollbacks)
         finally:
             engine.stop()

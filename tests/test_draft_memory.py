@@ -1,0 +1,106 @@
+"""A drafter's own memory (a draft model's KV, the MTP block's) goes where the slot's goes:
+into the RAM prompt cache with the slot's contents, back out of it into whichever slot takes
+them, and into a fork's target. Real llama.cpp on the tiny models: outputs equal those without
+drafts, and the counters show the drafter restored the conversation instead of evaluating it."""
+
+import pytest
+
+from tests.helpers import REUSE_ENGINE, generate, random_tokens, tiny_engine
+from tests.tiny_models import write_tiny_model
+from warmslot.slots import GenerateRequest, QueueSink, SamplingParams, SpecConfig
+
+P1, P2, NEW = random_tokens(31, 60), random_tokens(32, 50), random_tokens(33, 10)
+
+
+def alternate(engine):
+    """Conversation 1, then conversation 2 on the one slot (1 goes to the prompt cache), then
+    conversation 1's next turn (back from the cache). Returns the three results and what the
+    drafter took into its memory during the last turn, by source."""
+    first = generate(engine, P1, max_tokens=20, cache_key="one")
+    second = generate(engine, P2, max_tokens=20, cache_key="two")
+    before = dict(engine.stats.spec_drafter_tokens)
+    third = generate(engine, P1 + first.tokens + NEW, max_tokens=10, cache_key="one")
+    after = engine.stats.spec_drafter_tokens
+    took = {source: after[source] - before.get(source, 0) for source in ("evaluated", "restored")}
+    return (first, second, third), took
+
+
+def test_a_draft_models_sequence_comes_back_from_the_prompt_cache(tiny_models):
+    """The tiny attention model drafting for itself, one slot: the returning conversation's
+    draft sequence is loaded with the target's from the cache entry, so the draft model
+    evaluates only the new tokens (it evaluated the whole history before)."""
+    target = tiny_models["attention"]
+    outputs = {}
+    for config in (SpecConfig(), SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0)):
+        engine = tiny_engine(target, spec=config, **REUSE_ENGINE)
+        try:
+            outputs[config.on], took = alternate(engine)
+            if config.on:
+                entries = list(engine.cache.entries())
+                drafted = [e for e in entries if e.draft is not None]
+                assert drafted, "the saved conversations carry the draft model's sequence"
+                assert all(e.nbytes == e.state.nbytes + e.checkpoints.nbytes + e.draft.nbytes for e in drafted)
+        finally:
+            engine.stop()
+    plain, fast = outputs[False], outputs[True]
+    assert [r.tokens for r in fast] == [r.tokens for r in plain]
+    third = fast[2]
+    assert third.reuse.source == "ram" and third.usage.cached_tokens >= len(P1) + 19
+    assert fast[0].usage.draft_accepted > 0 and third.usage.draft_tokens > 0
+    history = len(P1) + len(fast[0].tokens)
+    assert took["restored"] >= len(P1), took  # what the draft sequence held when last drafting
+    # the new tokens and the pending one, and what the third turn's own output added
+    assert took["evaluated"] <= len(NEW) + 12 < history, took
+
+
+def test_a_fork_copies_the_draft_models_sequence(tiny_models):
+    """Slot 0 generates for A; a request that shares A goes to slot 1 as a fork. The draft
+    model's sequence of slot 1 takes slot 0's copy of A, and evaluates only what follows."""
+    target = tiny_models["attention"]
+    prefix = random_tokens(34, 80)
+    prompt = prefix + random_tokens(35, 30)
+    config = SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0)
+    engine = tiny_engine(target, n_parallel=2, spec=config, **REUSE_ENGINE)
+    try:
+        long_sink = QueueSink()
+        engine.submit(GenerateRequest("long", prefix, long_sink, SamplingParams(temperature=0), max_tokens=300))
+        first = long_sink.queue.get(timeout=30)
+        while not any(ev.tokens for ev in first):
+            first = long_sink.queue.get(timeout=30)
+        before = dict(engine.stats.spec_drafter_tokens)
+        warm = generate(engine, prompt, max_tokens=12)
+        restored = engine.stats.spec_drafter_tokens["restored"] - before.get("restored", 0)
+        long_sink.collect()
+    finally:
+        engine.stop()
+    assert warm.reuse.source == "fork" and warm.usage.cached_tokens == len(prefix)
+    assert restored == len(prefix)
+    cold = tiny_engine(target, spec=SpecConfig(), **REUSE_ENGINE)
+    try:
+        assert generate(cold, prompt, max_tokens=12).tokens == warm.tokens
+    finally:
+        cold.stop()
+
+
+@pytest.fixture(scope="module")
+def tiny_mtp(tmp_path_factory):
+    return write_tiny_model("hybrid-mtp", tmp_path_factory.mktemp("tiny-mtp") / "hybrid-mtp.gguf")
+
+
+def test_the_mtp_blocks_sequence_comes_back_from_the_prompt_cache(tiny_mtp):
+    """--spec-type draft-mtp on the tiny hybrid model: the returning conversation's MTP
+    sequence is loaded with the slot's, so the block attends over the whole history again
+    (without it, positions taken from a cache are missing from the block's memory)."""
+    outputs = {}
+    for config in (SpecConfig(), SpecConfig(type="draft-mtp", n_max=4, p_min=0.0)):
+        engine = tiny_engine(tiny_mtp, spec=config, **REUSE_ENGINE)
+        try:
+            outputs[config.on], took = alternate(engine)
+            if config.on:
+                assert engine.spec.draft_model.mtp.ctx.seq_pos_min(0) == 0  # the history from position 0
+        finally:
+            engine.stop()
+    plain, fast = outputs[False], outputs[True]
+    assert [r.tokens for r in fast] == [r.tokens for r in plain]
+    assert fast[2].reuse.source == "ram" and fast[2].usage.draft_tokens > 0
+    assert took["restored"] >= len(P1), took
