@@ -43,6 +43,7 @@ class DraftState:
     tokens: tuple[int, ...]
     state: np.ndarray
     extra: tuple[np.ndarray, ...] = ()
+    fingerprint: str = ""  # the drafter and its state layout: loaded only by an equal one
 
     @property
     def nbytes(self) -> int:

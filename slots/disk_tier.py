@@ -165,11 +165,13 @@ class DiskTier:
             checkpoints.add(c)
         cached = None
         if payload.nbytes * RAM_SHARE <= self.ram.budget and self.ram.find_covering(list(entry.tokens), entry.tenant) is None:
-            cached = self.ram.insert(list(entry.tokens), payload.state, checkpoints, entry.tenant, entry.prompt_end, entry.keep_s)
+            cached = self.ram.insert(
+                list(entry.tokens), payload.state, checkpoints, entry.tenant, entry.prompt_end, entry.keep_s, draft=payload.draft,
+            )
         if cached is None:
             cached = CacheEntry(
                 entry.tokens, payload.state, checkpoints, entry.tenant, self.ram.fingerprint, time.monotonic(),
-                prompt_end=entry.prompt_end, keep_s=entry.keep_s,
+                prompt_end=entry.prompt_end, keep_s=entry.keep_s, draft=payload.draft,
             )
         self.disk.touch(entry)
         self.disk.stats.hits += 1
@@ -180,24 +182,28 @@ class DiskTier:
     def spill(self, entry: CacheEntry) -> None:
         """Queue a RAM entry for the disk (the RAM cache evicts it). Index work only."""
         self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant, entry.prompt_end,
-                      wall_time(entry.last_used), entry.keep_s)
+                      wall_time(entry.last_used), entry.keep_s, entry.draft)
 
-    def shutdown(self, slots, state_of: Callable[[int], object], timeout: float | None = None) -> None:
+    def shutdown(
+        self, slots, state_of: Callable[[int], object], timeout: float | None = None, draft_of: Callable[[object], object] | None = None,
+    ) -> None:
         """Write what is worth keeping, most recently used first: every slot's contents
-        (`state_of(slot_id)` reads a sequence's state), then the RAM entries; wait for the
-        writer and close the directory."""
+        (`state_of(slot_id)` reads a sequence's state, `draft_of(slot)` its drafter's), then
+        the RAM entries; wait for the writer and close the directory."""
         queued = 0
         for slot in sorted(slots, key=lambda s: s.last_used, reverse=True):
             if not slot.tokens or slot.keep_s == 0 or self.ram.find_covering(slot.tokens, slot.tenant) is not None:
                 continue
             state = state_of(slot.id)
-            state.flags.writeable = False  # shared with the writer thread
+            draft = draft_of(slot) if draft_of is not None else None
+            for array in (state, *((draft.state, *draft.extra) if draft is not None else ())):
+                array.flags.writeable = False  # shared with the writer thread
             if self.disk.put(slot.tokens, state, list(slot.checkpoints), slot.tenant,
-                             slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s):
+                             slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s, draft):
                 queued += 1
         for entry in reversed(list(self.ram.entries())):
             if entry.keep_s != 0 and self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant,
-                                                   entry.prompt_end, wall_time(entry.last_used), entry.keep_s):
+                                                   entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft):
                 queued += 1
         t0 = time.monotonic()
         self.disk.close(timeout)

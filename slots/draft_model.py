@@ -7,11 +7,11 @@ sequence is cut where it leaves the slot's tokens (seq_rm) and only the rest is 
 request that returns to a slot holding its conversation, or a verified draft, costs the draft
 model only the new tokens, as it costs the target; what a rejected draft left is cut at the
 next draft. The draft sequence goes where the target's goes (slots/memory.py): saved with
-the slot's contents into the prompt cache (`save_state`), loaded with them into whichever
-slot takes them back (`load_state`), and copied with a fork (`fork`). So a conversation back
-from the RAM tier, or a prompt that shares another slot's prefix, costs the draft model
-only what the target evaluates too. (Entries from the disk tier or a slot file carry no
-draft state: the draft sequence is then evaluated from where it differs.)
+the slot's contents into the prompt cache and from there to the disk tier (`save_state`),
+loaded with them into whichever slot takes them back (`load_state`), and copied with a fork
+(`fork`). So a conversation back from the RAM or disk tier, or a prompt that shares another
+slot's prefix, costs the draft model only what the target evaluates too. (A slot file
+carries no draft state: the draft sequence is then evaluated from where it differs.)
 
 Drafting stops at --draft-max tokens, or before a token the draft model gives less than
 --draft-p-min probability. The draft only proposes: the target's own sampler decides every
@@ -44,9 +44,10 @@ class DraftModel:
     def __init__(
         self, path: str, target: Model, *, n_seq: int, n_ctx: int, n_gpu_layers: int = -1, type_k: str = "f16",
         type_v: str = "f16", n_threads: int = 0, n_batch: int = 512, repack: bool | None = None,
-        stats: EngineStats | None = None, devices: tuple[str, ...] | None = None,
+        stats: EngineStats | None = None, devices: tuple[str, ...] | None = None, flash_attn: str = "auto",
     ) -> None:
-        """`devices`: where its layers go (names from --list-devices; None: every GPU; (): the CPU)."""
+        """`devices`: where its layers go (names from --list-devices; None: every GPU; (): the
+        CPU). `flash_attn`: as the target's context has it."""
         placement = Placement(devices=devices) if devices is not None else None
         self.model = Model(path, n_gpu_layers=0 if devices == () else n_gpu_layers, repack=repack, placement=placement)
         try:
@@ -59,11 +60,13 @@ class DraftModel:
                 )
             self.ctx = Context(self.model, ContextParams(
                 n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_seq_max=n_seq, n_threads=n_threads, type_k=type_k,
-                type_v=type_v, kv_unified=True, pinned_states=False,
+                type_v=type_v, kv_unified=True, pinned_states=False, flash_attn=flash_attn,
             ))
         except BaseException:
             self.model.close()
             raise
+        # what a saved sequence must have been made with to load here (the state layout)
+        self.fingerprint = f"draft:{self.model.info.fingerprint}:{type_k}:{type_v}:fa-{self.ctx.params.flash_attn}"
         self.batch = Batch(self.ctx.n_batch, n_seq)
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]  # what each draft sequence holds
         self.stats = stats or EngineStats()  # spec_drafter_tokens
@@ -134,10 +137,13 @@ class DraftModel:
         held = self.tokens[seq]
         if not common_prefix(held, tokens):
             return None
-        return DraftState(tuple(held), self.ctx.state_get(seq, partial=False))
+        return DraftState(tuple(held), self.ctx.state_get(seq, partial=False), fingerprint=self.fingerprint)
 
     def load_state(self, seq: int, saved: DraftState) -> None:
-        """The draft sequence takes a cache entry's copy (the entry keeps it)."""
+        """The draft sequence takes a cache entry's copy (the entry keeps it); one saved by
+        another draft model or state layout is left alone."""
+        if saved.fingerprint != self.fingerprint:
+            return
         self.ctx.seq_clear(seq)
         if self.ctx.state_set(seq, saved.state, partial=False):
             self.tokens[seq][:] = saved.tokens
@@ -176,7 +182,7 @@ def load_draft(cfg: EngineConfig, target: Model, ctx: Context, stats: EngineStat
     return DraftModel(
         spec.draft_model, target, n_seq=ctx.n_seq_max, n_ctx=ctx.n_ctx, n_gpu_layers=spec.draft_gpu_layers,
         type_k=spec.draft_type_k, type_v=spec.draft_type_v, n_threads=cfg.n_threads, repack=cfg.repack, stats=stats,
-        devices=spec.draft_devices,
+        devices=spec.draft_devices, flash_attn=ctx.params.flash_attn,
     )
 
 

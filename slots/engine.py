@@ -341,7 +341,7 @@ class Engine:
                 self.outbox.finish(slot, FinishReason.ABORT)
         self.outbox.flush(self.slots)
         if self.disk is not None:
-            self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False))
+            self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False), draft_of=self.memory.draft_state)
         self._close_parts()
         # NOTE: other threads tokenize with the model's vocabulary (a long text takes seconds
         # inside llama.cpp); freeing the model under them crashes the process, so it is freed

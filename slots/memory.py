@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 from warmslot.cache.checkpoints import Checkpoint
-from warmslot.cache.prompt_cache import CacheEntry, PromptCache
+from warmslot.cache.prompt_cache import CacheEntry, DraftState, PromptCache
 
 from .llama_api import Batch, Context, MemoryKind, Model
 from .reuse import ReusePlan, plan_reuse
@@ -151,7 +151,7 @@ class SlotMemory:
             return existing
         t0 = time.monotonic()
         state = self.ctx.state_get(slot.id, partial=False)
-        draft = self.drafter.save_state(slot.id, slot.tokens) if self.drafter is not None else None
+        draft = self.draft_state(slot)
         entry = self.cache.insert(
             slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
         )
@@ -161,6 +161,10 @@ class SlotMemory:
         if entry is not None:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
         return entry
+
+    def draft_state(self, slot: Slot) -> DraftState | None:
+        """A copy of the drafter's sequence of the slot (None without such a drafter)."""
+        return self.drafter.save_state(slot.id, slot.tokens) if self.drafter is not None else None
 
     def load(self, entry: CacheEntry, target: Slot) -> bool:
         """Copy a cache entry (or a slot file's contents) into the slot. The entry stays in

@@ -10,10 +10,10 @@ position the target decodes, each as (token at p, the target's hidden state at p
   fed to the MTP context, the first paired with the state the slot's last decode ended on.
   The MTP sequence is first cut where it leaves the slot's history: a request that returns
   to its slot costs the block only the new tokens, as it costs the target. The MTP sequence
-  goes where the target's goes: into a prompt cache entry with the slot's contents, with the
-  hidden states of the slot's last decode (`save_state`), back out of it (`load_state`), and
-  into a fork's target (`fork`, where the pool is unified). Positions the target took from
-  elsewhere (the disk tier, a slot file, a fork between streams) were never decoded here and
+  goes where the target's goes: into a prompt cache entry (and the disk tier) with the slot's
+  contents, with the hidden states of the slot's last decode (`save_state`), back out of it
+  (`load_state`), and into a fork's target (`fork`, where the pool is unified). Positions the
+  target took from elsewhere (a slot file, a fork between streams) were never decoded here and
   have no hidden state: the block's attention goes without them (its drafts may be accepted
   less; the output never changes);
 - drafting (`draft`) feeds (pending token, state at the last decoded position), takes the
@@ -61,6 +61,8 @@ class MtpDraft:
         mtp.share_hidden_states(target)
         self.mtp = mtp.MtpContext(model, target)
         self.n_embd = self.mtp.n_embd
+        p = target.params  # what a saved sequence must have been made with to load here
+        self.fingerprint = f"mtp:{model.info.fingerprint}:{p.type_k}:{p.type_v}:fa-{p.flash_attn}:{'u' if p.kv_unified else 's'}"
         self._zero = np.zeros(self.n_embd, dtype=np.float32)
         n = target.n_seq_max
         self.held: list[list[int]] = [[] for _ in range(n)]  # the tokens each MTP sequence holds, by position
@@ -146,10 +148,13 @@ class MtpDraft:
             return None
         state = self.states[seq]
         extra = () if state is None else (np.array([state[0]], dtype=np.int64), state[1])
-        return DraftState(tuple(held), self.mtp.ctx.state_get(seq, partial=False), extra)
+        return DraftState(tuple(held), self.mtp.ctx.state_get(seq, partial=False), extra, self.fingerprint)
 
     def load_state(self, seq: int, saved: DraftState) -> None:
-        """The MTP sequence takes a cache entry's copy (the entry keeps it)."""
+        """The MTP sequence takes a cache entry's copy (the entry keeps it); one saved with
+        another model or state layout is left alone."""
+        if saved.fingerprint != self.fingerprint:
+            return
         self._forget(seq)
         if self.mtp.ctx.state_set(seq, saved.state, partial=False):
             self.held[seq][:] = saved.tokens

@@ -12,6 +12,7 @@ import pytest
 from warmslot.cache.checkpoints import Checkpoint
 from warmslot.cache.disk import DiskCache, DiskInUse, Meta, Rejected
 from warmslot.cache.disk import format as fmt
+from warmslot.cache.prompt_cache import DraftState
 
 FP = "model-a:f16:f16:0:u"
 
@@ -59,6 +60,35 @@ def test_round_trip_keeps_tokens_state_checkpoints_and_logits(tmp_path):
     assert np.array_equal(payload.checkpoints[1].data, state(64, 4))
     assert payload.checkpoints[2].data is None and np.array_equal(payload.checkpoints[2].logits, np.arange(8, dtype=np.float32))
     assert not payload.state.flags.writeable
+
+
+def test_a_drafters_sequence_round_trips_with_its_extra_arrays(tmp_path):
+    """A draft model's or MTP block's sequence (speculative decoding) is written after the
+    checkpoints: its tokens as the entry's shared prefix and a tail, its state and its extra
+    arrays with their dtypes and shapes; the planned size is the written size, and a flipped
+    byte in it is caught when the entry is loaded."""
+    tokens = tuple(range(40))
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    rows.flags.writeable = False
+    draft = DraftState(tokens[:30] + (7, 8), state(3000, 9), (np.array([27], dtype=np.int64), rows), "drafter-x")
+    m = Meta(FP, "", 40, 1000.0)
+    c = ckpts(10, logits_at=40)
+    plan = fmt.plan(m, 40, 1000, fmt.checkpoint_infos(c), fmt.DraftInfo.of(draft, tokens))
+    written = fmt.write(str(tmp_path), "d.wsc", m, tokens, state(1000), c, draft)
+    path = tmp_path / "d.wsc"
+    assert plan.file_bytes == written.file_bytes == path.stat().st_size
+    header, payload = fmt.read(str(path), checkpoints=set())
+    assert (header.draft.n_shared, header.draft.tail) == (30, (7, 8))
+    got = payload.draft
+    assert (got.tokens, got.fingerprint) == (draft.tokens, "drafter-x") and np.array_equal(got.state, draft.state)
+    assert got.extra[0].tolist() == [27] and got.extra[1].dtype == np.float32 and np.array_equal(got.extra[1], rows)
+    assert payload.nbytes == 1000 + got.nbytes  # no checkpoint asked for
+    data = bytearray(path.read_bytes())
+    data[-60] ^= 0xFF  # inside the extra rows, the last section
+    path.write_bytes(bytes(data))
+    with pytest.raises(Rejected) as exc:
+        fmt.read(str(path), expect=header)
+    assert exc.value.reason == "checksum"
 
 
 def small_blocks_entry(tmp_path, monkeypatch):

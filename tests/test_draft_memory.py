@@ -1,6 +1,6 @@
 """A drafter's own memory (a draft model's KV, the MTP block's) goes where the slot's goes:
-into the RAM prompt cache with the slot's contents, back out of it into whichever slot takes
-them, and into a fork's target. Real llama.cpp on the tiny models: outputs equal those without
+into the RAM prompt cache and the disk tier with the slot's contents, back out of them into
+whichever slot takes them, and into a fork's target. Real llama.cpp on the tiny models: outputs equal those without
 drafts, and the counters show the drafter restored the conversation instead of evaluating it."""
 
 import pytest
@@ -80,6 +80,35 @@ def test_a_fork_copies_the_draft_models_sequence(tiny_models):
         assert generate(cold, prompt, max_tokens=12).tokens == warm.tokens
     finally:
         cold.stop()
+
+
+def test_a_draft_models_sequence_outlives_the_engine_on_disk(tiny_models, tmp_path):
+    """The disk tier writes the draft model's sequence with the slot's contents at shutdown;
+    the next engine's returning conversation loads both from the file, so its draft model
+    evaluates only the new tokens. The answer equals the one without drafts."""
+    target = tiny_models["attention"]
+    config = SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0)
+    disk = dict(REUSE_ENGINE, cache_disk=str(tmp_path / "disk"), cache_disk_size=64 << 20)
+    engine = tiny_engine(target, spec=config, **disk)
+    try:
+        first = generate(engine, P1, max_tokens=20)
+    finally:
+        engine.stop()  # the slot's contents go to disk
+    follow = P1 + first.tokens + NEW
+    engine = tiny_engine(target, spec=config, **disk)
+    try:
+        warm = generate(engine, follow, max_tokens=10)
+        took = dict(engine.stats.spec_drafter_tokens)
+    finally:
+        engine.stop()
+    assert warm.reuse.source == "disk" and warm.usage.draft_tokens > 0
+    assert took.get("restored", 0) >= len(P1), took
+    assert took.get("evaluated", 0) <= len(NEW) + 12, took
+    plain = tiny_engine(target, spec=SpecConfig(), **REUSE_ENGINE)
+    try:
+        assert generate(plain, follow, max_tokens=10).tokens == warm.tokens
+    finally:
+        plain.stop()
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@
                CRC32 of every body block
     tokens     int32 LE, n_tokens of them
     crc        CRC32 of preamble + header + tokens (u32 LE)
-    body       the state bytes, then each checkpoint's state and logits, in header order
+    body       the state bytes, then each checkpoint's state and logits, in header order,
+               then the drafter's sequence state and its extra arrays, when it has one
 
 The head (everything before the body) is all that the startup index reads: a 30K-token entry
 has a 120 KB head next to a state of gigabytes. The body is checksummed in blocks of `BLOCK`
@@ -33,6 +34,7 @@ from typing import Callable, Collection, Sequence
 import numpy as np
 
 from ..checkpoints import Checkpoint
+from ..prompt_cache import DraftState
 
 MAGIC = b"WSLOTKV\n"
 VERSION = 1
@@ -92,6 +94,31 @@ class CheckpointInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftInfo:
+    """A drafter's sequence (speculative decoding) as the header records it: its tokens are
+    the entry's first `n_shared` and then `tail`; its extra arrays are (dtype, shape) each."""
+
+    fingerprint: str
+    n_shared: int
+    tail: tuple[int, ...]
+    state_bytes: int
+    extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @staticmethod
+    def of(draft: DraftState, tokens: Sequence[int]) -> "DraftInfo":
+        n = 0
+        for a, b in zip(draft.tokens, tokens):
+            if a != b:
+                break
+            n += 1
+        extra = tuple((a.dtype.str, tuple(int(x) for x in a.shape)) for a in draft.extra)
+        return DraftInfo(draft.fingerprint, n, tuple(draft.tokens[n:]), int(draft.state.nbytes), extra)
+
+    def section_bytes(self) -> list[int]:
+        return [self.state_bytes] + [int(np.dtype(d).itemsize * np.prod(shape, dtype=np.int64)) for d, shape in self.extra]
+
+
+@dataclass(frozen=True, slots=True)
 class Meta:
     """What an entry says about itself, besides its tokens and bytes."""
 
@@ -114,6 +141,7 @@ class Header:
     crcs: tuple[tuple[int, ...], ...]  # per section, one CRC32 per BLOCK bytes
     head_bytes: int  # where the body starts
     file_bytes: int  # the exact file size
+    draft: DraftInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +150,11 @@ class Payload:
 
     state: np.ndarray
     checkpoints: tuple[Checkpoint, ...]
+    draft: DraftState | None = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.state.nbytes) + sum(c.nbytes for c in self.checkpoints)
+        return int(self.state.nbytes) + sum(c.nbytes for c in self.checkpoints) + (self.draft.nbytes if self.draft is not None else 0)
 
 
 def checkpoint_infos(checkpoints) -> tuple[CheckpointInfo, ...]:
@@ -135,13 +164,15 @@ def checkpoint_infos(checkpoints) -> tuple[CheckpointInfo, ...]:
     )
 
 
-def _sections(state_bytes: int, infos: Sequence[CheckpointInfo]) -> tuple[Section, ...]:
+def _sections(state_bytes: int, infos: Sequence[CheckpointInfo], draft: DraftInfo | None = None) -> tuple[Section, ...]:
     out = [Section(state_bytes, "u1")]
     for c in infos:
         if c.data_bytes is not None:
             out.append(Section(c.data_bytes, "u1"))
         if c.n_logits is not None:
             out.append(Section(c.n_logits * 4, "f4"))
+    if draft is not None:
+        out += [Section(n, "u1") for n in draft.section_bytes()]
     return tuple(out)
 
 
@@ -149,7 +180,7 @@ def _blocks(nbytes: int) -> int:
     return (nbytes + BLOCK - 1) // BLOCK
 
 
-def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs) -> bytes:
+def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs, draft: DraftInfo | None = None) -> bytes:
     doc = {
         "fingerprint": meta.fingerprint,
         "tenant": meta.tenant,
@@ -163,6 +194,11 @@ def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs) -> by
         # fixed width, so the size is known before the checksums are
         "crc": [[f"{x:08x}" for x in section] for section in crcs],
     }
+    if draft is not None:
+        doc["draft"] = {
+            "fingerprint": draft.fingerprint, "n_shared": draft.n_shared, "tail": list(draft.tail),
+            "state_bytes": draft.state_bytes, "extra": [[d, list(shape)] for d, shape in draft.extra],
+        }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -176,39 +212,45 @@ class Plan:
     checkpoints: tuple[CheckpointInfo, ...]
     sections: tuple[Section, ...]
     head_bytes: int
+    draft: DraftInfo | None = None
 
     @property
     def file_bytes(self) -> int:
         return self.head_bytes + sum(s.nbytes for s in self.sections)
 
 
-def plan(meta: Meta, n_tokens: int, state_bytes: int, checkpoints: Sequence[CheckpointInfo]) -> Plan:
+def plan(meta: Meta, n_tokens: int, state_bytes: int, checkpoints: Sequence[CheckpointInfo], draft: DraftInfo | None = None) -> Plan:
     """The exact layout of an entry. O(header); reads no state."""
     infos = tuple(checkpoints)
-    sections = _sections(state_bytes, infos)
+    sections = _sections(state_bytes, infos, draft)
     placeholder = [[0] * _blocks(s.nbytes) for s in sections]
-    head = _PREAMBLE.size + len(_header_json(meta, n_tokens, state_bytes, infos, placeholder)) + 4 * n_tokens + _CRC.size
-    return Plan(meta, n_tokens, state_bytes, infos, sections, head)
+    head = _PREAMBLE.size + len(_header_json(meta, n_tokens, state_bytes, infos, placeholder, draft)) + 4 * n_tokens + _CRC.size
+    return Plan(meta, n_tokens, state_bytes, infos, sections, head, draft)
 
 
-def _section_arrays(state: np.ndarray, checkpoints) -> list[np.ndarray]:
+def _section_arrays(state: np.ndarray, checkpoints, draft: DraftState | None = None) -> list[np.ndarray]:
     out = [state]
     for c in checkpoints:
         if c.data is not None:
             out.append(c.data)
         if c.logits is not None:
             out.append(np.ascontiguousarray(c.logits, dtype=np.float32))
+    if draft is not None:
+        out += [draft.state, *draft.extra]
     return out
 
 
-def write(directory: str, name: str, meta: Meta, tokens: Sequence[int], state: np.ndarray, checkpoints) -> Header:
+def write(
+    directory: str, name: str, meta: Meta, tokens: Sequence[int], state: np.ndarray, checkpoints, draft: DraftState | None = None,
+) -> Header:
     """Write an entry atomically as `directory/name`: a temporary file (owner-only), fsync,
     rename, fsync of the directory. Returns its head (`file_bytes` is the size written).
     Reads the arrays, never changes them; safe on any thread. Raises OSError (the temporary
     file is removed)."""
     infos = checkpoint_infos(checkpoints)
-    layout = plan(meta, len(tokens), int(state.nbytes), infos)
-    arrays = _section_arrays(state, checkpoints)
+    draft_info = DraftInfo.of(draft, tokens) if draft is not None else None
+    layout = plan(meta, len(tokens), int(state.nbytes), infos, draft_info)
+    arrays = _section_arrays(state, checkpoints, draft)
     token_bytes = np.asarray(tokens, dtype="<i4").tobytes()
     tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
     final = os.path.join(directory, name)
@@ -224,7 +266,7 @@ def write(directory: str, name: str, meta: Meta, tokens: Sequence[int], state: n
                 section.append(zlib.crc32(block))
                 _write_all(fd, block)
             crcs.append(section)
-        text = _header_json(meta, len(tokens), int(state.nbytes), infos, crcs)
+        text = _header_json(meta, len(tokens), int(state.nbytes), infos, crcs, draft_info)
         header = _parse(json.loads(text), np.frombuffer(token_bytes, dtype="<i4"), layout.head_bytes)
         head = _PREAMBLE.pack(MAGIC, VERSION, len(text)) + text + token_bytes
         head += _CRC.pack(zlib.crc32(head))
@@ -345,7 +387,16 @@ def _parse(doc: dict, tokens: np.ndarray, head_bytes: int) -> Header:
     state_bytes = int(doc["state_bytes"])
     if int(doc["block"]) != BLOCK or state_bytes < 0:
         raise ValueError("block size or state size")
-    sections = _sections(state_bytes, infos)
+    draft = None
+    if doc.get("draft") is not None:
+        d = doc["draft"]
+        draft = DraftInfo(
+            str(d["fingerprint"]), int(d["n_shared"]), tuple(int(t) for t in d["tail"]), int(d["state_bytes"]),
+            tuple((str(np.dtype(t).str), tuple(int(x) for x in shape)) for t, shape in d["extra"]),
+        )
+        if not 0 <= draft.n_shared <= len(tokens) or min(draft.section_bytes()) < 0:
+            raise ValueError("the draft sequence")
+    sections = _sections(state_bytes, infos, draft)
     crcs = tuple(tuple(int(x, 16) for x in s) for s in doc["crc"])
     if len(crcs) != len(sections) or any(len(c) != _blocks(s.nbytes) for c, s in zip(crcs, sections)):
         raise ValueError("the checksum list does not match the sections")
@@ -354,7 +405,7 @@ def _parse(doc: dict, tokens: np.ndarray, head_bytes: int) -> Header:
     if not 0 <= meta.prompt_end <= len(tokens):
         raise ValueError("the prompt end")
     body = sum(s.nbytes for s in sections)
-    return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body)
+    return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body, draft)
 
 
 def read(
@@ -395,7 +446,7 @@ def _wanted(header: Header, checkpoints: Collection[int] | None) -> list[bool]:
     for c in header.checkpoints:
         take = checkpoints is None or c.n_tokens in checkpoints
         out += [take] * ((c.data_bytes is not None) + (c.n_logits is not None))
-    return out
+    return out + [True] * (len(header.sections) - len(out))  # the drafter's sequence
 
 
 
@@ -454,4 +505,10 @@ def _payload(header: Header, buffers: list[np.ndarray | None]) -> Payload:
         if data is None and logits is None:
             continue  # not read
         checkpoints.append(Checkpoint(c.n_tokens, data, None if logits is None else logits.view(np.float32)))
-    return Payload(state, tuple(checkpoints))
+    draft = None
+    if header.draft is not None:
+        d = header.draft
+        draft_state = next(it)
+        extra = tuple(next(it).view(np.dtype(dtype)).reshape(shape) for dtype, shape in d.extra)
+        draft = DraftState(header.tokens[: d.n_shared] + d.tail, draft_state, extra, d.fingerprint)
+    return Payload(state, tuple(checkpoints), draft)

@@ -44,6 +44,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..prefix_trie import PrefixTrie
+from ..prompt_cache import DraftState
 from . import format as fmt
 from .format import Meta, Payload, Rejected
 from .index import DiskEntry, DiskIndex, DiskMatch
@@ -178,9 +179,11 @@ class DiskCache:
         prompt_end: int,
         last_used: float,
         keep_s: float | None = None,
+        draft: DraftState | None = None,
     ) -> DiskEntry | None:
-        """Queue an entry for writing. `state` and the checkpoints' arrays are shared, never
-        copied or changed (they must be read-only); the writer thread writes them. Makes
+        """Queue an entry for writing. `state`, the checkpoints' arrays and the drafter's
+        sequence (`draft`, speculative decoding) are shared, never copied or changed (they
+        must be read-only); the writer thread writes them. Makes
         room first (least recently used first; stale files before any) and drops older
         entries this one serves. An entry holding exactly these tokens is only touched.
         Returns None when the entry is not kept: retention in memory only (keep_s == 0),
@@ -200,11 +203,11 @@ class DiskCache:
                 return existing
             infos = fmt.checkpoint_infos(checkpoints)
             meta = Meta(self.fingerprint, tenant, prompt_end, last_used, keep_s)
-            layout = fmt.plan(meta, len(tokens), int(state.nbytes), infos)
+            layout = fmt.plan(meta, len(tokens), int(state.nbytes), infos, fmt.DraftInfo.of(draft, tokens) if draft else None)
             entry = DiskEntry(
                 name=secrets.token_hex(16) + fmt.SUFFIX, tokens=tokens, tenant=tenant, fingerprint=self.fingerprint,
                 nbytes=layout.file_bytes, state_bytes=int(state.nbytes), infos=infos, prompt_end=prompt_end,
-                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints)), meta=meta,
+                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints), draft), meta=meta,
             )
             if entry.nbytes > self.budget:
                 self.stats.refused += 1
@@ -458,7 +461,7 @@ class DiskCache:
         t0 = time.monotonic()
         try:
             # the planned header (a later touch changes last_used, whose digits change the size)
-            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, payload.state, payload.checkpoints)
+            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, payload.state, payload.checkpoints, payload.draft)
             if header.file_bytes != entry.nbytes:
                 _unlink(os.path.join(self.directory, entry.name))
                 raise OSError(f"wrote {header.file_bytes} bytes, {entry.nbytes} were planned")
