@@ -371,6 +371,8 @@ class Engine:
             # is checkpointed now, before this step's batch carries its prefill on
             for slot, n in self.media.run(self.slots):
                 self.memory.checkpoint(slot, n, None)
+        if self.spec.model_drafts:  # its decodes come first: what the last step emitted goes out now
+            self.outbox.flush(self.slots)
         drafts = self.spec.drafts(self.slots, self._batch.capacity, self.ctx.n_ubatch, self.memory.fork_pending)
         entries = plan_batch(
             self.slots, self._batch, self._prefill_budget(),

@@ -347,6 +347,11 @@ class Speculator:
                 config.type, how, config.n_max, config.n_min,
             )
 
+    @property
+    def model_drafts(self) -> bool:
+        """Whether drafting runs a model (a draft model, the MTP block): decodes of its own."""
+        return self.on and self.draft_model is not None
+
     # -- planning -----------------------------------------------------------------------
 
     def limits(self, active: "Active") -> tuple[int, int, float]:

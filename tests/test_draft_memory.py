@@ -111,6 +111,31 @@ def test_a_draft_models_sequence_outlives_the_engine_on_disk(tiny_models, tmp_pa
         plain.stop()
 
 
+def test_the_first_token_goes_out_before_the_draft_model_catches_up(tiny_models):
+    """A draft model evaluates the history it has not seen before its first draft (the whole
+    prompt on a first turn): the token the prefill gave is handed to the request first, so
+    the time to the first token is the prefill's alone."""
+    target = tiny_models["attention"]
+    engine = tiny_engine(target, spec=SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0), **REUSE_ENGINE)
+    seen = []
+    try:
+        drafter = engine.spec.draft_model
+        sink = QueueSink()
+        draft = drafter.draft
+
+        def watched(seq, history, limit, p_min):
+            seen.append(sink.queue.qsize())  # events the request has been handed so far
+            return draft(seq, history, limit, p_min)
+
+        drafter.draft = watched
+        engine.submit(GenerateRequest("first", P1, sink, SamplingParams(temperature=0), max_tokens=8))
+        result = sink.collect()
+    finally:
+        engine.stop()
+    assert result.usage.draft_tokens > 0
+    assert seen and seen[0] >= 1, seen
+
+
 @pytest.fixture(scope="module")
 def tiny_mtp(tmp_path_factory):
     return write_tiny_model("hybrid-mtp", tmp_path_factory.mktemp("tiny-mtp") / "hybrid-mtp.gguf")
