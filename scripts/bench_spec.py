@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--draft-max", type=int, default=16)
     p.add_argument("--ngram-n", type=int, default=12, help="--spec-ngram-size-n")
+    p.add_argument("--rs-snapshots", type=int, default=-1, help="--spec-rs-snapshots (recurrent and hybrid models)")
     p.add_argument("--ctx-size", type=int, default=8192)
     p.add_argument("--n-gpu-layers", type=int, default=-1)
     p.add_argument("--verify-cost", default=None, metavar="NP,...",
@@ -256,13 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         from scripts.bench_models import write_bench_model
 
         gguf = str(write_bench_model(args.model, f"/tmp/models/{args.model}-{args.scale}.gguf", args.vocab, args.scale, args.layers))
-    spec = SpecConfig(type="ngram-simple", n_max=args.draft_max, ngram_n=args.ngram_n)
+    spec = SpecConfig(type="ngram-simple", n_max=args.draft_max, ngram_n=args.ngram_n, rs_snapshots=args.rs_snapshots)
     if args.verify_cost:
         RejectDrafter.token = args.reject_token
         out = {"benchmark": "speculative decoding, the cost of rejected drafts", "model": args.model,
                "scale": args.scale, "gguf": gguf,
                "settings": {"n_predict": args.n_predict, "reps": args.reps, "draft_max": args.draft_max,
-                            "ngram_n": args.ngram_n, "ctx_size_per_slot": args.ctx_size,
+                            "ngram_n": args.ngram_n, "rs_snapshots": args.rs_snapshots, "ctx_size_per_slot": args.ctx_size,
                             "n_gpu_layers": args.n_gpu_layers, "reject_token": args.reject_token},
                "by_np": verify_cost(gguf, args, spec), "machine": bc.machine_info(),
                "seconds": round(time.monotonic() - t0, 1)}
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "benchmark": "speculative decoding, rewrite-a-file workload",
         "model": args.model, "scale": args.scale, "gguf": gguf,
-        "settings": {"n_predict": args.n_predict, "reps": args.reps, "draft_max": args.draft_max,
+        "settings": {"n_predict": args.n_predict, "reps": args.reps, "draft_max": args.draft_max, "rs_snapshots": args.rs_snapshots,
                      "ngram_n": args.ngram_n, "ctx_size": args.ctx_size, "n_gpu_layers": args.n_gpu_layers, "np": 1},
         "summary": summary,
         "results": results,

@@ -263,6 +263,7 @@ _FLAGS += [
     (("--spec-ngram-size-m",), "spec_ngram_size_m", int, 48, "ngram-simple: most tokens drafted after a match (before --draft-max)"),
     (("--spec-ngram-size-min",), "spec_ngram_size_min", int, 3, "ngram-simple: the shortest n-gram looked up where the last --spec-ngram-size-n tokens did not occur before (equal to -n: only that length)"),
     (("--spec-ngram-memory",), "spec_ngram_memory", int, 65536, "ngram-simple: tokens of earlier requests' outputs kept, drafted from where the slot's history has no match (same tenant only; 0: none)"),
+    (("--spec-rs-snapshots",), "spec_rs_snapshots", int, -1, "recurrent and hybrid models: recurrent states kept per sequence after its last tokens, so a draft of up to that many tokens rolls back without a state copy; every step writes them, and each costs one more recurrent state per sequence (-1: 4 with a draft model or MTP, 0 with n-grams; 0: state copies only)"),
     (("-md", "--model-draft"), "model_draft", str, None, "a draft model for speculative decoding (same vocabulary; sets --spec-type draft): it drafts greedily while each token is at least --draft-p-min likely"),
     (("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), "gpu_layers_draft", int, -1, "layers of the draft model on the GPU (-1: all)"),
     (("-devd", "--device-draft"), "device_draft", parse_device_names, None, "comma-separated devices for the draft model, named as --list-devices shows them (none: the CPU; default: -dev's)"),
@@ -515,7 +516,7 @@ def _spec(a: argparse.Namespace, parser: argparse.ArgumentParser) -> SpecConfig:
             type=kind, n_max=a.draft_max, n_min=a.draft_min, p_min=a.draft_p_min,
             ngram_n=a.spec_ngram_size_n, ngram_min=a.spec_ngram_size_min, ngram_m=a.spec_ngram_size_m, ngram_memory=a.spec_ngram_memory, draft_model=a.model_draft or None,
             draft_gpu_layers=a.gpu_layers_draft, draft_type_k=a.cache_type_k_draft, draft_type_v=a.cache_type_v_draft,
-            draft_devices=a.device_draft if a.device_draft is not None else a.device,
+            draft_devices=a.device_draft if a.device_draft is not None else a.device, rs_snapshots=a.spec_rs_snapshots,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -162,6 +162,7 @@ def _load(
         pinned_states=on_gpu,
         # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
         pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
+        n_rs_seq=cfg.spec.snapshots_for(classify_memory(info, cfg.swa_full)),
     )
     ctx = Context(model, params)
     batch = Batch(ctx.n_batch, ctx.n_seq_max)

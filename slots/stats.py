@@ -107,6 +107,7 @@ class EngineStats:
     spec_verify_steps: int = 0  # drafts verified
     spec_rollbacks: int = 0  # recurrent and hybrid memory: drafts cut, their state put back
     spec_rollback_seconds: float = 0.0
+    spec_state_copies: int = 0  # drafts whose recurrent state was copied before the step (longer than the snapshots)
     # tokens a draft model or the MTP block took into its own memory to follow the slots:
     # "evaluated", or "restored" from the prompt cache or another slot's sequence
     spec_drafter_tokens: Counter = field(default_factory=Counter)

@@ -3,6 +3,7 @@ into the RAM prompt cache and the disk tier with the slot's contents, back out o
 whichever slot takes them, and into a fork's target. Real llama.cpp on the tiny models: outputs equal those without
 drafts, and the counters show the drafter restored the conversation instead of evaluating it."""
 
+import numpy as np
 import pytest
 
 from tests.helpers import REUSE_ENGINE, generate, random_tokens, tiny_engine
@@ -158,3 +159,38 @@ def test_the_mtp_blocks_sequence_comes_back_from_the_prompt_cache(tiny_mtp):
     assert [r.tokens for r in fast] == [r.tokens for r in plain]
     assert fast[2].reuse.source == "ram" and fast[2].usage.draft_tokens > 0
     assert took["restored"] >= len(P1), took
+
+
+def test_a_copy_of_a_sequence_rolled_back_to_a_snapshot_has_the_state_after_the_rollback(tiny_models):
+    """llama.cpp takes a hybrid sequence back to a recurrent snapshot only at its next decode;
+    a seq_cp before that decode copies the state from before the rollback unless the snapshot
+    is made the state first (Context.seq_cp). Real llama.cpp on the tiny Qwen3.5 model: the
+    copy's next logits equal those of a sequence that never saw the rejected tokens."""
+    from warmslot.slots.llama_api import Batch, Context, ContextParams, Model
+
+    model = Model(str(tiny_models["hybrid"]), n_gpu_layers=0)
+    try:
+        ctx = Context(model, ContextParams(n_ctx=256, n_seq_max=3, n_rs_seq=4, type_k="f32", type_v="f32", flash_attn="off"))
+        batch = Batch(64, 3)
+        try:
+            assert ctx.n_rs_seq == 4
+            prompt, rejected, nxt = P1[:20], [1, 2, 3], 7
+
+            def decode(tokens, pos, seq):
+                batch.clear()
+                index = batch.add(tokens, pos, seq, logits_last=True)
+                assert ctx.decode(batch) == 0
+                return ctx.logits(index)
+
+            decode(prompt[:-1], 0, 0)
+            decode(prompt, 0, 2)  # the reference never sees the rejected tokens
+            decode(prompt[-1:] + rejected, len(prompt) - 1, 0)  # a verify step: pending token and draft
+            assert ctx.seq_rm(0, len(prompt), -1)  # back to the snapshot after the prompt
+            ctx.seq_cp(0, 1)
+            want = decode([nxt], len(prompt), 2)
+            assert np.allclose(decode([nxt], len(prompt), 1), want, atol=1e-4)
+            assert np.allclose(decode([nxt], len(prompt), 0), want, atol=1e-4)
+        finally:
+            ctx.close()
+    finally:
+        model.close()

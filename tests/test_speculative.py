@@ -120,6 +120,25 @@ def test_spec_flags_follow_llama_server():
             parse_config(["-m", "x.gguf", *argv])
 
 
+def test_recurrent_snapshots_go_to_the_drafters_that_verify_at_most_steps():
+    """--spec-rs-snapshots: -1 keeps 4 recurrent states per sequence with MTP or a draft model
+    (bounded by --draft-max), none with n-grams; only recurrent and hybrid memory keeps any."""
+    from warmslot.slots.llama_api import MemoryKind
+
+    hybrid = MemoryKind.HYBRID
+    assert SpecConfig(type="draft-mtp").snapshots_for(hybrid) == 4
+    assert SpecConfig(type="draft-mtp", n_max=2).snapshots_for(hybrid) == 2
+    assert SpecConfig(type="draft", draft_model="d.gguf").snapshots_for(MemoryKind.RECURRENT) == 4
+    assert SpecConfig(type="ngram-simple").snapshots_for(hybrid) == 0
+    assert SpecConfig(type="ngram-simple", rs_snapshots=6).snapshots_for(hybrid) == 6
+    assert SpecConfig(type="draft-mtp").snapshots_for(MemoryKind.ATTENTION) == 0
+    assert SpecConfig().snapshots_for(hybrid) == 0  # no drafts
+    config, _ = parse_config(["-m", "x.gguf", "--spec-type", "ngram-simple", "--spec-rs-snapshots", "3"])
+    assert config.engine.spec.rs_snapshots == 3
+    with pytest.raises(SystemExit):
+        parse_config(["-m", "x.gguf", "--spec-type", "ngram-simple", "--spec-rs-snapshots", "-2"])
+
+
 def test_draft_model_flags(tmp_path):
     draft = tmp_path / "draft.gguf"
     draft.write_bytes(b"GGUF")
@@ -376,7 +395,9 @@ def test_four_slots_agree_with_and_without_drafts(tiny_models, kind):
         assert sum(r.usage.draft_tokens for r in results[True]) > 0 and rollbacks == 0
 
 
-def _drafting_wrong_in(tiny_models, monkeypatch, seed: int, wrong: range, kind: str = "attention", stats: dict | None = None):
+def _drafting_wrong_in(
+    tiny_models, monkeypatch, seed: int, wrong: range, kind: str = "attention", stats: dict | None = None, snapshots: int = 8,
+):
     """48 greedy tokens of a random prompt with an n-gram drafter that proposes a token the
     model never emits while the tokens generated so far are in `wrong`, and the output
     without drafts otherwise. Returns (the result with drafts, the output without, the steps
@@ -398,13 +419,14 @@ def _drafting_wrong_in(tiny_models, monkeypatch, seed: int, wrong: range, kind: 
             return [never] * limit if done in wrong else list(want[done : done + limit])
 
     monkeypatch.setattr(speculative, "NgramDrafter", Drafter)
-    on = tiny_engine(tiny_models[kind], spec=SpecConfig(type="ngram-simple", n_max=8, ngram_n=3))
+    on = tiny_engine(tiny_models[kind], spec=SpecConfig(type="ngram-simple", n_max=8, ngram_n=3, rs_snapshots=snapshots))
     try:
         steps = on.stats.steps
         r = generate(on, prompt, max_tokens=48)
         steps = on.stats.steps - steps
         if stats is not None:
-            stats.update(rollbacks=on.stats.spec_rollbacks, verify_steps=on.stats.spec_verify_steps)
+            stats.update(rollbacks=on.stats.spec_rollbacks, verify_steps=on.stats.spec_verify_steps,
+                         copies=on.stats.spec_state_copies, n_rs_seq=on.ctx.n_rs_seq)
     finally:
         on.stop()
     return r, want, steps
@@ -434,19 +456,25 @@ def test_after_a_fruitless_draft_drafts_are_checked_again(tiny_models, monkeypat
     assert r.usage.draft_accepted >= 15, r.usage
 
 
-@pytest.mark.parametrize("kind", ["recurrent", "hybrid"])
-def test_recurrent_and_hybrid_memory_roll_a_cut_draft_back(tiny_models, monkeypatch, kind):
-    """Memory that cannot be cut back: a draft that is partly rejected puts back the state
-    copied before it and decodes the kept tokens again. With a drafter that is right, then
-    wrong from token 12 to 30, then right, the output is the one without drafts, drafts are
-    accepted, and each cut draft was rolled back."""
+@pytest.mark.parametrize("kind,snapshots", [("recurrent", 8), ("hybrid", 0), ("hybrid", 8)])
+def test_recurrent_and_hybrid_memory_roll_a_cut_draft_back(tiny_models, monkeypatch, kind, snapshots):
+    """Memory that cannot be cut back: a draft that is partly rejected is taken back, either
+    to the recurrent state llama.cpp kept after the last accepted token (Qwen3.5's hybrid
+    memory with snapshots: seq_rm alone), or by putting back the state copied before the
+    step and decoding the kept tokens again (Mamba 2, which has no snapshots, or
+    --spec-rs-snapshots 0). With a drafter that is right, then wrong from token 12 to 30,
+    then right, the output is the one without drafts, drafts are accepted, and each cut
+    draft was rolled back."""
     stats: dict = {}
-    r, want, steps = _drafting_wrong_in(tiny_models, monkeypatch, 6, range(12, 30), kind=kind, stats=stats)
+    r, want, steps = _drafting_wrong_in(tiny_models, monkeypatch, 6, range(12, 30), kind=kind, stats=stats, snapshots=snapshots)
     assert r.tokens == want
     rejected = r.usage.draft_tokens - r.usage.draft_accepted
     assert rejected >= 1 and r.usage.draft_accepted >= 15, r.usage
     assert stats["rollbacks"] >= 1, stats
     assert steps < 48 - 10
+    with_snapshots = kind == "hybrid" and snapshots > 0
+    assert stats["n_rs_seq"] == (8 if with_snapshots else 0), stats
+    assert (stats["copies"] == 0) == with_snapshots, stats  # drafts of at most 8 tokens
 
 
 def test_a_draft_model_that_proposes_nothing_backs_off(tiny_models, monkeypatch):

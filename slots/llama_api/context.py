@@ -30,6 +30,9 @@ class ContextParams:
     kv_unified: bool = True  # one KV pool for all sequences; False: a stream of n_ctx/n_seq_max cells each
     pinned_states: bool = True  # page-locked host memory for states when on a CUDA GPU
     pinned_limit: int = 16 << 30  # at most this much of it
+    # recurrent state snapshots per sequence: seq_rm may take back this many of its last
+    # tokens without a state copy (llama.cpp's n_rs_seq; 0 where the model has no support)
+    n_rs_seq: int = 0
 
 
 def default_threads() -> int:
@@ -61,6 +64,7 @@ class Context:
         cp.type_v = KV_TYPES[params.type_v]
         cp.swa_full = params.swa_full
         cp.kv_unified = params.kv_unified
+        cp.n_rs_seq = params.n_rs_seq
         cp.no_perf = True
         if ctx_type:
             cp.ctx_type = ctx_type
@@ -76,6 +80,10 @@ class Context:
         self.n_batch = int(llama_cpp.llama_n_batch(ctx))
         self.n_ubatch = int(llama_cpp.llama_n_ubatch(ctx))
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ctx))
+        self.n_rs_seq = int(llama_cpp.llama_n_rs_seq(ctx))  # 0 where the model's memory has none
+        # sequences that a seq_rm took back to a snapshot: llama.cpp switches them to it at
+        # their next decode, and until then a seq_cp from them would copy the state before it
+        self._rolled_back: set[int] = set()
         self.unified = params.kv_unified
         self.n_threads = threads
         self.n_vocab = model.n_vocab
@@ -85,20 +93,29 @@ class Context:
 
     def decode(self, batch: "Batch") -> int:
         """0 ok; 1 no KV space (memory is unchanged); other values are errors."""
-        return int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n)))
+        rc = int(llama_cpp.llama_decode(self.ptr, batch.struct(batch.n)))
+        if rc == 0 and self._rolled_back:
+            self._rolled_back.difference_update(batch.seq_ids(batch.n).tolist())
+        return rc
 
     def synchronize(self) -> None:
         """Wait for the device to finish the work launched so far."""
         llama_cpp.llama_synchronize(self.ptr)
 
     def seq_rm(self, seq: int, p0: int, p1: int = -1) -> bool:
-        return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))
+        ok = bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))
+        if ok and self.n_rs_seq and p0 > 0:
+            self._rolled_back.add(seq)  # (or nothing was there to take back: harmless)
+        return ok
 
     def seq_clear(self, seq: int) -> None:
         ok = llama_cpp.llama_memory_seq_rm(self.mem, seq, -1, -1)
         assert ok, "removing a whole sequence never fails"
+        self._rolled_back.discard(seq)
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        if src in self._rolled_back:  # make the snapshot the state itself first
+            self.state_set(src, self.state_get(src, partial=True), partial=True)
         llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
 
     def seq_pos_min(self, seq: int) -> int:
@@ -122,6 +139,7 @@ class Context:
         flags = PARTIAL_ONLY if partial else 0
         ptr = data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         n = int(llama_cpp.llama_state_seq_set_data_ext(self.ptr, ptr, data.nbytes, seq, flags))
+        self._rolled_back.discard(seq)
         return n > 0
 
     def prepare_outputs(self, index: int) -> None:
