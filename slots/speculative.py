@@ -36,8 +36,11 @@ this is the standard rule for a deterministic draft: a drafted token is accepted
 probability p_target(token), and on rejection the token emitted is distributed as p_target
 with the drafted token removed and renormalised.
 
-Recurrent and hybrid memory cannot be cut back: before a step that verifies a draft, the
-slot's recurrent state is copied (`Context.state_get`, partial); when part of the draft is
+Recurrent and hybrid memory cannot be cut back. Where the model supports it, llama.cpp keeps
+the recurrent state after each of a sequence's last N tokens (`--spec-rs-snapshots`, its
+n_rs_seq; see RS_SNAPSHOTS), and a rejected part of a draft of up to N tokens is removed by
+seq_rm alone. Otherwise, and for longer drafts, the slot's recurrent state is copied before
+the step that verifies the draft (`Context.state_get`, partial); when part of the draft is
 rejected, the copy is put back, the attention cells past it removed, and the pending and
 accepted tokens decoded again into that sequence alone, after every row of the step is
 sampled (`settle`). That costs a state copy per draft and a small decode per rejection, and
@@ -192,8 +195,8 @@ class SpecConfig:
 
     def snapshots_for(self, kind: MemoryKind) -> int:
         """The recurrent state snapshots each sequence keeps (llama.cpp's n_rs_seq): drafts up
-        to that long roll back with seq_rm, longer ones with a state copy. None without drafts
-        or without recurrent memory (llama.cpp gives none where the model cannot use them)."""
+        to that long roll back with seq_rm, longer ones with a state copy. 0 without drafts or
+        without recurrent memory (llama.cpp keeps none where the model cannot use them)."""
         if not self.on or kind not in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
             return 0
         n = self.rs_snapshots
