@@ -12,7 +12,9 @@ requests), streamed:
   the cost of drafting when the drafts are rejected).
 
 Configurations are NAME=SERVER[:FLAGS] (SERVER warmslot or llama-server), each started fresh,
-one server at a time, with the same `-np 1 -c N -t T` flags. The default compares warmslot off
+one server at a time, with the same `-np P -c N*P -t T` flags (P: --parallel, 1 by default; with
+more, each repetition sends P requests at once and the aggregate tokens/s is reported too).
+The default compares warmslot off
 and `ngram-simple` with llama-server off and every one of its n-gram types, each at its own
 defaults:
 
@@ -30,7 +32,9 @@ shared machine each request waits until other processes are quiet (scripts/cpu_c
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
+import os
 import shlex
 import statistics
 import sys
@@ -107,11 +111,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--llama-server", default=str(sp.DEFAULT_LLAMA_SERVER))
     p.add_argument("--python", default=sys.executable, help="interpreter that runs warmslot")
     p.add_argument("--config", action="append", default=None, help="NAME=SERVER[:FLAGS], repeated")
+    p.add_argument("--src", action="append", default=[], help="NAME=DIR: run that warmslot configuration from DIR (a `warmslot` package)")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--reps", type=int, default=3, help="measured requests per workload and configuration")
     p.add_argument("--n-predict", type=int, default=384, help="most tokens per request (free: exactly this many)")
     p.add_argument("--threads", "-t", type=int, default=2)
-    p.add_argument("--ctx-size", "-c", type=int, default=4096)
+    p.add_argument("--ctx-size", "-c", type=int, default=4096, help="per slot")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="slots (-np), and requests sent at once in each repetition (aggregate tokens/s then reported)")
     p.add_argument("--ngl", type=int, default=0, help="-ngl for both servers")
     p.add_argument("--chat-template-file", default=None)
     p.add_argument("--no-wait-idle", dest="wait_idle", action="store_false")
@@ -121,7 +128,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def server_command(server: str, flags: list[str], a: argparse.Namespace, model: str) -> list[str]:
-    common = ["-np", "1", "-c", str(a.ctx_size), "-t", str(a.threads), "-tb", str(a.threads), "-ngl", str(a.ngl)]
+    common = ["-np", str(a.parallel), "-c", str(a.ctx_size * a.parallel), "-t", str(a.threads), "-tb", str(a.threads), "-ngl", str(a.ngl)]
     if a.chat_template_file:
         common += ["--chat-template-file", a.chat_template_file]
     if server == "warmslot":
@@ -138,28 +145,38 @@ def run_config(name: str, server: str, flags: list[str], a: argparse.Namespace, 
     cmd = server_command(server, flags, a, model)
     out: dict = {"server": server, "flags": flags, "command": cmd, "workloads": {}}
     print(f"[{name}] starting: {shlex.join(cmd)}", flush=True)
-    with sp.ServerProcess(name, cmd, log_path=Path(a.log_dir) / f"{name}.log") as srv, httpx.Client(timeout=900) as client:
+    src = dict(s.split("=", 1) for s in a.src).get(name)  # another source tree for this configuration
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH"))))} if src else None
+    with sp.ServerProcess(name, cmd, env=env, log_path=Path(a.log_dir) / f"{name}.log") as srv, httpx.Client(timeout=900) as client:
         out["load_s"] = srv.load_s
         warm = stream_request(srv.url, "/v1/chat/completions", request_body("free", 999, 8), client=client)
         if not warm.ok:
             raise RuntimeError(f"{name}: warm-up failed: {warm.error}\n{srv.output_tail()}")
         for wl in workloads:
-            runs = []
+            runs, aggregate = [], []
             for i in range(a.reps):
                 if a.wait_idle:
                     cpu_contention.wait_for_idle([srv.pgid], timeout=600)
-                r = stream_request(srv.url, "/v1/chat/completions", request_body(wl, i, a.n_predict), client=client)
-                if not r.ok:
-                    raise RuntimeError(f"{name} {wl}: {r.error}\n{srv.output_tail()}")
-                drafted, accepted = drafts(r.timings)
-                runs.append({"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
-                             "ttft_s": r.ttft_s, "decode_s": r.decode_s, "decode_tps": r.decode_tps,
-                             "drafted": drafted, "accepted": accepted, "finish_reason": r.finish_reason,
-                             "text_sha1": hashlib.sha1(r.text.encode()).hexdigest()[:12], "text_head": r.text[:80]})
-                print(f"  {name:28s} {wl:8s} {i}: {r.completion_tokens} tokens, {r.decode_tps or 0:7.1f} tok/s, "
-                      f"drafted {drafted} accepted {accepted}", flush=True)
+                t0 = time.perf_counter()
+                with concurrent.futures.ThreadPoolExecutor(a.parallel) as pool:
+                    results = list(pool.map(
+                        lambda j: stream_request(srv.url, "/v1/chat/completions",
+                                                 request_body(wl, i * a.parallel + j, a.n_predict), client=client),
+                        range(a.parallel)))
+                aggregate.append(sum(r.completion_tokens or 0 for r in results) / (time.perf_counter() - t0))
+                for r in results:
+                    if not r.ok:
+                        raise RuntimeError(f"{name} {wl}: {r.error}\n{srv.output_tail()}")
+                    drafted, accepted = drafts(r.timings)
+                    runs.append({"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+                                 "ttft_s": r.ttft_s, "decode_s": r.decode_s, "decode_tps": r.decode_tps,
+                                 "drafted": drafted, "accepted": accepted, "finish_reason": r.finish_reason,
+                                 "text_sha1": hashlib.sha1(r.text.encode()).hexdigest()[:12], "text_head": r.text[:80]})
+                    print(f"  {name:28s} {wl:8s} {i}: {r.completion_tokens} tokens, {r.decode_tps or 0:7.1f} tok/s, "
+                          f"drafted {drafted} accepted {accepted}", flush=True)
             drafted = sum(r["drafted"] for r in runs)
             out["workloads"][wl] = {
+                "aggregate_tps": statistics.median(aggregate) if a.parallel > 1 else None,
                 "decode_tps": statistics.median(r["decode_tps"] or 0.0 for r in runs),
                 "completion_tokens": sum(r["completion_tokens"] or 0 for r in runs),
                 "drafted": drafted, "accepted": sum(r["accepted"] for r in runs),
@@ -182,6 +199,8 @@ def summarize(results: dict) -> dict:
         row = {}
         for wl, w in r["workloads"].items():
             entry = {"decode_tps": round(w["decode_tps"], 1), "acceptance": w["acceptance"]}
+            if w.get("aggregate_tps"):
+                entry["aggregate_tps"] = round(w["aggregate_tps"], 1)
             if ref and wl in ref["workloads"] and ref["workloads"][wl]["decode_tps"]:
                 entry["vs_own_off"] = round(w["decode_tps"] / ref["workloads"][wl]["decode_tps"], 3)
                 if wl != "free":
@@ -224,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     bc.write_json(a.out, out)
-    rows = [(name, *(f"{s[wl]['decode_tps']:.1f} ({s[wl].get('vs_own_off', 1.0):.2f}x, "
+    rows = [(name, *(f"{s[wl].get('aggregate_tps', s[wl]['decode_tps']):.1f} ({s[wl].get('vs_own_off', 1.0):.2f}x, "
                      f"{(s[wl]['acceptance'] or 0):.0%})" for wl in workloads)) for name, s in summary.items()]
     print(bc.format_table(["config", *workloads], rows))
     return 0

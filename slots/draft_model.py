@@ -14,7 +14,8 @@ slot's prefix, costs the draft model only what the target evaluates too. (A slot
 carries no draft state: the draft sequence is then evaluated from where it differs.)
 
 Drafting stops at --draft-max tokens, or before a token the draft model gives less than
---draft-p-min probability. The draft only proposes: the target's own sampler decides every
+--draft-p-min probability. The slots that draft in a step draft together (`draft_batch`):
+their sequences catch up in one decode, and each drafted position of all of them is one. The draft only proposes: the target's own sampler decides every
 token (speculative.py), so a draft model's numerics, its memory kind or a cut that its memory
 refuses (then its sequence is evaluated again from the start) change how many drafted tokens
 are accepted, never the output. Engine thread only.
@@ -75,27 +76,63 @@ class DraftModel:
     def draft(self, seq: int, history: Sequence[int], limit: int, p_min: float) -> list[int]:
         """Up to `limit` tokens the draft model predicts after `history` (the slot's tokens
         and its pending one), greedily, while each is at least `p_min` likely."""
-        logits = self._follow(seq, history)
-        if logits is None:
-            return []
-        held = self.tokens[seq]
-        out: list[int] = []
-        while True:
-            token, p = most_likely(logits)
-            if p < p_min:
+        return self.draft_batch([(seq, history, limit, p_min)])[0]
+
+    def draft_batch(self, requests: Sequence[tuple[int, Sequence[int], int, float]]) -> list[list[int]]:
+        """`draft` for several sequences at once, each request (seq, history, limit, p_min):
+        the sequences catch up with their slots in one decode (where that fits a batch), and
+        each further drafted token of all of them is one decode."""
+        logits = self._follow_all([(seq, history) for seq, history, _, _ in requests])
+        out: list[list[int]] = [[] for _ in requests]
+        going = [i for i, row in enumerate(logits) if row is not None]
+        while going:
+            self.batch.clear()
+            rows = []
+            for i in going:
+                seq, _, limit, p_min = requests[i]
+                token, p = most_likely(logits[i])
+                if p < p_min:
+                    continue
+                out[i].append(token)
+                held = self.tokens[seq]
+                if len(out[i]) < limit and not self.model.is_eog(token) and len(held) + 1 < self.ctx.n_ctx_seq:
+                    rows.append((i, self.batch.add([token], len(held), seq, logits_last=True)))
+            if not rows:
                 break
-            out.append(token)
-            if len(out) >= limit or self.model.is_eog(token) or len(held) + 1 >= self.ctx.n_ctx_seq:
+            if self.ctx.decode(self.batch) != 0:
+                for i, _ in rows:  # no room, or an error: these start over at their next draft
+                    self._forget(requests[i][0])
                 break
-            logits = self._decode(seq, [token], len(held))
-            if logits is None:
-                break
-            held.append(token)
+            for i, index in rows:
+                logits[i] = self.ctx.logits(index)
+                self.tokens[requests[i][0]].append(out[i][-1])
+            going = [i for i, _ in rows]
         return out
 
-    def _follow(self, seq: int, history: Sequence[int]) -> np.ndarray | None:
-        """Bring the draft sequence to `history` (keep the common prefix, evaluate the rest);
-        the logits after its last token."""
+    def _follow_all(self, wanted: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray | None]:
+        """`_follow` for several sequences: one decode when all they lack fits a batch."""
+        for seq, history in wanted:
+            self._cut(seq, history)
+        lacking = sum(len(history) - len(self.tokens[seq]) for seq, history in wanted)
+        if len(wanted) == 1 or lacking > self.batch.capacity or any(len(h) >= self.ctx.n_ctx_seq for _, h in wanted):
+            return [self._follow(seq, history) for seq, history in wanted]
+        self.batch.clear()
+        index = [
+            self.batch.add(list(history[len(self.tokens[seq]):]), len(self.tokens[seq]), seq, logits_last=True)
+            for seq, history in wanted
+        ]
+        if self.ctx.decode(self.batch) != 0:
+            for seq, _ in wanted:
+                self._forget(seq)
+            return [None] * len(wanted)
+        self.stats.spec_drafter_tokens["evaluated"] += lacking
+        for seq, history in wanted:
+            self.tokens[seq].extend(history[len(self.tokens[seq]):])
+        return [self.ctx.logits(i) for i in index]
+
+    def _cut(self, seq: int, history: Sequence[int]) -> None:
+        """Cut the draft sequence to what it shares with `history`, less its last token at
+        least (evaluated again for its logits)."""
         held = self.tokens[seq]
         keep = common_prefix(held, history)
         if keep == len(history):
@@ -104,6 +141,16 @@ class DraftModel:
             keep = 0
             self.ctx.seq_clear(seq)
         del held[keep:]
+
+    def _forget(self, seq: int) -> None:
+        self.ctx.seq_clear(seq)
+        self.tokens[seq].clear()
+
+    def _follow(self, seq: int, history: Sequence[int]) -> np.ndarray | None:
+        """Bring the draft sequence to `history` (keep the common prefix, evaluate the rest);
+        the logits after its last token."""
+        self._cut(seq, history)
+        held = self.tokens[seq]
         if len(history) >= self.ctx.n_ctx_seq:
             return None
         logits = None
@@ -120,9 +167,7 @@ class DraftModel:
         self.batch.clear()
         index = self.batch.add(tokens, pos, seq, logits_last=True)
         if self.ctx.decode(self.batch) != 0:
-            # no room, or an error: start this sequence over at the next draft
-            self.ctx.seq_clear(seq)
-            self.tokens[seq].clear()
+            self._forget(seq)  # no room, or an error: start this sequence over at the next draft
             return None
         return self.ctx.logits(index)
 

@@ -179,6 +179,10 @@ class MtpDraft:
 
     # -- drafting -----------------------------------------------------------------------
 
+    def draft_batch(self, requests: Sequence[tuple[int, Sequence[int], int, float]]) -> list[list[int]]:
+        """`draft` for each request (seq, history, limit, p_min), one after another."""
+        return [self.draft(*request) for request in requests]
+
     def draft(self, seq: int, history: Sequence[int], limit: int, p_min: float) -> list[int]:
         """Up to `limit` tokens after `history` (the slot's tokens and its pending one)."""
         pos = len(history) - 1

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Sequence
 from .llama_api import Batch, Context, MemoryKind
 from .ngram_memory import MEMORY_TOKENS, NgramMemory
 from .stats import EngineStats
+from .step_cost import StepCost, best_length
 
 if TYPE_CHECKING:
     from .postprocess import Postprocess
@@ -100,60 +101,6 @@ BACKOFF_MAX = 64
 # turns; 188.2 and 187.4 on free text). So by default the drafters that verify at most
 # steps (a draft model, MTP) keep 4, and n-gram drafts, verified only now and then, none.
 RS_SNAPSHOTS = 4
-
-
-class StepCost:
-    """What verifying a draft costs, learned from the engine's own steps: a step with drafts
-    takes (1 + fixed + per_token * drafted) times a step of the same slots without them.
-    On 2 CPU cores every drafted token costs about a fifth of a step (a 17-token step took 4
-    one-token steps); on an H100 a token costs little, while each step with drafts costs a
-    fixed amount more inside llama_decode (scripts/bench_spec.py --verify-cost)."""
-
-    DECAY = 0.97  # the weight of older verify steps in the fit, per step
-
-    def __init__(self) -> None:
-        self.plain: dict[int, float] = {}  # decoding slots -> seconds of a step without drafts (moving average)
-        self._n = self._sx = self._sy = self._sxx = self._sxy = 0.0
-
-    def observe(self, n_slots: int, drafted: int, prefill: bool, seconds: float) -> None:
-        if prefill or n_slots == 0:
-            return
-        if not drafted:
-            old = self.plain.get(n_slots)
-            self.plain[n_slots] = seconds if old is None else 0.9 * old + 0.1 * seconds
-            return
-        base = self.plain.get(n_slots)
-        if not base:
-            return
-        x, y, d = float(drafted), seconds / base - 1.0, self.DECAY
-        self._n, self._sx, self._sy = d * self._n + 1, d * self._sx + x, d * self._sy + y
-        self._sxx, self._sxy = d * self._sxx + x * x, d * self._sxy + x * y
-
-    def model(self) -> tuple[float, float] | None:
-        """(fixed, per_token), in steps without drafts; None before three verify steps."""
-        if self._n < 3:
-            return None
-        mx, my = self._sx / self._n, self._sy / self._n
-        var = self._sxx / self._n - mx * mx
-        if var > 1.0:
-            per_token = max(0.0, (self._sxy / self._n - mx * my) / var)
-            return max(0.0, my - per_token * mx), per_token
-        return 0.0, max(0.0, my / mx)
-
-
-def best_length(p: float, fixed: float, per_token: float, limit: int) -> int:
-    """The draft length that emits the most tokens per unit of step time when each drafted
-    token is accepted with probability p while all before it were: (1 + E[accepted]) /
-    (1 + fixed + per_token * length); 0 when no length beats not drafting."""
-    best, best_rate = 0, 1.0
-    expected, run = 0.0, 1.0
-    for length in range(1, limit + 1):
-        run *= p
-        expected += run
-        rate = (1.0 + expected) / (1.0 + fixed + per_token * length)
-        if rate > best_rate:
-            best, best_rate = length, rate
-    return best
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,24 +362,43 @@ class Speculator:
             room = min(room, n_ubatch - len(decoding))
         out: dict[int, list[int]] = {}
         cost = self.cost.model()
+        planned: list[tuple["Slot", int, int, float]] = []  # a model drafts for these together, below
         for slot in decoding:
             if room <= 0:
                 break
             if slot.active.draft_skip > 0:
                 slot.active.draft_skip -= 1
                 continue
+            if self.draft_model is not None:
+                plan = self._plan(slot, room, cost)
+                if plan is not None and not slot.active.req.media:  # a model would read an image's ids as tokens
+                    planned.append((slot, *plan))
+                    room -= plan[0]  # what its draft may take at most
+                    if window:
+                        break
+                continue
             draft = self._draft(slot, room, cost)
             if draft:
                 out[slot.id] = draft
                 room -= len(draft)
-                if self._rollback and len(draft) > self._snapshots:
-                    self._saved[slot.id] = (slot.n_past, self.ctx.state_get(slot.id, partial=True))
-                    self.stats.spec_state_copies += 1
                 if window:
                     break
+        if planned:
+            made = self.draft_model.draft_batch([(s.id, s.tokens + [s.active.pending], limit, p_min) for s, limit, _, p_min in planned])
+            for (slot, _, n_min, _), draft in zip(planned, made):
+                if not draft:  # the draft model's step was paid for nothing
+                    _back_off(slot.active)
+                if len(draft) >= max(1, n_min):
+                    out[slot.id] = draft
+        for slot_id, draft in out.items():
+            if self._rollback and len(draft) > self._snapshots:
+                slot = next(s for s in decoding if s.id == slot_id)
+                self._saved[slot_id] = (slot.n_past, self.ctx.state_get(slot_id, partial=True))
+                self.stats.spec_state_copies += 1
         return out
 
-    def _draft(self, slot: "Slot", room: int, cost: tuple[float, float] | None) -> list[int]:
+    def _plan(self, slot: "Slot", room: int, cost: tuple[float, float] | None) -> tuple[int, int, float] | None:
+        """(the most tokens to draft, n_min, p_min) for this slot's request; None: no draft."""
         active = slot.active
         n_max, n_min, p_min = self.limits(active)
         limit = min(n_max, room, self.ctx.n_ctx_seq - slot.n_past - 2)
@@ -446,22 +412,24 @@ class Speculator:
             p = (active.n_accepted + 1) / (active.n_accepted + active.draft_rejections + 2)
             limit = max(1, min(limit, best_length(p, *cost, limit)))
         if limit <= 0 or limit < n_min:
+            return None
+        return limit, n_min, p_min
+
+    def _draft(self, slot: "Slot", room: int, cost: tuple[float, float] | None) -> list[int]:
+        """An n-gram draft for the slot (drafters that are models draft in `draft_batch`)."""
+        plan = self._plan(slot, room, cost)
+        if plan is None:
             return []
-        if self.draft_model is not None:
-            if active.req.media:
-                return []  # the draft model would read an image's placeholder ids as tokens
-            draft = self.draft_model.draft(slot.id, slot.tokens + [active.pending], limit, p_min)
-            if not draft:  # the draft model's step was paid for nothing
-                _back_off(active)
-        else:
-            if active.drafter is None:
-                cfg = self.config
-                active.drafter = NgramDrafter(cfg.ngram_n, cfg.ngram_m, self.memory, active.req.tenant, cfg.ngram_min)
-            draft = active.drafter.draft(slot.tokens, active.pending, limit)
-            cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
-            draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
-            if active.shadowing and not _shadow(active, draft):
-                return []
+        limit, n_min, _ = plan
+        active = slot.active
+        if active.drafter is None:
+            cfg = self.config
+            active.drafter = NgramDrafter(cfg.ngram_n, cfg.ngram_m, self.memory, active.req.tenant, cfg.ngram_min)
+        draft = active.drafter.draft(slot.tokens, active.pending, limit)
+        cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
+        draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
+        if active.shadowing and not _shadow(active, draft):
+            return []
         return draft if len(draft) >= max(1, n_min) else []
 
     def after_decode(self, entries: Sequence["BatchEntry"], batch: Batch) -> None:

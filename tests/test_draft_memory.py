@@ -122,13 +122,13 @@ def test_the_first_token_goes_out_before_the_draft_model_catches_up(tiny_models)
     try:
         drafter = engine.spec.draft_model
         sink = QueueSink()
-        draft = drafter.draft
+        draft_batch = drafter.draft_batch
 
-        def watched(seq, history, limit, p_min):
+        def watched(requests):
             seen.append(sink.queue.qsize())  # events the request has been handed so far
-            return draft(seq, history, limit, p_min)
+            return draft_batch(requests)
 
-        drafter.draft = watched
+        drafter.draft_batch = watched
         engine.submit(GenerateRequest("first", P1, sink, SamplingParams(temperature=0), max_tokens=8))
         result = sink.collect()
     finally:

@@ -485,9 +485,9 @@ def test_a_draft_model_that_proposes_nothing_backs_off(tiny_models, monkeypatch)
     calls = []
 
     class Empty:
-        def draft(self, seq, tokens, limit, p_min):
-            calls.append(len(tokens))
-            return []
+        def draft_batch(self, requests):
+            calls.extend(len(tokens) for _, tokens, _, _ in requests)
+            return [[] for _ in requests]
 
         def after_decode(self, entries, batch):
             pass
@@ -575,6 +575,35 @@ def test_a_draft_model_drafts_and_follows_the_slot(tiny_models):
     # the second prompt has 90 tokens: the draft model evaluated its 10 new ones, and the few
     # of the first turn's output that it had not drafted
     assert 10 <= evaluated <= 25, evaluated
+
+
+def test_a_draft_model_drafts_for_four_slots_in_shared_decodes(tiny_models):
+    """Four slots draft with the draft model (the tiny attention model drafting for itself) in
+    the same steps: their draft sequences catch up together, and each drafted position of all
+    of them is one decode of the draft model, so it runs far fewer decodes than one per
+    sequence and position. The outputs equal those without drafts."""
+    target = tiny_models["attention"]
+    args = dict(n_ctx=1024, n_parallel=4, n_batch=64, n_ubatch=64)
+    results, rows = {}, []
+    for spec in (SpecConfig(), SpecConfig(type="draft", draft_model=str(target), n_max=8, p_min=0.0)):
+        engine = tiny_engine(target, spec=spec, **args)
+        try:
+            if spec.on:
+                ctx = engine.spec.draft_model.ctx
+                decode = ctx.decode
+
+                def counted(batch, decode=decode):
+                    rows.append(len(set(batch.seq_ids(batch.n).tolist())))  # sequences in each decode
+                    return decode(batch)
+
+                ctx.decode = counted
+            results[spec.on] = _four(engine, "attention")
+        finally:
+            engine.stop()
+    assert [r.tokens for r in results[True]] == [r.tokens for r in results[False]]
+    drafted = sum(r.usage.draft_tokens for r in results[True])
+    assert drafted > 40 and sum(1 for n in rows if n >= 2) > 10, rows
+    assert len(rows) < 0.8 * sum(rows), (len(rows), sum(rows))  # one decode per sequence: sum(rows)
 
 
 def test_a_draft_model_of_another_vocabulary_is_refused(tiny_models, default_model):
