@@ -7,8 +7,9 @@ place: the cache is never consumed, so conversations that alternate on one slot,
 long system prompt, all come back warm.
 
 - Budget: `budget` bytes (--cache-ram; 0 disables the cache). An entry's size is its state
-  plus its checkpoints and its drafter state; a checkpoint shared by two entries counts in both, so the total is
-  an upper bound of the RAM really used. The total never exceeds the budget.
+  plus its checkpoints and its drafter state; a checkpoint shared by two entries counts in
+  both, so the total is an upper bound of the RAM really used. The total never exceeds the
+  budget.
 - Eviction: least recently used first (use = insert or load).
 - Lookup: a token radix tree per tenant (`PrefixTrie`), never a scan of all entries.
 - Redundancy: an older entry of the same tenant is dropped when a newer one shares its

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -94,7 +93,7 @@ def run_config(name: str, server: str, flags: list[str], a: argparse.Namespace, 
         cmd = sp.warmslot_command(a.model, common, python=a.python)
     else:
         cmd = sp.llama_server_command(a.model, ["--jinja", *common], binary=a.llama_server)
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH"))))} if src else None
+    env = sp.source_env(src)
     print(f"[{name}] {shlex.join(cmd)}", flush=True)
     convs = [[{"role": "user", "content": f"Conversation {c}. Here is a file:\n```python\n{source_file(a.functions)}```\n"
                                           "Read it; questions follow."}] for c in range(a.conversations)]

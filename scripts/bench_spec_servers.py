@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
-import os
 import shlex
 import statistics
 import sys
@@ -145,8 +144,7 @@ def run_config(name: str, server: str, flags: list[str], a: argparse.Namespace, 
     cmd = server_command(server, flags, a, model)
     out: dict = {"server": server, "flags": flags, "command": cmd, "workloads": {}}
     print(f"[{name}] starting: {shlex.join(cmd)}", flush=True)
-    src = dict(s.split("=", 1) for s in a.src).get(name)  # another source tree for this configuration
-    env = {"PYTHONPATH": os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH"))))} if src else None
+    env = sp.source_env(dict(s.split("=", 1) for s in a.src).get(name))  # another source tree for it
     with sp.ServerProcess(name, cmd, env=env, log_path=Path(a.log_dir) / f"{name}.log") as srv, httpx.Client(timeout=900) as client:
         out["load_s"] = srv.load_s
         warm = stream_request(srv.url, "/v1/chat/completions", request_body("free", 999, 8), client=client)

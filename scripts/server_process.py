@@ -104,6 +104,14 @@ def vllm_router_command(worker_urls: Sequence[str], args: Sequence[str] = ()) ->
     return [binary, "--worker-urls", *worker_urls, *args]
 
 
+def source_env(src: str | None) -> dict[str, str] | None:
+    """The environment that runs warmslot from the source tree `src` (a folder holding a
+    `warmslot` package) ahead of the installed one; None for the installed one."""
+    if not src:
+        return None
+    return {"PYTHONPATH": os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH"))))}
+
+
 def host_port_args(host: str, port: int) -> list[str]:
     return ["--host", host, "--port", str(port)]
 

@@ -15,10 +15,11 @@ carries no draft state: the draft sequence is then evaluated from where it diffe
 
 Drafting stops at --draft-max tokens, or before a token the draft model gives less than
 --draft-p-min probability. The slots that draft in a step draft together (`draft_batch`):
-their sequences catch up in one decode, and each drafted position of all of them is one. The draft only proposes: the target's own sampler decides every
-token (speculative.py), so a draft model's numerics, its memory kind or a cut that its memory
-refuses (then its sequence is evaluated again from the start) change how many drafted tokens
-are accepted, never the output. Engine thread only.
+their sequences catch up in one decode, and each drafted position of all of them is one.
+The draft only proposes: the target's own sampler decides every token (speculative.py), so
+a draft model's numerics, its memory kind or a cut that its memory refuses (then its
+sequence is evaluated again from the start) change how many drafted tokens are accepted,
+never the output. Engine thread only.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from warmslot.cache.prefix_trie import common_prefix
 from warmslot.cache.prompt_cache import DraftState
 
 from .config import EngineConfig
-from .stats import EngineStats
 from .llama_api import Batch, Context, ContextParams, LlamaError, Model, Placement
 from .logprobs import most_likely
 from .mtp_draft import MtpDraft
 from .speculative import MTP
+from .stats import EngineStats
 
 log = logging.getLogger("warmslot.speculative")
 
@@ -195,8 +196,7 @@ class DraftModel:
             self.stats.spec_drafter_tokens["restored"] += len(saved.tokens)
         else:
             log.warning("the draft model could not load a saved sequence of %d tokens; it evaluates it again", len(saved.tokens))
-            self.ctx.seq_clear(seq)
-            self.tokens[seq].clear()
+            self._forget(seq)
 
     def fork(self, donor: int, target: int, tokens: Sequence[int]) -> None:
         """The target slot took the donor's first tokens (`tokens`): the draft sequence takes
@@ -204,8 +204,7 @@ class DraftModel:
         stop anywhere; other memory evaluates the target's again)."""
         held = self.tokens[donor]
         keep = common_prefix(held, tokens)
-        self.ctx.seq_clear(target)
-        self.tokens[target].clear()
+        self._forget(target)
         if keep and self.ctx.memory_kind.truncatable:
             self.ctx.seq_cp(donor, target, 0, keep)
             self.tokens[target][:] = held[:keep]

@@ -183,9 +183,8 @@ class DiskCache:
     ) -> DiskEntry | None:
         """Queue an entry for writing. `state`, the checkpoints' arrays and the drafter's
         sequence (`draft`, speculative decoding) are shared, never copied or changed (they
-        must be read-only); the writer thread writes them. Makes
-        room first (least recently used first; stale files before any) and drops older
-        entries this one serves. An entry holding exactly these tokens is only touched.
+        must be read-only); the writer thread writes them. Makes room first (least recently
+        used first; stale files before any) and drops older entries this one serves. An entry holding exactly these tokens is only touched.
         Returns None when the entry is not kept: retention in memory only (keep_s == 0),
         larger than the budget, or older than every entry it would evict. Index work only:
         O(len(tokens) + evictions). Mutates."""
