@@ -47,8 +47,13 @@ class DraftState:
     fingerprint: str = ""  # the drafter and its state layout: loaded only by an equal one
 
     @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """Its state and extra arrays, in that order (as the disk format stores them)."""
+        return (self.state, *self.extra)
+
+    @property
     def nbytes(self) -> int:
-        return int(self.state.nbytes) + sum(int(a.nbytes) for a in self.extra)
+        return sum(int(a.nbytes) for a in self.arrays)
 
 
 @dataclass(eq=False)
@@ -174,9 +179,8 @@ class PromptCache:
         buffers). Evicts least recently used entries to fit; drops entries this one makes
         redundant. Returns None when the entry alone exceeds the budget. Mutates."""
         state.flags.writeable = False
-        if draft is not None:
-            for array in (draft.state, *draft.extra):
-                array.flags.writeable = False
+        for array in draft.arrays if draft is not None else ():
+            array.flags.writeable = False
         entry = CacheEntry(
             tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
             prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s, draft=draft,

@@ -196,7 +196,7 @@ class DiskTier:
                 continue
             state = state_of(slot.id)
             draft = draft_of(slot) if draft_of is not None else None
-            for array in (state, *((draft.state, *draft.extra) if draft is not None else ())):
+            for array in (state, *(draft.arrays if draft is not None else ())):
                 array.flags.writeable = False  # shared with the writer thread
             if self.disk.put(slot.tokens, state, list(slot.checkpoints), slot.tenant,
                              slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s, draft):

@@ -360,7 +360,7 @@ class Speculator:
         room = capacity - len(decoding)
         if window:
             room = min(room, n_ubatch - len(decoding))
-        out: dict[int, list[int]] = {}
+        chosen: list[tuple["Slot", list[int]]] = []
         cost = self.cost.model()
         planned: list[tuple["Slot", int, int, float]] = []  # a model drafts for these together, below
         for slot in decoding:
@@ -379,7 +379,7 @@ class Speculator:
                 continue
             draft = self._draft(slot, room, cost)
             if draft:
-                out[slot.id] = draft
+                chosen.append((slot, draft))
                 room -= len(draft)
                 if window:
                     break
@@ -389,13 +389,12 @@ class Speculator:
                 if not draft:  # the draft model's step was paid for nothing
                     _back_off(slot.active)
                 if len(draft) >= max(1, n_min):
-                    out[slot.id] = draft
-        for slot_id, draft in out.items():
+                    chosen.append((slot, draft))
+        for slot, draft in chosen:
             if self._rollback and len(draft) > self._snapshots:
-                slot = next(s for s in decoding if s.id == slot_id)
-                self._saved[slot_id] = (slot.n_past, self.ctx.state_get(slot_id, partial=True))
+                self._saved[slot.id] = (slot.n_past, self.ctx.state_get(slot.id, partial=True))
                 self.stats.spec_state_copies += 1
-        return out
+        return {slot.id: draft for slot, draft in chosen}
 
     def _plan(self, slot: "Slot", room: int, cost: tuple[float, float] | None) -> tuple[int, int, float] | None:
         """(the most tokens to draft, n_min, p_min) for this slot's request; None: no draft."""

@@ -34,6 +34,7 @@ from typing import Callable, Collection, Sequence
 import numpy as np
 
 from ..checkpoints import Checkpoint
+from ..prefix_trie import common_prefix
 from ..prompt_cache import DraftState
 
 MAGIC = b"WSLOTKV\n"
@@ -106,11 +107,7 @@ class DraftInfo:
 
     @staticmethod
     def of(draft: DraftState, tokens: Sequence[int]) -> "DraftInfo":
-        n = 0
-        for a, b in zip(draft.tokens, tokens):
-            if a != b:
-                break
-            n += 1
+        n = common_prefix(draft.tokens, tokens)
         extra = tuple((a.dtype.str, tuple(int(x) for x in a.shape)) for a in draft.extra)
         return DraftInfo(draft.fingerprint, n, tuple(draft.tokens[n:]), int(draft.state.nbytes), extra)
 
@@ -236,7 +233,7 @@ def _section_arrays(state: np.ndarray, checkpoints, draft: DraftState | None = N
         if c.logits is not None:
             out.append(np.ascontiguousarray(c.logits, dtype=np.float32))
     if draft is not None:
-        out += [draft.state, *draft.extra]
+        out += draft.arrays
     return out
 
 
