@@ -26,7 +26,7 @@ if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` p
 
 from scripts import bench_common as bc  # noqa: E402
 from scripts import server_process as sp  # noqa: E402
-from warmslot.server.config import parse_size  # noqa: E402
+from warmslot.server.process.config import parse_size  # noqa: E402
 
 
 def rss_bytes(pid: int) -> int:

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     sp.install_signal_handlers()
     if a.model is None:  # the server's own default: SmolLM2 135M Instruct when installed
-        from warmslot.server.cli import default_model_path
+        from warmslot.server.process.cli import default_model_path
 
         a.model = default_model_path() or bc.default_model()
     model = a.model

@@ -1,4 +1,4 @@
 import sys
-from .cli import main
+from .process.cli import main
 
 sys.exit(main())

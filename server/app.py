@@ -21,18 +21,21 @@ from starlette.routing import Route
 from warmslot.slots import Engine
 
 from . import metrics
-from .config import ServerConfig
-from .cors import Cors
+from .process.config import ServerConfig
+from .middleware.cors import Cors
 from .errors import ApiError, MethodNotAllowed, NotFound
-from .guard import BodyLimit, ErrorGuard, error_shape
+from .middleware.guard import BodyLimit, ErrorGuard, error_shape
 from .openapi import openapi_endpoint
 from .api.chat.route import chat_completions, input_tokens
 from .api.completions.route import completions
 from .api.responses import route as responses
 from .api.messages import route as messages
 from .api.native import route as native
-from .routes import embeddings, props, rerank, service, slot_files, vertex, webui, worker
-from .sleep import WakeOnRequest
+from .api.embeddings import route as embeddings
+from .routes import props, service, slot_files, webui, worker
+from .api.rerank import route as rerank
+from .api.vertex import route as vertex
+from .process.sleep import WakeOnRequest
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")

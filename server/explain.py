@@ -16,7 +16,7 @@ from typing import Any
 
 from warmslot.slots import Reuse, Usage
 
-from .chat import Prompt
+from .prompt.builder import Prompt
 
 
 def divergence(reuse: Reuse, n_prompt: int, prompt: Prompt | None) -> dict[str, Any] | None:

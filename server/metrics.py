@@ -20,7 +20,7 @@ from warmslot.cache.disk import REASONS
 from warmslot.slots import PROMPT_SOURCES, CopyCause
 
 from .errors import Forbidden
-from .routes.rerank import PATHS as RERANK_PATHS
+from .api.rerank.route import PATHS as RERANK_PATHS
 from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
 
 ENDPOINTS = {

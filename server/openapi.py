@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from .api.messages.openapi import messages_paths
-from .routes import rerank as rerank_route
-from .protocol import INT32_MAX, MAX_STOP, MAX_TIMEOUT, ROLES
+from .api.rerank import route as rerank_route
+from .request.protocol import INT32_MAX, MAX_STOP, MAX_TIMEOUT, ROLES
 
 JSON = "application/json"
 

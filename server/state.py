@@ -16,16 +16,16 @@ from starlette.requests import Request
 
 from warmslot.slots import Engine, VocabClosed
 
-from .chat import PromptBuilder
-from .chat_template import ChatTemplate, choose_template, detect_format
-from .config import ServerConfig
+from .prompt.builder import PromptBuilder
+from .prompt.template import ChatTemplate, choose_template, detect_format
+from .process.config import ServerConfig
 from .api.responses.store import ResponseStore
 from .errors import ServerError, Unauthorized, Unavailable, shutting_down
-from .limits import check_body_limits
-from .protocol import parse_body
+from .request.limits import check_body_limits
+from .request.protocol import parse_body
 from .work_queue import WorkQueue
-from .reasoning import reasoning_mode, thinking_default, thinks
-from .sleep import Sleeper
+from .request.reasoning import reasoning_mode, thinking_default, thinks
+from .process.sleep import Sleeper
 
 log = logging.getLogger("warmslot.server")
 

@@ -6,9 +6,9 @@ imports from `warmslot.slots`, never from its submodules.
 
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
 from . import slot_files
-from .config import EngineConfig
-from .context_size import physical_memory
-from .embeddings import InputTooLong
+from .settings import EngineConfig
+from .fitting.context_size import physical_memory
+from .embedding_worker import InputTooLong
 from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
 from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
@@ -16,7 +16,7 @@ from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_bu
 from .llama_api.chat_builtin import apply_builtin_chat_template, builtin_chat_templates
 from .llama_api.mtmd import MediaError
 from .logprobs import TokenLogprob
-from .media_spans import MediaSpan, placeholder_ids
+from .multimodal.spans import MediaSpan, placeholder_ids
 from .reasoning_budget import ReasoningBudget
 from .requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, Progress, QueueFull, QueueSink, Rejected, Result,
@@ -24,7 +24,7 @@ from .requests import (
 )
 from .sampling import DraftLimits, SamplingParams
 from .snapshot import EngineInfo, EngineSnapshot
-from .speculative import SPEC_TYPES, SpecConfig
+from .speculation.speculator import SPEC_TYPES, SpecConfig
 from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab, VocabClosed
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from .requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown, Usage,
 )
-from .media_spans import MediaSpan, check_media
+from .multimodal.spans import MediaSpan, check_media
 from .slot import Slot
 from .stats import EngineStats
 

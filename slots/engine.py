@@ -31,15 +31,15 @@ from typing import Any, Callable, Iterator
 from warmslot.cache.prompt_cache import PromptCache
 
 from .admission import Admission, PromptLimits
-from .config import EngineConfig
+from .settings import EngineConfig
 from .disk_tier import DiskTier
-from .embeddings import Embedder, Reranker
+from .embedding_worker import Embedder, Reranker
 from .fairness import longest_over_share
-from .layout import KvLayout
+from .fitting.layout import KvLayout
 from .lifecycle import Lifecycle
 from .llama_api import Batch, Context, GrammarError, LlamaError, MemoryKind, Model, Sampler
 from .loader import load_parts
-from .media import MediaPrefill
+from .multimodal.prefill import MediaPrefill
 from .memory import SlotMemory
 from .outbox import Outbox
 from .postprocess import Postprocess
@@ -50,8 +50,8 @@ from .router import Fetch, Fork, Route, Router, Wait
 from .scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from .slot import Active, Slot
 from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
-from .draft_model import load_draft
-from .speculative import Speculator
+from .speculation.draft_model import load_draft
+from .speculation.speculator import Speculator
 from .stats import CopyCause, EngineStats
 from .text import TextStream
 from .vocab import Vocab

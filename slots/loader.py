@@ -16,13 +16,21 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
-from .capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
-from .config import EngineConfig
-from .context_size import ContextChoice, ContextSource, available_ram, choose_context, device_budget, physical_memory, ram_budget
-from .embeddings import Embedder, Reranker
-from .fit import FitPlan
-from .fit_settings import capacity_headroom, fit_settings
-from .layout import KvLayout, plan_layout
+from .fitting.capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
+from .settings import EngineConfig
+from warmslot.slots.fitting.context_size import (
+    ContextChoice,
+    ContextSource,
+    available_ram,
+    choose_context,
+    device_budget,
+    physical_memory,
+    ram_budget,
+)
+from .embedding_worker import Embedder, Reranker
+from .fitting.fit import FitPlan
+from .fitting.fit_settings import capacity_headroom, fit_settings
+from .fitting.layout import KvLayout, plan_layout
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
 from .llama_api.mtmd import Projector, ProjectorParams
 from .memory import SlotMemory

@@ -16,7 +16,7 @@ from warmslot.cache.prompt_cache import PromptCache
 from .llama_api import Context, Model
 from .disk_tier import DiskTier
 from .memory import SlotMemory
-from .media_spans import Positions, placeholder_ids
+from .multimodal.spans import Positions, placeholder_ids
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
 from .router import Fork, FromDisk, KeepSlot, Load, Route

@@ -16,7 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from .logprobs import TokenLogprob
-from .media_spans import MediaSpan
+from .multimodal.spans import MediaSpan
 from .sampling import SamplingParams
 
 

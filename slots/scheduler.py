@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .llama_api import Batch
-from .media_spans import next_media_start
+from .multimodal.spans import next_media_start
 from .slot import Slot
 
 

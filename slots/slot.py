@@ -10,7 +10,7 @@ from typing import Any
 from warmslot.cache.checkpoints import CheckpointList
 
 from .llama_api import Sampler
-from .media_spans import SAME_POSITIONS, MediaSpan, Positions, placeholder_ids
+from .multimodal.spans import SAME_POSITIONS, MediaSpan, Positions, placeholder_ids
 from .requests import Event, GenerateRequest, Progress, Reuse
 from .text import TextStream
 

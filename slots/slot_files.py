@@ -21,7 +21,7 @@ from warmslot.cache.checkpoints import Checkpoint, CheckpointList
 from warmslot.cache.disk.format import Header, Payload
 from warmslot.cache.prompt_cache import CacheEntry
 
-from .media_spans import SAME_POSITIONS
+from .multimodal.spans import SAME_POSITIONS
 from .stats import CopyCause
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ from .llama_api import MemoryKind
 if TYPE_CHECKING:
     from warmslot.cache.prompt_cache import PromptCache
 
-    from .capacity import Capacity, DeviceMemory
-    from .context_size import ContextChoice
+    from .fitting.capacity import Capacity, DeviceMemory
+    from .fitting.context_size import ContextChoice
     from .llama_api import Context
     from .stats import EngineStats
     from .slot import Slot

@@ -70,7 +70,7 @@ def default_vocab(default_model):
 def chat_model() -> pathlib.Path:
     """The run command's default model, SmolLM2 135M Instruct (the README's test command
     installs it with --no-deps); a test that needs it fails when it is missing."""
-    from warmslot.server.cli import CHAT_MODEL, chat_model_path
+    from warmslot.server.process.cli import CHAT_MODEL, chat_model_path
 
     path = chat_model_path()
     if path is None:

@@ -11,7 +11,7 @@ import uvicorn
 
 from scripts.server_process import free_port
 from warmslot.server.app import create_app
-from warmslot.server.config import parse_config
+from warmslot.server.process.config import parse_config
 
 
 class InProcessServer:

@@ -3,7 +3,7 @@
 from starlette.testclient import TestClient
 
 from warmslot.server.app import create_app
-from warmslot.server.config import parse_config
+from warmslot.server.process.config import parse_config
 
 
 def test_health_and_requests_answer_503_while_loading():

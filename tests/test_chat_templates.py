@@ -9,10 +9,10 @@ import datetime
 
 import pytest
 
-from warmslot.server.chat import PromptBuilder
-from warmslot.server.chat_template import ChatTemplate, choose_template
+from warmslot.server.prompt.builder import PromptBuilder
+from warmslot.server.prompt.template import ChatTemplate, choose_template
 from warmslot.server.errors import InvalidRequest
-from warmslot.server.reasoning import thinking_default
+from warmslot.server.request.reasoning import thinking_default
 from warmslot.slots import builtin_chat_templates
 
 HI = [{"role": "system", "content": "You are a test."}, {"role": "user", "content": "Hi there"}]
@@ -66,7 +66,7 @@ def test_reasoning_auto_turns_thinking_on_where_the_template_has_the_switch():
 
 
 def test_chat_template_kwargs_flag_sets_variables_a_request_overrides():
-    from warmslot.server.config import parse_config
+    from warmslot.server.process.config import parse_config
 
     config, _ = parse_config(["--chat-template-kwargs", '{"greeting": "hi", "enable_thinking": false}'])
     assert config.chat_template_kwargs == {"greeting": "hi", "enable_thinking": False}

@@ -431,7 +431,7 @@ def test_budget_holds_under_200_alternating_conversations(tmp_path):
 
 
 def test_disk_flags(tmp_path):
-    from warmslot.server.config import parse_config
+    from warmslot.server.process.config import parse_config
 
     config, _ = parse_config(["--cache-disk", str(tmp_path / "d"), "--cache-disk-size", "3GiB", "--cache-ram", "1GiB",
                               "--slot-save-path", str(tmp_path)])
@@ -446,7 +446,7 @@ def test_disk_flags(tmp_path):
 
 
 def test_prompt_cache_hints_are_parsed_and_checked():
-    from warmslot.server.cache_hints import parse_cache_hints
+    from warmslot.server.request.cache_hints import parse_cache_hints
     from warmslot.server.errors import InvalidRequest
 
     assert parse_cache_hints({}) == ("", None)

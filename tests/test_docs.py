@@ -3,7 +3,7 @@
 import pathlib
 import re
 
-from warmslot.server.config import _FLAGS
+from warmslot.server.process.config import _FLAGS
 
 README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
 
@@ -48,7 +48,7 @@ def test_every_package_folder_is_installed():
 
 
 def test_the_llama_server_flag_list_matches_the_catalog():
-    from warmslot.server.llama_flags import markdown
+    from warmslot.server.process.llama_flags import markdown
 
     doc = (pathlib.Path(__file__).parent.parent / "docs" / "llama-server-flags.md").read_text()
-    assert doc == markdown(), "regenerate docs/llama-server-flags.md from warmslot.server.llama_flags.markdown()"
+    assert doc == markdown(), "regenerate docs/llama-server-flags.md from warmslot.server.process.llama_flags.markdown()"

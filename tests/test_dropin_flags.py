@@ -6,13 +6,13 @@ import re
 
 import pytest
 
-from warmslot.server.config import AutoSize, build_parser, parse_config, parse_size
+from warmslot.server.process.config import AutoSize, build_parser, parse_config, parse_size
 from warmslot.server.errors import ContextOverflow
-from warmslot.server.hub import HubError, HubModel, choose_file, split_parts
+from warmslot.server.process.hub import HubError, HubModel, choose_file, split_parts
 from warmslot.server.output.parser import OutputParser
-from warmslot.server.protocol import parse_generation
-from warmslot.slots.capacity import buffers_by_device
-from warmslot.slots.context_size import ContextSource, choose_context
+from warmslot.server.request.protocol import parse_generation
+from warmslot.slots.fitting.capacity import buffers_by_device
+from warmslot.slots.fitting.context_size import ContextSource, choose_context
 from warmslot.slots.reasoning_budget import BudgetState, Phase, ReasoningBudget
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -72,7 +72,7 @@ def test_flags_that_change_nothing_are_accepted_and_named():
 def test_every_llama_server_flag_is_handled(capsys):
     """Each flag of the catalog parses: ignored ones are named with their reason, refused ones
     stop with a message naming the flag and the reason, aliases reach warmslot's flag."""
-    from warmslot.server.llama_flags import FLAGS
+    from warmslot.server.process.llama_flags import FLAGS
 
     values = {"-": [], "1": ["1"], "?": [], "2": ["1", "2"]}
     actions = build_parser()._option_string_actions
@@ -97,7 +97,7 @@ def test_every_flag_of_llama_server_at_this_commit_is_known():
     llama-cpp-python vendors: each one is warmslot's, or in the catalog."""
     import re
 
-    from scripts.server_suite import suite_root
+    from tests.server_suite import suite_root
 
     source = (suite_root() / "common" / "arg.cpp").read_text()
     flags = set()
@@ -334,7 +334,7 @@ def test_an_output_cut_after_a_whole_call_is_not_cut():
 
 
 def test_deepseek_and_none_reasoning_formats():
-    from warmslot.server.reasoning import reasoning_mode
+    from warmslot.server.request.reasoning import reasoning_mode
 
     thinking = "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n<think>\\n' -}}{%- endif -%}"
     assert reasoning_mode("auto", thinking) == (True, True)

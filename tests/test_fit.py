@@ -3,9 +3,9 @@ user set kept, the capacity answer, and the flags that feed it."""
 
 import pytest
 
-from warmslot.server.config import parse_config
+from warmslot.server.process.config import parse_config
 from warmslot.slots import placement
-from warmslot.slots.fit import FitRequest, ModelSizes, device_bytes, fit, headroom
+from warmslot.slots.fitting.fit import FitRequest, ModelSizes, device_bytes, fit, headroom
 
 GIB, MIB = 1 << 30, 1 << 20
 Q4_0 = 18 / 32  # bytes per weight

@@ -229,7 +229,7 @@ def test_the_document_describes_every_route_of_the_app(tmp_path):
     from starlette.routing import Route
 
     from warmslot.server.app import create_app
-    from warmslot.server.config import parse_config
+    from warmslot.server.process.config import parse_config
     from warmslot.server.openapi import openapi_document
 
     config, _ = parse_config(["-m", str(tmp_path / "never-loaded.gguf")])

@@ -25,7 +25,7 @@ from warmslot.server.gbnf.response_format import json_schema_grammar
 from warmslot.server.gbnf.text import gbnf_literal
 from warmslot.server.gbnf.tools import tool_call_grammar
 from warmslot.server.output.parser import OutputParser
-from warmslot.server.constraints import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
+from warmslot.server.request.constraints import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
 from warmslot.slots import GrammarSpec, check_grammar
 from warmslot.slots.grammar import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_REPETITIONS, MAX_GRAMMAR_RULES, measure
 

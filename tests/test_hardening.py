@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from tests.inprocess import InProcessServer, get_request, read_response
 from warmslot.server.errors import InvalidRequest
-from warmslot.server.protocol import parse_body, parse_completion, parse_generation
+from warmslot.server.request.protocol import parse_body, parse_completion, parse_generation
 
 pytestmark = pytest.mark.server
 
@@ -238,13 +238,13 @@ def test_the_cache_header_names_sources_as_the_readme_does():
 
 
 def _config(max_queue: int, n_parallel: int):
-    from warmslot.server.config import parse_config
+    from warmslot.server.process.config import parse_config
 
     return parse_config(["-m", "/nonexistent.gguf", "--max-queue", str(max_queue), "-np", str(n_parallel)])[0]
 
 
 def test_a_request_larger_than_the_queue_can_ever_hold_is_a_400_naming_the_fields():
-    from warmslot.server.limits import check_body_limits, check_fanout
+    from warmslot.server.request.limits import check_body_limits, check_fanout
 
     config = _config(64, 4)
     with pytest.raises(InvalidRequest) as info:

@@ -149,7 +149,7 @@ def test_hf_repo_downloads_into_the_hub_cache_and_serves(hub, tmp_path):
 
 
 def test_the_projector_is_the_nearest_mmproj_of_the_closest_precision():
-    from warmslot.server.hub import choose_projector
+    from warmslot.server.process.hub import choose_projector
 
     files = ["m/model-Q4_K_M.gguf", "m/mmproj-F16.gguf", "m/mmproj-F32.gguf", "mmproj-Q4_0.gguf", "n/mmproj-Q4_0.gguf"]
     assert choose_projector(files, "m/model-Q4_K_M.gguf") == "m/mmproj-F16.gguf"  # its own folder first
@@ -186,7 +186,7 @@ def test_hub_retry_warnings_print_once():
         import logging, sys
         logging.basicConfig(stream=sys.stderr, format="%(message)s")
         import huggingface_hub
-        from warmslot.server import hub
+        from warmslot.server.process import hub
 
         def unreachable(repo, token):
             from huggingface_hub.utils import _http  # where the retries are logged

@@ -2,7 +2,7 @@
 
 import random
 
-from warmslot.slots.host_buffers import HostBuffers, _Chunk
+from warmslot.slots.fitting.host_buffers import HostBuffers, _Chunk
 
 
 def test_chunk_extents_stay_disjoint_merged_and_complete():

@@ -5,7 +5,7 @@ import pytest
 
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.slots import GenerateRequest, MemoryKind, QueueSink, SamplingParams
-from warmslot.slots.layout import kv_unified
+from warmslot.slots.fitting.layout import kv_unified
 from warmslot.slots.llama_api import Batch
 from warmslot.slots.scheduler import plan_batch
 from warmslot.slots.slot import Active, Slot
@@ -118,7 +118,7 @@ def _spare_layout_engine(path, n_spare: int, **kw):
 
 
 def test_spare_streams_are_sized_from_the_memory_given():
-    from warmslot.slots.layout import plan_layout
+    from warmslot.slots.fitting.layout import plan_layout
     from warmslot.slots.llama_api import Model
 
     class FakeModel:

@@ -25,7 +25,7 @@ MODEL = "claude-local"  # any name: the loaded model answers
 SYSTEM = "You are a weather agent. Call get_weather for any question about the weather, then answer in one line."
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-NOT_INSTALLED = "the Claude Code CLI is not installed: scripts/install_test_deps.sh installs it (npm install -g @anthropic-ai/claude-code)"
+NOT_INSTALLED = "the Claude Code CLI is not installed: tests/install_deps.sh installs it (npm install -g @anthropic-ai/claude-code)"
 LOG_LINE = re.compile(r"messages: prompt (\d+) = (\d+) cached")
 
 

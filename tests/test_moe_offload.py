@@ -126,9 +126,9 @@ def test_fit_plans_from_the_gguf_layers_and_a_stated_card(tiny_moe):
     file (a vocab-only load leaves llama.cpp's layer count at 0), so the context drops to
     --fit-ctx and the experts of the fewest layers go to RAM."""
     from warmslot.slots import EngineConfig
-    from warmslot.slots.fit import ModelSizes
-    from warmslot.slots.fit_settings import COMPUTE_RESERVE, plan_for
-    from warmslot.slots.gguf_tensors import tensor_sizes
+    from warmslot.slots.fitting.fit import ModelSizes
+    from warmslot.slots.fitting.fit_settings import COMPUTE_RESERVE, plan_for
+    from warmslot.slots.fitting.gguf_tensors import tensor_sizes
 
     tensors = tensor_sizes(tiny_moe)
     sizes = ModelSizes.from_tensors(tensors, 4)
@@ -149,9 +149,9 @@ def test_fit_settings_apply_the_plan_and_refuse_what_the_user_set_too_big(tiny_m
     """On a (stated) GPU: the fitted settings carry the experts' overrides and the layers, and
     a context the user set that cannot fit stops the load with the numbers."""
     from warmslot.slots import EngineConfig
-    from warmslot.slots import fit_settings as fitting
-    from warmslot.slots.fit import ModelSizes
-    from warmslot.slots.gguf_tensors import tensor_sizes
+    from warmslot.slots.fitting import fit_settings as fitting
+    from warmslot.slots.fitting.fit import ModelSizes
+    from warmslot.slots.fitting.gguf_tensors import tensor_sizes
     from warmslot.slots.llama_api import Device
 
     sizes = ModelSizes.from_tensors(tensor_sizes(tiny_moe), 4)
@@ -174,7 +174,7 @@ def test_fit_settings_apply_the_plan_and_refuse_what_the_user_set_too_big(tiny_m
 
 
 def test_a_file_that_is_not_gguf_is_named(tmp_path):
-    from warmslot.slots.gguf_tensors import NotGGUF, tensor_sizes
+    from warmslot.slots.fitting.gguf_tensors import NotGGUF, tensor_sizes
 
     path = tmp_path / "x.gguf"
     path.write_bytes(b"not a model at all, just some bytes")

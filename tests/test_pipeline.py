@@ -17,7 +17,7 @@ import uvicorn
 from tests.fake_engine import FakeEngine, fail, reply
 from scripts.server_process import free_port
 from warmslot.server.app import create_app
-from warmslot.server.config import parse_config
+from warmslot.server.process.config import parse_config
 from warmslot.slots import FinishReason
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

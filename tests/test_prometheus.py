@@ -1,7 +1,7 @@
 """Debian's real Prometheus scrapes two warmslot replicas; its HTTP API then answers the
 queries the README and the Grafana dashboard rely on.
 
-`scripts/install_test_deps.sh` (part of the README's test command) installs the `prometheus`
+`tests/install_deps.sh` (part of the README's test command) installs the `prometheus`
 package on Debian as root. Where it could not, the test skips saying so, except under CI,
 where it fails.
 """
@@ -27,7 +27,7 @@ DASHBOARD = pathlib.Path(__file__).resolve().parent.parent / "docs" / "grafana-d
 JOB = "warmslot"
 REPLICA_FLAGS = ["-t", "1", "-c", "1024", "-np", "1", "-cram", "256MiB"]
 SCRAPE_INTERVAL = "1s"
-NOT_INSTALLED = ("Debian's prometheus is not installed: scripts/install_test_deps.sh installs it as root "
+NOT_INSTALLED = ("Debian's prometheus is not installed: tests/install_deps.sh installs it as root "
                  "(or: sudo apt-get install prometheus)")
 
 

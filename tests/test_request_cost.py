@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from tests.helpers import warmslot_server
-from warmslot.server.chat import PromptBuilder, PromptTooLong
-from warmslot.server.chat_template import ChatTemplate, builtin_source
+from warmslot.server.prompt.builder import PromptBuilder, PromptTooLong
+from warmslot.server.prompt.template import ChatTemplate, builtin_source
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
 from tests.tiny_models import write_tiny_model
-from warmslot.server.config import parse_config
+from warmslot.server.process.config import parse_config
 from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
-from warmslot.slots import speculative
-from warmslot.slots.ngram_memory import NgramMemory
-from warmslot.slots.speculative import NgramDrafter
+from warmslot.slots.speculation import speculator as speculative
+from warmslot.slots.speculation.ngram_memory import NgramMemory
+from warmslot.slots.speculation.speculator import NgramDrafter
 
 NGRAM = SpecConfig(type="ngram-simple", n_max=16, ngram_n=4)
 # the model copies the earlier answer: every generated token wins by a clear margin (its top

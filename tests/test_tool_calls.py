@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from warmslot.server.chat_template import detect_format, detect_reasoning, prompt_opens_reasoning
-from warmslot.server.output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCall, ToolCallDelta, collect, new_call_id
+from warmslot.server.prompt.template import detect_format, detect_reasoning, prompt_opens_reasoning
+from warmslot.server.output.parsed import ContentDelta, ParsedMessage, ReasoningDelta, ToolCall, ToolCallDelta, collect, new_call_id
 from warmslot.server.output.parser import OutputParser
 
 

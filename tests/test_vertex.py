@@ -5,7 +5,7 @@ import httpx
 import pytest
 
 from scripts.server_process import ServerProcess, free_port, warmslot_command
-from warmslot.server.routes.vertex import from_env, request_format
+from warmslot.server.api.vertex.route import from_env, request_format
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 

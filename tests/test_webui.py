@@ -17,7 +17,7 @@ import pytest
 from tests.helpers import warmslot_server
 
 SHOTS = pathlib.Path(__file__).resolve().parent.parent / "build" / "webui"
-NOT_INSTALLED = "Debian's chromium is not installed: scripts/install_test_deps.sh installs it (as root)"
+NOT_INSTALLED = "Debian's chromium is not installed: tests/install_deps.sh installs it (as root)"
 
 
 def chromium() -> str:
@@ -36,7 +36,7 @@ def test_the_page_ships_in_the_package_and_no_webui_turns_it_off(tmp_path):
     from starlette.testclient import TestClient
 
     from warmslot.server.app import create_app
-    from warmslot.server.config import parse_config
+    from warmslot.server.process.config import parse_config
 
     config, _ = parse_config(["-m", str(tmp_path / "never-loaded.gguf")])
     client = TestClient(create_app(config))  # no lifespan: the model is never loaded

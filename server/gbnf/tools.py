@@ -49,7 +49,7 @@ from .rules import GrammarRules, with_reasoning
 from .text import gbnf_literal
 
 if TYPE_CHECKING:
-    from ..constraints import ToolChoice
+    from ..request.constraints import ToolChoice
 
 
 def tool_call_grammar(

@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from .events import dump_arguments
+from .parsed import dump_arguments
 from .json_calls import JsonCallReader
 from .markers import HERMES_CLOSE, HERMES_OPEN, WHITESPACE, partial_marker_len
 from .sink import EventSink

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from .events import dump_arguments
+from .parsed import dump_arguments
 from .json_scanner import ArgsStreamer, JsonScanner, ScanStep
 from .markers import WHITESPACE
 from .sink import EventSink

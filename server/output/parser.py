@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from .events import ContentDelta, Event, ParsedMessage, collect, new_call_id
+from .parsed import ContentDelta, Event, ParsedMessage, collect, new_call_id
 from .hermes import HermesLayer, parameter_schemas
 from .json_reply import JsonReplyLayer, PlainLayer
 from .llama3 import Llama3Layer

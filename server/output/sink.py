@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .events import ContentDelta, Event, ReasoningDelta, ToolCallDelta
+from .parsed import ContentDelta, Event, ReasoningDelta, ToolCallDelta
 from .markers import WHITESPACE
 
 

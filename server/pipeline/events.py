@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from warmslot.slots import FinishReason, TokenLogprob, Usage
 
-from ..output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
+from ..output.parsed import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
 
 Output = ContentDelta | ReasoningDelta | ToolCallDelta
 

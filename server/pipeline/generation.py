@@ -22,11 +22,11 @@ from starlette.requests import Request
 from warmslot.slots import Event, FinishReason, GenerateRequest, Progress, Source, Usage
 
 from .. import explain
-from ..chat import Prompt
+from ..prompt.builder import Prompt
 from ..errors import ClientClosed, ContextOverflow
-from ..output.events import ContentDelta, ReasoningDelta, ToolCallDelta
+from ..output.parsed import ContentDelta, ReasoningDelta, ToolCallDelta
 from ..output.reply import parse_event, parse_reply
-from ..protocol import ChatParams, CompletionParams, GenerationParams
+from ..request.protocol import ChatParams, CompletionParams, GenerationParams
 from ..state import Warmslot
 from .events import ChoiceEnd, ChoiceReply, Delta, End, PromptProgress, Reply, StreamEvent, finish_of, total_usage
 from .plan import ChatPlan, check_n, completion_tokens, echo_text, plan_chat

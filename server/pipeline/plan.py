@@ -17,16 +17,22 @@ from typing import Any, Callable
 
 from warmslot.slots import GrammarSpec, MediaSpan, ReasoningBudget
 
-from ..chat import Prompt
-from ..chat_template import prompt_opens_reasoning
+from ..prompt.builder import Prompt
+from ..prompt.template import prompt_opens_reasoning
 from ..errors import InvalidRequest
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
-from ..media import MEDIA_MARKER, attach_images, message_images
+from ..prompt.media import MEDIA_MARKER, attach_images, message_images
 from ..output.parser import OutputParser
-from ..constraints import ResponseSchema, ToolChoice, parse_response_format, validate_tool_choice, validate_tools
-from ..protocol import ChatParams
-from ..reasoning import budget_spec
+from warmslot.server.request.constraints import (
+    ResponseSchema,
+    ToolChoice,
+    parse_response_format,
+    validate_tool_choice,
+    validate_tools,
+)
+from ..request.protocol import ChatParams
+from ..request.reasoning import budget_spec
 from ..state import Warmslot
 
 

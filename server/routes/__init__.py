@@ -1,1 +1,2 @@
-"""The HTTP routes, by what they serve."""
+"""The service routes around the APIs: health, props and models, tokenize, the slots and
+their files, the web page, and what a load balancer asks a replica."""

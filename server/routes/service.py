@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest, NotSupported, Unavailable, shutting_down
-from ..constraints import validate_tools
-from ..protocol import parse_body, parse_chat, parse_messages
+from ..request.constraints import validate_tools
+from ..request.protocol import parse_body, parse_chat, parse_messages
 from ..state import server_of
 
 

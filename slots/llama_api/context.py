@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..host_buffers import HostBuffers
+from ..fitting.host_buffers import HostBuffers
 from .backend import LlamaError, cuda_host_allocator
 from .model import FLASH_ATTN, KV_TYPES, PARTIAL_ONLY, Model, classify_memory
 
@@ -120,9 +120,6 @@ class Context:
 
     def seq_pos_min(self, seq: int) -> int:
         return int(llama_cpp.llama_memory_seq_pos_min(self.mem, seq))
-
-    def seq_pos_max(self, seq: int) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq))
 
     def state_get(self, seq: int, *, partial: bool) -> np.ndarray:
         """A copy of a sequence's state: everything, or only its non-truncatable part."""

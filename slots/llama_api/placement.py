@@ -63,10 +63,6 @@ class Placement:
         """False when `-dev none` keeps everything on the CPU."""
         return self.devices != ()
 
-    @property
-    def is_default(self) -> bool:
-        return self == Placement()
-
 
 # -- parsing (no llama.cpp calls) ---------------------------------------------------------
 

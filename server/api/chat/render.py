@@ -8,10 +8,10 @@ from typing import Any
 from warmslot.slots import Usage, Vocab
 
 from ...errors import ApiError
-from ...logprobs import chat_content, chat_logprobs
-from ...output.events import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
+from ...output.logprob_shapes import chat_content, chat_logprobs
+from ...output.parsed import ContentDelta, ReasoningDelta, ToolCall, ToolCallDelta
 from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, Reply, StreamEvent
-from ...protocol import GenerationParams
+from ...request.protocol import GenerationParams
 from ..bodies import Envelope, error_events, progress_fields, timings_body, usage_body, usage_chunk
 
 CHUNK = "chat.completion.chunk"

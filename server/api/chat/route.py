@@ -6,8 +6,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import pipeline
-from ...protocol import parse_chat
-from ...reasoning import request_budget
+from ...request.protocol import parse_chat
+from ...request.reasoning import request_budget
 from ...state import open_request
 from ..bodies import Envelope
 from .render import ChatStream, chat_body

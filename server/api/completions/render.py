@@ -8,9 +8,9 @@ from typing import Any
 from warmslot.slots import Usage, Vocab
 
 from ...errors import ApiError
-from ...logprobs import CompletionLogprobs
+from ...output.logprob_shapes import CompletionLogprobs
 from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, Reply, StreamEvent
-from ...protocol import GenerationParams
+from ...request.protocol import GenerationParams
 from ..bodies import Envelope, error_events, progress_fields, timings_body, usage_body, usage_chunk
 
 OBJECT = "text_completion"

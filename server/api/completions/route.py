@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import pipeline
-from ...protocol import parse_completion
+from ...request.protocol import parse_completion
 from ...state import open_request
 from ..bodies import Envelope
 from .render import CompletionStream, completion_body

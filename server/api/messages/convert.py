@@ -31,10 +31,9 @@ from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
 from ...gbnf.limits import MAX_COUNT
-from ...protocol import INT32_MAX, MAX_STOP, ChatParams, parse_generation, parse_messages
+from ...request.protocol import INT32_MAX, MAX_STOP, ChatParams, parse_generation, parse_messages
 
 BILLING_HEADER = "x-anthropic-billing-header:"
-_TEXT_TYPES = ("text",)
 _SKIPPED_TYPES = ("redacted_thinking",)  # opaque to any other model: nothing to render
 
 

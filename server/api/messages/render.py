@@ -19,7 +19,7 @@ from typing import Any
 from warmslot.slots import Usage
 
 from ...errors import ApiError
-from ...output.events import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
+from ...output.parsed import ContentDelta, ParsedMessage, ReasoningDelta, ToolCallDelta
 from ...pipeline import ChoiceEnd, Delta, End, Finish, PromptProgress, Reply, StreamEvent
 from .errors import error_body
 

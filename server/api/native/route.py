@@ -26,7 +26,7 @@ from warmslot.slots import TokenLogprob, Usage, Vocab
 from ... import pipeline
 from ...errors import ApiError, InvalidRequest
 from ...pipeline import ChoiceEnd, Delta, End, Finish, PromptProgress, StreamEvent
-from ...protocol import MAX_TOP_LOGPROBS, CompletionParams, parse_completion
+from ...request.protocol import MAX_TOP_LOGPROBS, CompletionParams, parse_completion
 from ...state import open_request
 from ..bodies import error_events, progress_fields, timings_body
 

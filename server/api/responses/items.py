@@ -17,9 +17,9 @@ from typing import Any
 from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
-from ...media import PARAM_KEY
-from ...output.events import ParsedMessage
-from ...protocol import GenerationParams, parse_generation
+from ...prompt.media import PARAM_KEY
+from ...output.parsed import ParsedMessage
+from ...request.protocol import GenerationParams, parse_generation
 
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"

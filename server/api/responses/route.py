@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import pipeline
-from ...limits import check_conversation
-from ...logprobs import chat_content
-from ...protocol import ChatParams, parse_messages
+from ...request.limits import check_conversation
+from ...output.logprob_shapes import chat_content
+from ...request.protocol import ChatParams, parse_messages
 from ...state import open_request, server_of
 from .items import chat_messages, items_message, output_items, parse_responses, response_body, usage_body
 from .store import StoredResponse

@@ -20,8 +20,8 @@ from typing import Any, Callable
 from warmslot.slots import Vocab
 
 from ...errors import ApiError
-from ...logprobs import chat_content
-from ...output.events import ReasoningDelta, ToolCallDelta
+from ...output.logprob_shapes import chat_content
+from ...output.parsed import ReasoningDelta, ToolCallDelta
 from ...pipeline import ChoiceEnd, Delta, End, PromptProgress, StreamEvent
 from ..bodies import progress_fields, timings_body
 from .items import call_item, message_item, new_id, reasoning_item, text_part, usage_body

@@ -1,0 +1,1 @@
+"""The embeddings API: /v1/embeddings (and llama-server's /embedding)."""

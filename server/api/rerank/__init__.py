@@ -1,0 +1,1 @@
+"""The rerank API: /rerank and its aliases."""

@@ -1,0 +1,1 @@
+"""Vertex AI's prediction protocol, for a custom container on Google Cloud."""

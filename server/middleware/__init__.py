@@ -1,0 +1,1 @@
+"""ASGI middleware around every route: the error guard, body limits and CORS."""

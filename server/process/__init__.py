@@ -1,0 +1,1 @@
+"""The server process: flags and their config, finding the model, sleeping and draining."""

@@ -1,0 +1,1 @@
+"""Prompt building: a request's messages, tools and media to the tokens the engine reads."""

@@ -1,0 +1,110 @@
+"""How the KV cache is laid out: one pool or a stream per sequence, and how many sequences.
+
+The device can hold more conversations than there are slots: **spare sequences**. At most
+`n_slots` sequences run requests at once; a conversation that comes back finds its sequence
+still filled and continues there with no copy at all. Without spares, an idle conversation
+must be copied to RAM before its slot can serve another one, and back again when it returns.
+
+- With a stream per sequence (attention models), a slot's attention spans only its own
+  cells, so an idle stream costs the others nothing but device memory (`--cache-vram`).
+- In one pool (recurrent and hybrid models), a spare costs one recurrent state; its
+  attention cells share the pool, and the least recently used idle sequence moves to RAM
+  when the pool is full.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..llama_api import MemoryKind, Model, gpu_memory
+
+log = logging.getLogger("warmslot.layout")
+
+DEFAULT_MAX_CTX = 32768
+# device memory left free when sizing spare streams: compute buffers, fragmentation, others
+RESERVE_FRACTION = 0.10
+RESERVE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class KvLayout:
+    unified: bool
+    n_slots: int  # sequences that run requests (--parallel)
+    n_seq: int  # all sequences: the slots, then the spare sequences
+    n_ctx: int  # cells in all
+
+    def __post_init__(self) -> None:
+        assert self.n_seq >= self.n_slots >= 1
+        assert self.unified or self.n_ctx % self.n_seq == 0, "every stream has the same size"
+
+    @property
+    def n_spare(self) -> int:
+        return self.n_seq - self.n_slots
+
+
+def kv_unified(setting: str, kind: MemoryKind, n_parallel: int) -> bool:
+    """Whether the slots share one KV pool (`-kvu`) or each get a stream of n_ctx/n_parallel cells.
+
+    A stream per slot is the default for attention and sliding-window models with several
+    slots: a sequence's attention then spans only its own cells, its state is one contiguous
+    copy, and an idle slot's cells cost the others nothing. A unified pool lets one slot use
+    the whole context; it stays the default for recurrent and hybrid models, whose attention
+    layers are a small part of each step."""
+    if setting in ("on", "off"):
+        return setting == "on"
+    return n_parallel == 1 or kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID)
+
+
+def plan_layout(
+    model: Model,
+    kind: MemoryKind,
+    *,
+    n_parallel: int,
+    n_ctx: int,
+    kv_unified_setting: str,
+    cache_vram: int | None,
+    type_k: str,
+    type_v: str,
+    on_gpu: bool,
+) -> KvLayout:
+    """The layout for a model. `n_ctx` is the slots' cells in all (0: the model's training
+    context, at most DEFAULT_MAX_CTX); `cache_vram` the device memory for spare sequences
+    (None: auto, up to one spare stream per slot in free device memory; two spare
+    sequences per slot in one pool for recurrent and hybrid models on a GPU)."""
+    n_ctx = n_ctx or min(model.info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
+    unified = kv_unified(kv_unified_setting, kind, n_parallel)
+    if unified:
+        wanted = cache_vram > 0 if cache_vram is not None else on_gpu
+        # a spare costs one recurrent state here, not a stream: be generous
+        spare = 2 * n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
+        return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
+    per_slot = max(1, n_ctx // n_parallel)
+    spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu)
+    n_seq = n_parallel + spare
+    return KvLayout(False, n_parallel, n_seq, per_slot * n_seq)
+
+
+def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu) -> int:
+    if cache_vram == 0:
+        return 0
+    if kind is not MemoryKind.ATTENTION:
+        # NOTE: spares ride along in micro-batches as one-token fillers (see scheduler), which
+        # only memory that can be cut back to any position can undo
+        if cache_vram:
+            log.warning("--cache-vram keeps idle conversations only on attention models; ignored")
+        return 0
+    per_token = model.kv_bytes_per_token(type_k, type_v)
+    if not per_token:
+        return 0
+    stream_bytes = per_token * per_slot
+    if cache_vram is not None:
+        return cache_vram // stream_bytes
+    devices = gpu_memory() if on_gpu else []
+    if not devices:
+        return 0
+    free = sum(d.free for d in devices)
+    total = sum(d.total for d in devices)
+    slots_bytes = stream_bytes * n_parallel
+    budget = free - slots_bytes - int(total * RESERVE_FRACTION) - RESERVE_BYTES
+    return max(0, min(n_parallel, budget // stream_bytes))

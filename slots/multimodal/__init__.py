@@ -1,0 +1,1 @@
+"""Images and audio in a prompt: their placeholder spans and their prefill."""

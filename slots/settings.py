@@ -1,0 +1,55 @@
+"""The engine's settings: one value the server builds from its flags (server/process/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .llama_api import Placement
+from .speculation.speculator import SpecConfig
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    model_path: str
+    n_parallel: int = 4
+    n_ctx: int = 0  # cells of all slots; 0: the training context if it fits the memory (context_size.py)
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 0
+    n_threads_batch: int = 0
+    n_gpu_layers: int = -1
+    flash_attn: str = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    swa_full: bool = False
+    max_queue: int = 64
+    prefill_chunk: int = 0  # prefill tokens per step while other slots decode; 0: n_ubatch
+    ctx_checkpoints: int = 32  # per slot
+    checkpoint_bytes: int = 4 << 30  # per slot
+    checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
+    cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
+    park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
+    kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
+    cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
+    embeddings: bool = False  # a second context for embeddings (`embedder`)
+    pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
+    reranking: bool = False  # a context with rank pooling for relevance scores (`reranker`)
+    cache_ram_auto: bool = False  # cache_ram was sized from the RAM (shown in the capacity table)
+    use_mmap: bool = True
+    use_mlock: bool = False
+    repack: bool | None = None  # CPU weight repacking (llama.cpp's extra buffer types, --repack); None: off
+    cache_disk: str | None = None  # directory of the disk tier below the prompt cache; None: off
+    cache_disk_size: int = 0  # its budget in bytes
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers
+    mmproj: str | None = None  # a vision projector GGUF (libmtmd); None: text only
+    mmproj_offload: bool = True  # the projector on the GPU
+    image_min_tokens: int = -1  # -1: the projector's own
+    image_max_tokens: int = -1
+    placement: Placement = Placement()  # split mode, tensor split, devices, RPC servers, tensor overrides
+    # --fit (fit.py): on a GPU, what was left unset (the context, expert placement, GPU layers)
+    # is chosen to fit the free device memory less fit_target bytes per device
+    fit: bool = True
+    fit_target: int = 1 << 30  # bytes left free on each device; also the margin of the capacity answer
+    fit_ctx: int = 4096  # the smallest context --fit may choose
+    n_gpu_layers_auto: bool = False  # -ngl was not given: --fit may offload fewer layers
+    spec: SpecConfig = SpecConfig()  # speculative decoding (--spec-type, --draft-max, ...)

@@ -1,0 +1,1 @@
+"""Speculative decoding: n-gram drafts, a draft model, MTP layers, and what verifying costs."""
