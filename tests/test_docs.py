@@ -52,3 +52,76 @@ def test_the_llama_server_flag_list_matches_the_catalog():
 
     doc = (pathlib.Path(__file__).parent.parent / "docs" / "llama-server-flags.md").read_text()
     assert doc == markdown(), "regenerate docs/llama-server-flags.md from warmslot.server.process.llama_flags.markdown()"
+
+
+# -- links between the README and docs/ ---------------------------------------------------------
+
+ROOT = pathlib.Path(__file__).parent.parent
+MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub writes it: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: pathlib.Path) -> set[str]:
+    out, seen = set(), {}
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not line.startswith("#"):
+            continue
+        slug = _slug(line.lstrip("#"))
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def _links(path: pathlib.Path) -> list[tuple[pathlib.Path, str]]:
+    """(target file, anchor) of every relative link in a markdown file."""
+    out = []
+    for target in LINK.findall(path.read_text()):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        file, _, anchor = target.partition("#")
+        out.append(((path.parent / file).resolve() if file else path.resolve(), anchor))
+    return out
+
+
+def test_every_link_in_the_docs_resolves():
+    """Every relative link of the README and docs/ names a file that exists, and every anchor a
+    heading of its file (the README's sections that the flag table and docs/ point into)."""
+    broken = []
+    for md in MARKDOWN:
+        for target, anchor in _links(md):
+            if not target.exists():
+                broken.append(f"{md.relative_to(ROOT)} -> {target}")
+            elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
+                broken.append(f"{md.relative_to(ROOT)} -> {target.name}#{anchor}")
+    assert not broken, broken
+
+
+def test_every_benchmark_result_is_linked():
+    """Every file under docs/benchmarks/ is linked from the README or a page of docs/, so no
+    result lies there that no page explains."""
+    linked = {target for md in MARKDOWN for target, _ in _links(md)}
+    files = [p.resolve() for p in (ROOT / "docs" / "benchmarks").rglob("*") if p.is_file()]
+    unlinked = sorted(str(p.relative_to(ROOT.resolve())) for p in files if p not in linked)
+    assert not unlinked, unlinked
+
+
+def test_paths_the_docs_cite_exist():
+    """A path of the repository written in the README or docs/ (`server/api/chat/route.py`)
+    names a file or folder that exists: the docs follow the code when it moves."""
+    cited = re.compile(r"`((?:server|slots|cache|scripts|tests|docs)/[\w./-]*)`")
+    missing = []
+    for md in MARKDOWN:
+        for path in cited.findall(md.read_text()):
+            if not (ROOT / path.rstrip("/")).exists():
+                missing.append(f"{md.relative_to(ROOT)}: {path}")
+    assert not missing, missing
