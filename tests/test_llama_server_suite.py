@@ -33,7 +33,7 @@ def test_table_counts_match_its_rows():
 
 def test_every_test_passing_on_warmslot_in_the_table_still_passes(chat_model, tmp_path):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "server_suite.py"), "check", "--work", str(tmp_path / "suite")],
+        [sys.executable, str(ROOT / "tests" / "server_suite.py"), "check", "--work", str(tmp_path / "suite")],
         capture_output=True, text=True, timeout=1800,
     )
     summary = [line for line in done.stderr.splitlines() if line.startswith("server_suite:")]
