@@ -62,7 +62,7 @@ def test_the_readme_states_each_flags_default():
         elif flag.default is None:
             expected = "none"
         else:
-            value = re.fullmatch(r"`([^`]+)`( \((MiB|seconds)\))?", stated)
+            value = re.fullmatch(r"`([^`]+)`( \(MiB\))?", stated)
             assert value, f"{names}: the README states {stated!r}, not the value {flag.default!r}"
             read = {SIZE: parse_size, int: float, float: float}.get(flag.kind, str)
             assert read(value.group(1)) == read(flag.default), f"{names}: README {stated!r}, table {flag.default!r}"
