@@ -22,6 +22,10 @@ from ..middleware.cors import CorsPolicy
 
 @dataclass
 class ServerConfig:
+    """What the server runs with. Written out for type checkers and readers; its defaults are
+    what the flags give when none is set, and each field is reached from a row of the flag table
+    (tests/test_dropin_flags.py holds it to flags.py)."""
+
     engine: EngineConfig
     host: str = "127.0.0.1"
     port: int = 8080
@@ -68,8 +72,9 @@ class ServerConfig:
     hosts: list[str] = field(default_factory=list)  # every address to listen on (--host a,b)
 
 
-
 def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.Namespace]:
+    """The config from the command line and the environment; a flag out of range or a
+    combination that does not go together ends the process with a message naming the flag."""
     parser = build_parser()
     a = parser.parse_args(argv)
     ignored, refused = llama_flags.effects(a)
@@ -126,8 +131,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         sampling=_sampling(a),
         slots_endpoint=not a.no_slots,
         log_level="debug" if a.verbose else a.log_level,
-        ignored_flags=[(f.names[-1], f.help.split(": ", 1)[-1]) for f in FLAGS if f.kind == NOOP and getattr(a, f.dest)]
-        + ignored,
+        ignored_flags=_accepted_for_compatibility(a) + ignored,
         admin_key=a.admin_key or None,
         request_timeout=max(0.0, a.request_timeout),
         shutdown_timeout=max(0.0, a.shutdown_timeout),
@@ -157,8 +161,14 @@ def _template_kwargs(text: str | None, parser: argparse.ArgumentParser) -> dict:
     return value
 
 
+def _accepted_for_compatibility(a: argparse.Namespace) -> list[tuple[str, str]]:
+    """The NOOP flags given, each with why it changes nothing (its help after the first ': ')."""
+    return [(f.names[-1], f.help.split(": ", 1)[-1]) for f in FLAGS if f.kind == NOOP and getattr(a, f.dest)]
+
+
 def _sampling(a: argparse.Namespace) -> SamplingParams:
-    """The request defaults from the sampling flags: the one place they come from."""
+    """The request defaults from the sampling flags: the one place they come from (those that
+    set a field as they are through flags.py's `sets`)."""
     return SamplingParams(
         temperature=max(0.0, a.temp),
         seed=None if a.seed < 0 else a.seed,

@@ -2,7 +2,7 @@
 
 A `Flag` row holds everything about one flag:
 
-- `names`: as llama-server spells them (short ones first, as its --help lists them);
+- `names`: as llama-server spells them (short ones first);
 - `dest`: the name argparse stores the value under; `WARMSLOT_<DEST>` is its environment
   variable (WARMSLOT_CTX_SIZE for --ctx-size), whose value becomes the default;
 - `kind`: how its text is read: `int`, `float`, `str`, a parser from flag_values.py (device
@@ -19,8 +19,8 @@ A `Flag` row holds everything about one flag:
 - `sets`: the config field that takes the value as it is, as a dotted path from ServerConfig
   (`"port"`, `"engine.n_ctx"`, `"sampling.top_k"`, `"engine.spec.n_max"`): config.py copies
   these without naming them again;
-- `feeds`: instead of `sets`, the config field that config.py computes from this flag (clamped,
-  negated, split into a list, or combined with other flags);
+- `feeds`: instead of `sets`, the config field that config.py (engine_settings.py for the
+  engine) computes from this flag: clamped, negated, split into a list, or combined with others;
 - `choices`, `repeatable` (each use adds to a list), `help` (for --help, which adds the
   environment variable);
 - `default_text`: the default as the README's flag table states it, where that is not the value
@@ -30,7 +30,8 @@ What is made from the table or held to it:
 
 - flag_parser.build_parser() makes the argparse parser from the rows (then adds the
   llama-server flags that warmslot does not implement, llama_flags.py);
-- config.parse_config() copies every `sets` flag into its field; the `feeds` fields are its logic;
+- config.parse_config() copies every `sets` flag into its field (flag_parser.copied); the
+  `feeds` fields are its logic;
 - tests/test_dropin_flags.py checks that every `sets`/`feeds` path is a field of the config,
   that every field of ServerConfig is reached from a row (or is in a short list of fields that
   no flag sets), that its dataclass default is what the flags give when none is set, and that
@@ -42,7 +43,7 @@ ServerConfig stays a dataclass written out in config.py rather than one made fro
 with `dataclasses.make_dataclass`: the whole server reads `config.<field>`, and a class written
 out is what type checkers, editors and readers can see; several of its fields are not one
 flag's value (the hosts, the CORS policy, Vertex AI's settings, the ignored flags), and several
-flags feed one field. The test above keeps the two from drifting apart.
+flags feed one field. The tests above keep the two from drifting apart.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Flag:
     kind: Any  # a type, a parser, or SIZE, VRAM, NOOP, ON, OFF
     default: Any
     sets: str | None = None  # the config field that takes the value as it is
-    feeds: str | None = None  # the config field that config.py computes from it
+    feeds: str | None = None  # the config field computed from it (config.py, engine_settings.py)
     choices: tuple[str, ...] | None = None
     repeatable: bool = False
     default_text: str | None = None  # the README's default, where it is not the value
@@ -84,7 +85,7 @@ class Flag:
 
     @property
     def field(self) -> str | None:
-        """The config field this flag reaches, as it is or through config.py's logic."""
+        """The config field this flag reaches, as it is or computed."""
         return self.sets or self.feeds
 
 
