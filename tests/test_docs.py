@@ -3,15 +3,71 @@
 import pathlib
 import re
 
-from warmslot.server.process.config import _FLAGS
+from warmslot.server.process.flag_values import parse_size
+from warmslot.server.process.flags import FLAGS, NOOP, OFF, ON, SIZE
 
 README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
 
 
+def readme_flag_table() -> dict[tuple[str, ...], str]:
+    """The README's flag table: each spelling of a flag (the names of one `-x, --xx` span) and
+    the default its row states. A row may hold several flags, `a` / `b`, with defaults
+    `x` / `y` (or one default for all)."""
+    rows = README.split("\n| flag | default | meaning |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    table = {}
+    for line in rows.splitlines():
+        names, default, _meaning = (cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1])
+        groups, defaults = names.split(" / "), default.split(" / ")
+        if len(defaults) != len(groups):
+            defaults = [default] * len(groups)
+        for group, stated in zip(groups, defaults):
+            for span in re.findall(r"`([^`]+)`", group):
+                table[tuple(name.strip() for name in span.split(","))] = stated
+    return table
+
+
+def _in_readme(flag) -> tuple[tuple[str, ...], str]:
+    """The README's spelling of a flag (names that are all its own, its first long one among
+    them) and the default stated for it."""
+    long = next(name for name in flag.names if name.startswith("--"))
+    found = [(names, stated) for names, stated in readme_flag_table().items() if long in names]
+    assert len(found) == 1, f"{long}: {len(found)} rows of the README's flag table"
+    names, stated = found[0]
+    assert set(names) <= set(flag.names), f"{names}: not the names of {flag.names}"
+    return names, stated
+
+
 def test_every_flag_is_in_the_readme_table():
-    for flags, _dest, _kind, _default, _help in _FLAGS:
-        long = [f for f in flags if f.startswith("--")][0]
-        assert f"`{long}" in README or f", {long}`" in README, long
+    for flag in FLAGS:
+        _in_readme(flag)
+    table_names = {name for flag in FLAGS for name in flag.names} | {"--version"}
+    for names in readme_flag_table():
+        assert set(names) <= table_names, f"the README's flag table names a flag that is not one: {names}"
+
+
+def test_the_readme_states_each_flags_default():
+    """The default column says the table's default: its `default_text`, else the value
+    (`8080`, `8MiB`; numbers and sizes compared as values), none for an unset one, off or on
+    for a switch, nothing for a flag accepted only for compatibility."""
+    for flag in FLAGS:
+        names, stated = _in_readme(flag)
+        if flag.default_text is not None:
+            expected = flag.default_text
+        elif flag.kind == NOOP:
+            expected = ""
+        elif flag.kind is bool:
+            expected = "on" if flag.default else "off"
+        elif flag.kind in (ON, OFF):
+            expected = flag.default
+        elif flag.default is None:
+            expected = "none"
+        else:
+            value = re.fullmatch(r"`([^`]+)`( \(MiB\))?", stated)
+            assert value, f"{names}: the README states {stated!r}, not the value {flag.default!r}"
+            read = {SIZE: parse_size, int: float, float: float}.get(flag.kind, str)
+            assert read(value.group(1)) == read(flag.default), f"{names}: README {stated!r}, table {flag.default!r}"
+            continue
+        assert stated == expected, f"{names}: README {stated!r}, table {expected!r}"
 
 
 def test_readme_has_the_two_setup_commands():

@@ -1,12 +1,16 @@
-"""llama-server's flags and error wording, without a model: sizes in MiB, the sampling
-defaults, flags that change nothing, the context-overflow error as litellm and hermes-agent
-classify it, the default context, the reasoning budget, the Hub file choice and cut tool calls."""
+"""llama-server's flags and error wording, without a model: the flag table and the config it
+fills, sizes in MiB, the sampling defaults, flags that change nothing, the context-overflow
+error as litellm and hermes-agent classify it, the default context, the reasoning budget, the
+Hub file choice and cut tool calls."""
 
+import dataclasses
+import os
 import re
 
 import pytest
 
-from warmslot.server.process.config import AutoSize, build_parser, parse_config, parse_size
+from warmslot.server.process.config import AutoSize, ServerConfig, build_parser, parse_config, parse_size
+from warmslot.server.process.flags import FLAGS, OFF, ON, SIZE, VRAM
 from warmslot.server.errors import ContextOverflow
 from warmslot.server.process.hub import HubError, HubModel, choose_file, split_parts
 from warmslot.server.output.parser import OutputParser
@@ -16,6 +20,81 @@ from warmslot.slots.fitting.context_size import ContextSource, choose_context
 from warmslot.slots.reasoning_budget import BudgetState, Phase, ReasoningBudget
 
 MiB, GiB = 1 << 20, 1 << 30
+
+
+# -- the flag table and the config ---------------------------------------------------------
+
+# ServerConfig's fields that no row of the table names, and where they come from instead
+NOT_FROM_A_ROW = {
+    "vertex": "Vertex AI's AIP_* environment (vertex_settings.py)",
+    "hosts": "--host, split at its commas ([] where built by hand: host alone)",
+    "aliases": "--alias, split at its commas",
+}
+
+
+@pytest.fixture
+def no_environment(monkeypatch):
+    """No WARMSLOT_* or AIP_* variable: the table's defaults alone."""
+    for name in os.environ:
+        if name.startswith(("WARMSLOT_", "AIP_")):
+            monkeypatch.delenv(name)
+
+
+def _field(config, path: str):
+    """The object holding a dotted field of the config, and the field's name (asserting it is one)."""
+    *owners, name = path.split(".")
+    obj = config
+    for owner in owners:
+        obj = getattr(obj, owner)
+    assert name in {f.name for f in dataclasses.fields(obj)}, f"{path} is not a field of {type(obj).__name__}"
+    return obj, name
+
+
+def test_each_row_of_the_flag_table_names_a_field_of_the_config(no_environment):
+    config, _ = parse_config([])
+    names = [name for flag in FLAGS for name in flag.names]
+    assert len(names) == len(set(names)), "a flag name is in two rows"
+    for flag in FLAGS:
+        assert not (flag.sets and flag.feeds), flag.names
+        if flag.field is not None:
+            _field(config, flag.field)
+    reached = {flag.field.split(".")[0] for flag in FLAGS if flag.field}
+    fields = {f.name for f in dataclasses.fields(ServerConfig)}
+    assert fields - reached == set(NOT_FROM_A_ROW), "a field of ServerConfig that no flag reaches"
+
+
+def test_server_config_defaults_are_what_the_flags_give(no_environment):
+    """A ServerConfig built by hand (tests, embedders) holds what the server gets with no flag."""
+    config, _ = parse_config([])
+    for f in dataclasses.fields(ServerConfig):
+        if f.name in ("engine", "hosts"):  # engine: no default; hosts: [] stands for [host]
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        assert getattr(config, f.name) == default, f.name
+
+
+def test_a_value_given_to_a_flag_arrives_in_the_field_it_sets(tmp_path, no_environment):
+    """Each row with `sets`: a value other than its default, given on the command line, is the
+    value of that field (so each row names the right field)."""
+    for flag in FLAGS:
+        if flag.sets is None:
+            continue
+        name = flag.names[-1]
+        if flag.kind is bool or flag.kind in (ON, OFF):
+            argv, expected = [name], True if flag.kind is bool else flag.kind
+        elif flag.choices:
+            expected = next(c for c in flag.choices if c != flag.default)
+            argv = [name, expected]
+        elif flag.kind in (SIZE, VRAM):
+            argv, expected = [name, "3MiB"], 3 << 20
+        elif flag.kind in (int, float):
+            expected = flag.kind(flag.default + 1 if flag.kind is int else (flag.default / 2 or 0.5))
+            argv = [name, str(expected)]
+        else:  # a path or a name: a folder passes the checks of every one
+            argv, expected = [name, str(tmp_path)], str(tmp_path)
+        config, _ = parse_config(argv)
+        obj, field = _field(config, flag.sets)
+        assert getattr(obj, field) == expected, (argv, flag.sets)
 
 
 # -- sizes --------------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def _address(argv: list[str]) -> tuple[list[str], int] | None:
     early.add_argument("--host", default=os.environ.get("WARMSLOT_HOST", "127.0.0.1"))
     early.add_argument("--port", default=os.environ.get("WARMSLOT_PORT", "8080"))
     known, _ = early.parse_known_args(argv)
-    from ..api.vertex.route import from_env
+    from .vertex_settings import from_env
 
     try:
         vertex = from_env()

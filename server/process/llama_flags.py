@@ -1,9 +1,9 @@
 """llama-server's flags that warmslot does not implement itself.
 
-Every flag of llama-server (at the llama.cpp commit warmslot embeds) either works in
-`config.py`, or is listed here: accepted and logged as having no effect, with the reason, or
-refused with a message that names the flag and the reason. None falls through to argparse's
-"unrecognized" or "ambiguous option" errors.
+Every flag of llama-server (at the llama.cpp commit warmslot embeds) either is one of
+warmslot's own (`flags.py`), or is listed here: accepted and logged as having no effect, with
+the reason, or refused with a message that names the flag and the reason. None falls through
+to argparse's "unrecognized" or "ambiguous option" errors.
 
 Each line of `CATALOG`: the flag's names, its arity (`-`: no value, `1`: one value, `?`: an
 optional value), `ignore` or `refuse`, and the reason.

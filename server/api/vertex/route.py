@@ -7,46 +7,24 @@ answers health checks at `AIP_HEALTH_ROUTE` as at /health, and takes
 /v1/chat/completions, "embeddings", "rerank") or by its path. Each instance runs through the
 app as its own request (authentication, limits and metrics included, never streamed), at
 once with the others, and `{"predictions": [...]}` holds each answer's body, an error body
-for one that failed.
+for one that failed. The process reads these settings (server/process/vertex_settings.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import os
-from typing import Any, Mapping
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import InvalidRequest
+from ...process.vertex_settings import Vertex, from_env  # noqa: F401  (from_env: read by the process, named here too)
 
 MAX_INSTANCES = 128
 FORWARDED = (b"authorization", b"x-api-key", b"cookie")
-
-
-@dataclasses.dataclass(frozen=True)
-class Vertex:
-    port: int
-    predict_route: str
-    health_route: str | None
-
-
-def from_env(env: Mapping[str, str] | None = None) -> Vertex | None:
-    """Vertex AI's settings, when the container runs in its prediction mode."""
-    env = os.environ if env is None else env
-    if env.get("AIP_MODE") != "PREDICTION":
-        return None
-
-    def route(name: str, default: str | None) -> str | None:
-        value = env.get(name) or default
-        return value if value is None or value.startswith("/") else "/" + value
-
-    return Vertex(port=int(env.get("AIP_HTTP_PORT") or 8080), predict_route=route("AIP_PREDICT_ROUTE", "/predict"),
-                  health_route=route("AIP_HEALTH_ROUTE", None))
 
 
 def request_format(path: str) -> str:
