@@ -4,9 +4,8 @@ llama.cpp ends the process on a failed `GGML_ASSERT` (`ggml_abort`) and on a C++
 that leaves its C API (`std::terminate`, after ggml's handler prints the exception and a
 backtrace): both print to stderr, then call abort(), and no Python code runs after that.
 `on_abort(report)` installs a SIGABRT handler, with libc's `signal` through ctypes, that
-writes the lines `report()` returns and every Python thread's stack to stderr, and returns:
-abort() then ends the process as it would have (killed by SIGABRT, the same core dump
-policy). `faulthandler` covers the other fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL)
+writes the lines `report()` returns and every Python thread's stack to stderr, then lets
+the process end as it would have (killed by SIGABRT, the same core dump policy). `faulthandler` covers the other fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL)
 with the Python stacks alone.
 
 The handler runs Python on the thread that aborts. That thread is inside a ctypes call
@@ -50,12 +49,17 @@ def on_abort(report: Callable[[], list[str]]) -> None:
             os.write(fd, text.encode("utf-8", "replace"))
             os.write(fd, f"{PREFIX} the Python threads' stacks follow\n".encode())
             faulthandler.dump_traceback(file=fd, all_threads=True)
-        except BaseException:  # noqa: BLE001 - nothing may stop abort() from ending the process
+        except BaseException:  # noqa: BLE001 - nothing may stop the process from ending
             pass
+        # NOTE: abort() would reset the handler and raise again once this returns, but a
+        # SIGABRT sent by kill would not: raised here, with the default action back, it is
+        # pending until the handler returns and then ends the process either way
+        reset(signal.SIGABRT, None)
+        getattr(libc, "raise")(signal.SIGABRT)
 
-    callback = _HANDLER(handler)
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.signal.restype = ctypes.c_void_p
-    libc.signal.argtypes = [ctypes.c_int, _HANDLER]
-    libc.signal(signal.SIGABRT, callback)
+    install = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int, _HANDLER)(("signal", libc))
+    reset = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)(("signal", libc))  # None: SIG_DFL
+    callback = _HANDLER(handler)
+    install(signal.SIGABRT, callback)
     _installed[:] = [callback]
