@@ -5,8 +5,9 @@ that leaves its C API (`std::terminate`, after ggml's handler prints the excepti
 backtrace): both print to stderr, then call abort(), and no Python code runs after that.
 `on_abort(report)` installs a SIGABRT handler, with libc's `signal` through ctypes, that
 writes the lines `report()` returns and every Python thread's stack to stderr, then lets
-the process end as it would have (killed by SIGABRT, the same core dump policy). `faulthandler` covers the other fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL)
-with the Python stacks alone.
+the process end as it would have (killed by SIGABRT, the same core dump policy).
+`faulthandler` covers the other fatal signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL) with the
+Python stacks alone.
 
 The handler runs Python on the thread that aborts. That thread is inside a ctypes call
 (which released the GIL) or one of ggml's own threads, so the interpreter is in a consistent
