@@ -26,7 +26,6 @@ pytestmark = pytest.mark.model
 CHILD = r"""
 import llama_cpp, sys
 from warmslot.slots import Engine, EngineConfig, GenerateRequest, GrammarSpec, QueueSink, SamplingParams, report_crashes
-from warmslot.slots.llama_api import Model
 from warmslot.slots.llama_api.sampler import _init_grammar
 
 engine = Engine(EngineConfig(model_path=sys.argv[1], n_parallel=2, n_ctx=1024, n_threads=2))
