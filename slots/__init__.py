@@ -8,6 +8,7 @@ from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llam
 from . import slot_files
 from .settings import EngineConfig
 from .fitting.context_size import physical_memory
+from .crash_report import report_crashes
 from .embedding_worker import InputTooLong
 from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
@@ -77,6 +78,7 @@ __all__ = [
     "model_params",
     "placeholder_ids",
     "physical_memory",
+    "report_crashes",
     "placement",
     "slot_files",
 ]

@@ -552,7 +552,7 @@ class Engine:
                 to_sample.append(entry)
         tokens = self.sampling.sample([(e.slot.active.sampler, e.out_index) for e in to_sample])
         for entry, token in zip(to_sample, tokens):
-            self.post.on_token(entry.slot, token, entry.out_index)
+            self.post.on_sample(entry.slot, token, entry.out_index)
         # a rejected drafted token counts as neither prompt nor generated
         n_rejected = sum(len(e.draft) - self.spec.verify(e, self.post) for e in to_verify)
         for slot in self.spec.settle():  # recurrent and hybrid memory: the drafts cut, rolled back

@@ -14,6 +14,7 @@ import os
 from typing import Sequence
 
 from .llama_api import Context, Sampler
+from .sampling import SamplingFailed
 
 # below this many samples in a step, handing them to threads costs more than it saves
 MIN_PARALLEL = 4
@@ -35,17 +36,25 @@ class BatchSampler:
             concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="warmslot-sample") if threads > 0 else None
         )
 
-    def sample(self, work: Sequence[tuple[Sampler, int]]) -> list[int]:
-        """Sample one token per (sampler, batch output index), in order. The decode must have
-        finished (the engine synchronized with the device before calling this)."""
+    def sample(self, work: Sequence[tuple[Sampler, int]]) -> list[int | SamplingFailed]:
+        """Sample one token per (sampler, batch output index), in order; a row that gives no
+        token gives its `SamplingFailed` instead, and the others are sampled all the same.
+        The decode must have finished (the engine synchronized with the device before)."""
         if not work:
             return []
         if self._pool is None or len(work) < MIN_PARALLEL:
-            return [sampler.sample(self.ctx, index) for sampler, index in work]
+            return [self._one(job) for job in work]
         # llama.cpp reorders its output rows on the first read of logits after a decode:
         # let that happen here, on one thread, before the rows are read side by side
         self.ctx.prepare_outputs(work[0][1])
-        return list(self._pool.map(lambda job: job[0].sample(self.ctx, job[1]), work))
+        return list(self._pool.map(self._one, work))
+
+    def _one(self, job: tuple[Sampler, int]) -> int | SamplingFailed:
+        sampler, index = job
+        try:
+            return sampler.sample(self.ctx, index)
+        except SamplingFailed as failed:
+            return failed
 
     def close(self) -> None:
         if self._pool is not None:

@@ -9,6 +9,7 @@ decode has run since. Engine thread only.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -16,10 +17,13 @@ from .llama_api import Context, Model
 from .logprobs import token_logprob
 from .memory import SlotMemory
 from .outbox import Outbox
-from .requests import FinishReason
+from .requests import EngineError, ErrorKind, FinishReason
+from .sampling import SamplingFailed
 from .scheduler import BatchEntry
 from .slot import Active, Slot
 from .stats import EngineStats
+
+log = logging.getLogger("warmslot.engine")
 
 
 class Postprocess:
@@ -68,7 +72,45 @@ class Postprocess:
         if active.req.max_tokens == 0:
             self._outbox.finish(slot, FinishReason.LENGTH)
             return
-        self.on_token(slot, active.sampler.sample_logits(logits), logits)
+        try:
+            token = active.sampler.sample_logits(logits)
+        except SamplingFailed as failed:
+            self.fail_sampling(slot, failed)
+            return
+        self.on_token(slot, token, logits)
+
+    def sample(self, slot: Slot, row: int) -> int | None:
+        """Sample the slot's next token from batch output `row` and take it (`on_token`);
+        None when no token could be sampled and the request ended with an error."""
+        try:
+            token = slot.active.sampler.sample(self._ctx, row)
+        except SamplingFailed as failed:
+            self.fail_sampling(slot, failed)
+            return None
+        self.on_token(slot, token, row)
+        return token
+
+    def on_sample(self, slot: Slot, sampled: int | SamplingFailed, row: int) -> None:
+        """What the step's sampling gave the slot (`BatchSampler.sample`): a token, or why none."""
+        if isinstance(sampled, SamplingFailed):
+            self.fail_sampling(slot, sampled)
+        else:
+            self.on_token(slot, sampled, row)
+
+    def fail_sampling(self, slot: Slot, failed: SamplingFailed) -> None:
+        """No token could be sampled (the sampler accepted nothing): the request ends with an
+        error that names the cause and the reply token it was for; the other requests and
+        the slot's memory are untouched."""
+        active = slot.active
+        n = len(active.generated)
+        message = f"no token can be sampled for reply token {n} (0-based): {failed.detail}"
+        if failed.cause.model_output:
+            kind = ErrorKind.MODEL_OUTPUT
+            message += "; the model's weights, their quantization or an adapter may be broken"
+        else:
+            kind = ErrorKind.INVALID
+        log.warning("slot %d: request %s: %s", slot.id, active.req.id, message)
+        self._outbox.finish(slot, FinishReason.STOP, EngineError(kind, message))
 
     def on_token(self, slot: Slot, token: int, row) -> None:
         """A sampled token; `row` is the batch output it was sampled from, or saved logits."""

@@ -38,11 +38,12 @@ class Source(str, enum.Enum):
 
 
 class ErrorKind(str, enum.Enum):
-    INVALID = "invalid"  # the request itself is bad (a grammar llama.cpp rejects)
+    INVALID = "invalid"  # the request itself is bad (a grammar llama.cpp rejects, or one that allows no token)
     CONTEXT = "context"  # the prompt cannot fit a slot
     BUSY = "busy"  # no KV memory left for it while other requests hold it
     TIMEOUT = "timeout"  # its deadline passed
     SHUTDOWN = "shutdown"  # the server is shutting down
+    MODEL_OUTPUT = "model_output"  # the model's logits hold a NaN or an infinity: no token can be sampled
     INTERNAL = "internal"
 
 
@@ -105,6 +106,7 @@ class GenerateRequest:
     # images: each a run of placeholder ids in `tokens` (see media.py), in order
     media: tuple[MediaSpan, ...] = ()
     return_progress: bool = False  # report how far the prompt's evaluation got, each step
+    origin: str = ""  # what the request came through (an HTTP route), for the crash report
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"

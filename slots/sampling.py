@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from .grammar import GrammarSpec
@@ -37,3 +38,50 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    def describe(self) -> str:
+        """The settings in one line (the crash report names a running request's sampling)."""
+        parts = [
+            f"temperature={self.temperature:g}", f"top_k={self.top_k}", f"top_p={self.top_p:g}", f"min_p={self.min_p:g}",
+            f"seed={self.seed}",
+        ]
+        if self.repeat_penalty != 1.0 or self.frequency_penalty or self.presence_penalty:
+            parts.append(
+                f"penalties=repeat {self.repeat_penalty:g} over {self.repeat_last_n}, "
+                f"frequency {self.frequency_penalty:g}, presence {self.presence_penalty:g}"
+            )
+        if self.logit_bias:
+            impossible = sum(1 for b in self.logit_bias.values() if b == float("-inf"))
+            parts.append(f"logit_bias={len(self.logit_bias)} tokens ({impossible} at -inf)")
+        if self.grammar is not None:
+            g = self.grammar
+            how = f"lazy, triggers {g.trigger_patterns + g.trigger_texts}"[:200] if g.lazy else "from the first token"
+            parts.append(f"grammar={len(g.grammar)} chars ({how})")
+        if self.reasoning_budget is not None:
+            parts.append(f"reasoning_budget={self.reasoning_budget.budget}")
+        return " ".join(parts)
+
+
+class NoToken(str, enum.Enum):
+    """Why no token could be sampled from a row of logits."""
+
+    NAN = "NaN"  # the model wrote a NaN logit
+    POS_INF = "+inf"  # a logit of +inf: its softmax is NaN
+    ALL_NEG_INF = "-inf"  # every logit is -inf
+    NO_CANDIDATE = "no candidate"  # the request's grammar or logit_bias allows no token here
+
+    @property
+    def model_output(self) -> bool:
+        """The model's own logits are broken (not the request's constraints)."""
+        return self is not NoToken.NO_CANDIDATE
+
+
+class SamplingFailed(Exception):
+    """A row of logits gives no token: raised by `Sampler.sample` before the chain accepts
+    anything, so the request can end with an error and every other one go on (llama.cpp
+    itself would abort the process on an empty candidate set or a grammar's dead end)."""
+
+    def __init__(self, cause: NoToken, detail: str) -> None:
+        super().__init__(detail)
+        self.cause = cause
+        self.detail = detail

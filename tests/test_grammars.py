@@ -562,14 +562,19 @@ def test_no_grammar_for_none_choice_or_format():
 
 
 def trigger_start(pattern: str, text: str) -> int | None:
-    """Where llama.cpp starts the lazy grammar: the first non-empty group, else the match."""
-    match = re.search(pattern, text)
-    if match is None:
-        return None
-    for group in range(1, (match.re.groups or 0) + 1):
-        if match.group(group):
-            return match.start(group)
-    return match.start()
+    """Where llama.cpp starts the lazy grammar as `text` is generated: it tries the pattern
+    after every token on the text so far (here: after every character, a token's best
+    case), whole with `^...$` patterns, else anywhere; then the first non-empty group."""
+    whole = pattern.startswith("^") and pattern.endswith("$")
+    for end in range(1, len(text) + 1):
+        match = (re.fullmatch if whole else re.search)(pattern, text[:end])
+        if match is None:
+            continue
+        for group in range(1, (match.re.groups or 0) + 1):
+            if match.group(group):
+                return match.start(group)
+        return match.start()
+    return None
 
 
 # Hermes grammars start at the call's head after the marker (the marker alone may be an echo

@@ -18,7 +18,7 @@ from tests.fake_engine import FakeEngine, fail, reply
 from scripts.server_process import free_port
 from warmslot.server.app import create_app
 from warmslot.server.process.config import parse_config
-from warmslot.slots import FinishReason
+from warmslot.slots import ErrorKind, FinishReason
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 BODIES = {
@@ -114,6 +114,16 @@ def test_an_engine_error_mid_stream_ends_with_its_api_terminal_event(server, pat
     plain = server.post(path, _with_n(path, n))
     assert plain.status_code == 408
     assert plain.json()["error"]["code"] == "request_timeout"
+
+
+@pytest.mark.parametrize("path,n", CASES)
+def test_logits_that_cannot_be_sampled_mid_stream_end_with_its_api_terminal_event(server, path, n):
+    message = "no token can be sampled for reply token 2 (0-based): the model's logits hold a NaN"
+    server.engine.script = fail(after=2, kind=ErrorKind.MODEL_OUTPUT, message=message)
+    _assert_stream_terminal(path, server.stream(path, _with_n(path, n)), "server_error")
+    plain = server.post(path, _with_n(path, n))
+    assert plain.status_code == 500
+    assert plain.json()["error"]["code"] == "invalid_logits" and plain.json()["error"]["message"] == message
 
 
 def test_every_choice_ends_with_a_finish_then_the_usage_then_done(server):

@@ -16,6 +16,9 @@ moe        qwen3moe  KV cache; each layer's FFN is 4 experts, 2 used
 mrope      qwen3vl   KV cache, M-RoPE positions (an image takes fewer positions than tokens)
 ========== ========= ==================================================
 
+``write_tiny_model(kind, path, poison="nan")`` (or ``"inf"``) writes a model of any kind whose
+logits cannot be sampled: all NaN, or a +inf and a -inf in every row (``POISONS``).
+
 ``write_tiny_mmproj`` writes a vision projector (a 2-layer CLIP ViT with a LLaVA MLP
 projector) whose output width matches every kind: ``--mmproj`` with any of them.
 ``moe`` and ``mrope`` are not among ``KINDS`` (their memory is plain attention): the tests of
@@ -98,6 +101,13 @@ _OUTPUT_MASK[32:127] = True
 _OUTPUT_MASK[ord("\n")] = True
 _OUTPUT_MASK[N_BYTES : N_BYTES + len(MERGED)] = True
 
+# Models whose logits cannot be sampled (``write_tiny_model(..., poison=...)``):
+# "nan": the output norm's weights are NaN, so every logit is NaN (as after a broken
+# quantization or an fp16 overflow); "inf": every row has +inf for one of INF_TOKENS and
+# -inf for the other, the rest finite.
+POISONS = ("nan", "inf")
+INF_TOKENS = (ord("a"), ord("b"))
+
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -149,10 +159,11 @@ RMS_EPS = 1e-6
 class _Tensors:
     """Adds F32 tensors; shapes are given in ggml order {ne0, ne1}."""
 
-    def __init__(self, w: gguf.GGUFWriter, rng: np.random.Generator, matrix_dtype=np.float32):
+    def __init__(self, w: gguf.GGUFWriter, rng: np.random.Generator, matrix_dtype=np.float32, poison: str | None = None):
         self.w = w
         self.rng = rng
         self.matrix_dtype = matrix_dtype  # of the projection weights (mat)
+        self.poison = poison  # one of POISONS: logits no sampler can use
 
     def put(self, name: str, arr: np.ndarray, dtype=np.float32) -> None:
         self.w.add_tensor(name, np.ascontiguousarray(arr, dtype=dtype))
@@ -170,9 +181,19 @@ class _Tensors:
 
     def embeddings(self, embd_std: float = 1.0, out_gain: float = 3.0) -> None:
         self.normal("token_embd.weight", embd_std, N_EMBD, N_VOCAB)
-        self.ones("output_norm.weight", N_EMBD)
+        norm = np.ones(N_EMBD, dtype=np.float32)
         out = self.rng.standard_normal((N_VOCAB, N_EMBD), dtype=np.float32) * np.float32(out_gain / np.sqrt(N_EMBD))
         out[~_OUTPUT_MASK] = 0.0
+        if self.poison == "nan":  # every logit NaN, as after a bad quantization
+            norm[:] = np.nan
+        elif self.poison == "inf":
+            # the normed state's first component times 1e30 times +-1e30 overflows: one of
+            # INF_TOKENS gets +inf and the other -inf in every row (its sign decides which);
+            # the other tokens' rows ignore that component and stay finite
+            norm[0] = 1e30
+            out[:, 0] = 0.0
+            out[INF_TOKENS[0], 0], out[INF_TOKENS[1], 0] = 1e30, -1e30
+        self.put("output_norm.weight", norm)
         self.put("output.weight", out)
 
     def linear(self, name: str, n_in: int, n_out: int, bias: bool = True) -> None:
@@ -476,13 +497,16 @@ def _gguf_file(path: pathlib.Path, arch: str):
         w.close()
 
 
-def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
-    """Write the tiny model of ``kind`` (one of ``KINDS``, or ``moe``) to ``path`` and return the path."""
+def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0, poison: str | None = None) -> pathlib.Path:
+    """Write the tiny model of ``kind`` (one of ``KINDS``, or ``moe``) to ``path`` and return the path.
+    ``poison`` (one of ``POISONS``) writes a model whose every row of logits cannot be sampled."""
     if kind not in _WRITERS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {tuple(_WRITERS)}")
+    if poison is not None and poison not in POISONS:
+        raise ValueError(f"unknown poison {poison!r}; expected one of {POISONS}")
     path = pathlib.Path(path)
     with _gguf_file(path, ARCHS[kind]) as w:
-        _WRITERS[kind](w, _Tensors(w, np.random.default_rng(seed)))
+        _WRITERS[kind](w, _Tensors(w, np.random.default_rng(seed), poison=poison))
         _add_vocab(w)
     return path
 

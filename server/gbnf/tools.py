@@ -2,51 +2,27 @@
 
 Each tool's parameter schema gets its own rules under the prefix ``t<i>`` (`GrammarRules.schema`).
 
-Lazy grammars and their triggers, as implemented by the llama.cpp vendored in
-llama-cpp-python 0.3.36 (``llama_grammar_accept_impl`` / ``llama_grammar_trigger_pattern::find``
-in src/llama-grammar.cpp, reached through ``llama_sampler_init_grammar_lazy_patterns``):
-
-- While awaiting its trigger the sampler constrains nothing. Every accepted token's text is
-  appended to a buffer holding *all* text generated since the sampler was created (it only
-  sees tokens passed to ``llama_sampler_accept``: the generated ones, reasoning included).
-- After each token each pattern (a std::regex, ECMAScript syntax) is tried on the whole
-  buffer: with ``regex_match`` when the pattern both starts with ``^`` and ends with ``$``,
-  otherwise with ``regex_search``, so an unanchored pattern matches anywhere and ``^`` pins it
-  to the start of the generated text.
-- On a match the grammar starts at the first capture group that matched something, or at
-  the start of the whole match when there is none. The buffered tokens overlapping that
-  position are replayed into the grammar (a token straddling it contributes only its tail),
-  so the grammar must describe the output from exactly there, starting with the marker.
-- A trigger token (by id) fires when sampled; the token itself is then the grammar's first
-  input, so a grammar used with trigger tokens must begin with that token's text. The grammars
-  here give marker texts (`GrammarSpec.trigger_texts`); the sampler uses those that are one
-  token of the model's vocabulary.
-- Once the grammar is complete the stacks are empty and only end-of-generation tokens pass,
-  so a lazy tool grammar ends the reply after its last call.
-- Replaying (like accepting) a token whose text the grammar cannot take throws a C++
-  exception out of ``llama_sampler_accept``, which aborts a Python process. Sampled tokens are
-  safe (the grammar filtered them), but the token that completes a trigger pattern is replayed
-  unfiltered: its text after the marker must fit. The grammars here therefore allow a little
-  whitespace wherever a model may put it right after a marker.
-
-The patterns used here are plain markers (``<tool_call>``, ``\\[TOOL_CALLS\\]``) or short
-anchored ones (``^\\s*(\\{)``): cheap for std::regex on long buffers. Non-lazy grammars start at
-the first generated token; when a model reasons first they can let a think block through
-(`reasoning`, `starts_in_reasoning`), otherwise the constraint would forbid the reasoning.
+A lazy grammar (``tool_choice`` "auto") constrains nothing until its trigger pattern matches
+the generated text at a call's head; `triggers.py` says how llama.cpp runs the patterns and
+why each one starts only at a head and ends where the text ends. Once the grammar is
+complete the stacks are empty and only end-of-generation tokens pass, so a lazy tool grammar
+ends the reply after its last call. Non-lazy grammars start at the first generated token;
+when a model reasons first they can let a think block through (`reasoning`,
+`starts_in_reasoning`), otherwise the constraint would forbid the reasoning.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 from warmslot.slots import GrammarSpec, check_grammar
 
 from ..errors import InvalidRequest
-from ..output.markers import FORMATS, HERMES_CLOSE, HERMES_OPEN, MISTRAL_ARGS, MISTRAL_CALL_ID, MISTRAL_CALLS
+from ..output.markers import FORMATS, HERMES_CLOSE, HERMES_FORMATS, HERMES_OPEN, MISTRAL_ARGS, MISTRAL_CALL_ID, MISTRAL_CALLS
 from .rules import GrammarRules, with_reasoning
 from .text import gbnf_literal
+from .triggers import GAP, SP, call_head_pattern
 
 if TYPE_CHECKING:
     from ..request.constraints import ToolChoice
@@ -88,53 +64,25 @@ def tool_call_grammar(
     # model may repeat the same call until max_tokens
     parallel = parallel_tool_calls and choice.mode != "function"
     body = builder(grammar, selected, parallel)
-    if lazy and format in _CALL_HEADS:
+    if lazy and format in HERMES_FORMATS:  # the trigger starts it at the call, after the marker
         grammar.add("root", _after_marker(grammar, parallel))
-        patterns, tokens = [_call_head_pattern(format, [f["name"] for _, f in selected])], []
     elif lazy:
         grammar.add("root", body)
-        patterns, tokens = _TRIGGERS[format]
     else:
         grammar.add("root", with_reasoning(grammar, body, reasoning, starts_in_reasoning))
-        patterns, tokens = [], []
-    spec = GrammarSpec(grammar.text(), lazy=lazy, trigger_patterns=list(patterns), trigger_texts=list(tokens))
+    # NOTE: no trigger texts (tokens): a trigger token starts the grammar at a bare marker
+    patterns = [call_head_pattern(format, [f["name"] for _, f in selected], parallel)] if lazy else []
+    spec = GrammarSpec(grammar.text(), lazy=lazy, trigger_patterns=patterns)
     error = check_grammar(None, spec)
     if error is not None:
         raise InvalidRequest(f"the tools give a grammar that cannot be used: {error}", param="tools")
     return spec
 
 
-# NOTE: a Hermes grammar is not triggered by the bare marker. The token that completes a
-# pattern is replayed unfiltered, and small models echo the tool prompt's own
-# "<tool_call></tool_call>": a token such as "></" would complete "<tool_call>" and feed "</"
-# to a grammar that wants a call, which throws inside llama.cpp and aborts the process. The
-# pattern waits for the call's head (the marker, then `{"name": "NAME"` or `<function=NAME>`
-# with a known NAME), and the grammar starts at that head: a completing token's tail after it
-# (`",`, `>\n`) is what the grammar takes next.
-_CALL_HEADS = {
-    "hermes": r'\{[ \t\n]{0,2}"name"[ \t\n]{0,2}:[ \t\n]{0,2}"(?:NAMES)"',
-    "hermes_xml": r"<function=(?:NAMES)>",
-}
-
-
-def _call_head_pattern(format: str, names: list[str]) -> str:
-    head = _CALL_HEADS[format].replace("NAMES", "|".join(re.escape(n) for n in names))
-    return re.escape(HERMES_OPEN) + r"[ \t\r\n]{0,4}(" + head + ")"
-
-
 def _after_marker(grammar: GrammarRules, parallel: bool) -> str:
-    """The Hermes calls from the first call's head on (its marker was the trigger)."""
+    """The Hermes calls from the first call's head on (the trigger matched its marker and head)."""
     first = f"call gap {gbnf_literal(HERMES_CLOSE)}"
     return grammar.add("calls-after-marker", f"{first} (gap tool-call)*" if parallel else first)
-
-
-_TRIGGERS: dict[str, tuple[list[str], list[str]]] = {
-    "hermes": ([re.escape(HERMES_OPEN)], [HERMES_OPEN]),
-    "hermes_xml": ([re.escape(HERMES_OPEN)], [HERMES_OPEN]),
-    "llama3": ([r"^\s*(?:<\|python_tag\|>)?\s*(\{)"], []),
-    "mistral": ([re.escape(MISTRAL_CALLS)], [MISTRAL_CALLS]),
-    "json": ([r"^\s*([\[{])"], []),
-}
 
 
 def _header(name: str, key: str) -> str:
@@ -153,9 +101,10 @@ def _header(name: str, key: str) -> str:
 
 
 def _spacing(grammar: GrammarRules) -> None:
-    """Whitespace rules shared by the call formats (bounded, so sampling cannot run away)."""
-    grammar.add("sp", r"[ \t\n]{0,2}")
-    grammar.add("gap", r"[ \t\r\n]{0,4}")
+    """Whitespace rules shared by the call formats (bounded, so sampling cannot run away).
+    The same text is a GBNF rule and the trigger patterns' regex (`triggers`)."""
+    grammar.add("sp", SP)
+    grammar.add("gap", GAP)
 
 
 def _json_calls(grammar: GrammarRules, functions: list[tuple[int, dict[str, Any]]], key: str, extra: str = "") -> str:

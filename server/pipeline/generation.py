@@ -207,7 +207,7 @@ async def start_chat(
             exc.param = prompt_param
             raise
     params.gen.sampling.reasoning_budget = plan.budget
-    sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline)
+    sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline, request.url.path)
     return Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan)
 
 
@@ -224,7 +224,7 @@ async def start_text(request: Request, server: Warmslot, key: str, params: Compl
         echoes = [
             await server.offload(echo_text, server, p, t, request=request, deadline=deadline) for p, t in zip(params.prompts, prompts)
         ] if params.gen.echo else None
-    sub = _submit(server, key, prompts, params.gen, None, "prompt", deadline)
+    sub = _submit(server, key, prompts, params.gen, None, "prompt", deadline, request.url.path)
     generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None)
     if echoes is not None:
         generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
@@ -243,7 +243,7 @@ async def _waiting(endpoint: str):
 
 def _submit(
     server: Warmslot, key: str, prompts: list[list[int]], gen: GenerationParams, plan: ChatPlan | None, prompt_param: str,
-    deadline: float | None,
+    deadline: float | None, origin: str,
 ) -> Submission:
     """One engine request per choice. Choice i*n + j answers prompt i with its j-th sample:
     the first evaluates the prompt, the other n-1 are its siblings, which the engine forks
@@ -259,6 +259,7 @@ def _submit(
             sink = TaggedSink(loop, queue, p * gen.n + j)
             req = _engine_request(
                 server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline, media=media,
+                origin=origin,
             )
             first = first or req.id
             reqs.append(req)
@@ -268,7 +269,7 @@ def _submit(
 
 def _engine_request(
     server: Warmslot, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of,
-    deadline: float | None, media=(),
+    deadline: float | None, media=(), origin: str = "",
 ) -> GenerateRequest:
     """The engine request for one choice (`choice` > 0: another choice of the same prompt,
     sampled with seed + choice when a seed is given)."""
@@ -298,6 +299,7 @@ def _engine_request(
         deadline=deadline,
         media=tuple(media),
         return_progress=gen.return_progress,
+        origin=origin,
     )
 
 

@@ -36,6 +36,8 @@ def engine_error(
         return RequestTimeout(error.message)
     if error.kind is ErrorKind.SHUTDOWN:
         return shutting_down(error.message)
+    if error.kind is ErrorKind.MODEL_OUTPUT:
+        return ServerError(error.message, code="invalid_logits")
     return ServerError(error.message)
 
 

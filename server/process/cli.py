@@ -263,6 +263,8 @@ def _serve(config, socks: list[socket.socket]) -> NoReturn:
 
     import uvicorn
 
+    from warmslot.slots import report_crashes
+
     from ..app import create_app
     from .drain import DrainingServer
 
@@ -279,6 +281,7 @@ def _serve(config, socks: list[socket.socket]) -> NoReturn:
             server.should_exit = True
 
     app = create_app(config, on_fatal=on_fatal)
+    report_crashes(app.state.warmslot.engine)  # an abort inside llama.cpp names the running requests
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )

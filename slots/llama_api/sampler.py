@@ -5,13 +5,14 @@ from __future__ import annotations
 import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 
 import ctypes
+import math
 from typing import Sequence
 
 import numpy as np
 
 from ..grammar import GrammarError, GrammarSpec, shape_error
 from ..reasoning_budget import BudgetState
-from ..sampling import SamplingParams
+from ..sampling import NoToken, SamplingFailed, SamplingParams
 from .context import Context
 from .model import Model
 
@@ -44,6 +45,12 @@ class Sampler:
         # the same random number (see tests/test_sampling_fast.py)
         self._tail = None
         self._k = params.top_k
+        self._candidates: np.ndarray | None = None  # the full chain's candidate array, reused
+        self._why_empty = _why_empty(params)
+        # a grammar's sampler aborts the process when asked to accept a token it forbids:
+        # its chain draws from candidates of ours, checked before anything is accepted
+        self._guarded = params.grammar is not None
+        self._impossible = params.logit_bias  # tokens of bias -inf are impossible
         plain = params.grammar is None and not params.logit_bias and self.budget is None and (
             params.repeat_penalty == 1.0 and params.frequency_penalty == 0.0 and params.presence_penalty == 0.0)
         try:
@@ -95,24 +102,41 @@ class Sampler:
         return smpl
 
     def sample(self, ctx: Context, index: int) -> int:
-        """Sample from the logits of batch output `index`; the chain accepts the token."""
+        """Sample from the logits of batch output `index`; the chain accepts the token.
+
+        Raises `SamplingFailed`, with nothing accepted, when the row holds a NaN or a +inf,
+        every logit is -inf, or the grammar and logit_bias leave no candidate: llama.cpp
+        would abort the process on the empty candidate set, or on a grammar asked to accept
+        a token it forbids."""
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ptr, index), shape=(self.n_vocab,))
         if self._argmax:
-            row = llama_cpp.llama_get_logits_ith(ctx.ptr, index)
-            return int(np.argmax(np.ctypeslib.as_array(row, shape=(self.n_vocab,))))
-        if self._tail is not None:
-            row = llama_cpp.llama_get_logits_ith(ctx.ptr, index)
-            return self._sample_top_k(np.ctypeslib.as_array(row, shape=(self.n_vocab,)))
-        if self.budget is not None and self.budget.forced_token() is not None:
-            return self.sample_logits(ctx.logits(index))
+            token = int(np.argmax(row))
+            # NOTE: argmax stops at the first NaN, and a +inf or an all -inf row is the maximum
+            # itself: one value tells whether the row can be sampled
+            _require_finite(row[token])
+            return token
+        forced = self.budget is not None and self.budget.forced_token() is not None
+        if self._tail is not None or self._guarded or forced:
+            return self.sample_logits(row)
+        _require_finite(row.max())  # one vectorized pass: a NaN makes the maximum NaN
+        # NOTE: llama.cpp's own draw fills its candidate array faster than numpy fills ours
+        # (1.4 against 1.6 ms at 262k tokens). Without a grammar nothing in the chain aborts
+        # on an impossible token, and the chain selects one only when every token is
+        # impossible: the selection tells, after the fact
         token = int(llama_cpp.llama_sampler_sample(self.ptr, ctx.ptr, index))
+        if self._impossible and self._impossible.get(token) == -math.inf:
+            raise SamplingFailed(NoToken.NO_CANDIDATE, self._why_empty)
         if self.budget is not None:
             self.budget.accept(token)
         return token
 
     def sample_logits(self, logits: np.ndarray) -> int:
-        """Sample from saved logits (same chain, same acceptance as `sample`)."""
+        """Sample from a row of logits (saved, or the context's own, which is only read):
+        the same chain, acceptance and failures as `sample`."""
         if self._tail is not None:
             return self._sample_top_k(logits)
+        # one vectorized pass: a NaN anywhere makes the maximum NaN, a +inf makes it +inf
+        _require_finite(logits.max())
         forced = self.budget.forced_token() if self.budget is not None else None
         if forced is not None:
             # NOTE: only the forced token stays a candidate, so the grammar and the penalties
@@ -129,15 +153,18 @@ class Sampler:
         n = logits.shape[0]
         if Sampler._token_ids is None or Sampler._token_ids.shape[0] != n:
             Sampler._token_ids = np.arange(n, dtype=np.int32)
-        return _draw(self.ptr, Sampler._token_ids, logits, is_sorted=False)
+        if self._candidates is None or self._candidates.shape[0] != n:
+            self._candidates = np.empty(n, dtype=_TOKEN_DATA)
+        return _draw(self.ptr, Sampler._token_ids, logits, is_sorted=False, out=self._candidates, why_empty=self._why_empty)
 
     def _sample_top_k(self, logits: np.ndarray) -> int:
         """The chain's draw, with its top-k taken in numpy: the k largest logits, sorted as
         llama.cpp sorts them (descending), then the rest of the chain on those alone."""
         ids = _top_k(logits, self._k)
-        return _draw(self._tail, ids, logits[ids], is_sorted=True)
+        return _draw(self._tail, ids, logits[ids], is_sorted=True, why_empty=self._why_empty)
 
     def close(self) -> None:
+        self._candidates = None
         if getattr(self, "_tail", None):
             llama_cpp.llama_sampler_free(self._tail)
             self._tail = None
@@ -146,19 +173,55 @@ class Sampler:
             self.ptr = None
 
 
-def _draw(chain, ids: np.ndarray, logits: np.ndarray, *, is_sorted: bool) -> int:
-    """Apply `chain` to the candidates (ids and their logits); the chain accepts the token
-    it selects, which is returned."""
-    data = np.zeros(len(ids), dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+def _why_empty(p: SamplingParams) -> str:
+    """What leaves a chain of these parameters without a candidate (`SamplingFailed`)."""
+    bias = any(b == -math.inf for b in p.logit_bias.values())
+    if p.grammar is not None and bias:
+        return "the grammar and logit_bias allow no token here"
+    if p.grammar is not None:
+        return "the grammar allows no token here (a dead end)"
+    if bias:
+        return "logit_bias removes every token"
+    return "the sampling settings leave no token"
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+
+
+def _require_finite(top) -> None:
+    """Raise SamplingFailed unless `top`, the maximum of a row (or the logit argmax found),
+    is a finite number."""
+    if np.isfinite(top):
+        return
+    if np.isnan(top):
+        raise SamplingFailed(NoToken.NAN, "the model's logits hold a NaN")
+    if top > 0:
+        raise SamplingFailed(NoToken.POS_INF, "the model's logits hold +inf")
+    raise SamplingFailed(NoToken.ALL_NEG_INF, "every one of the model's logits is -inf")
+
+
+def _draw(chain, ids: np.ndarray, logits: np.ndarray, *, is_sorted: bool, why_empty: str, out: np.ndarray | None = None) -> int:
+    """Apply `chain` to the candidates (ids and their logits, copied into `out` when given);
+    the chain accepts the token it selects, which is returned. A selection that is no
+    candidate (the chain emptied the set, or every candidate left is -inf) raises
+    SamplingFailed before anything is accepted."""
+    data = np.empty(len(ids), dtype=_TOKEN_DATA) if out is None else out
     data["id"] = ids
     data["logit"] = logits
+    data["p"] = 0.0
     arr = llama_cpp.llama_token_data_array(
         data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=len(ids), selected=-1,
         sorted=is_sorted,
     )
     llama_cpp.llama_sampler_apply(chain, ctypes.byref(arr))
-    assert 0 <= arr.selected < arr.size, "the chain ends in a selecting sampler"
-    token = int(ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected].id)
+    if not 0 <= arr.selected < arr.size:
+        raise SamplingFailed(NoToken.NO_CANDIDATE, why_empty)
+    chosen = ctypes.cast(arr.data, ctypes.POINTER(llama_cpp.llama_token_data))[arr.selected]
+    # a grammar or a logit_bias of -inf marks a token impossible with -inf: a chain that
+    # selects one had nothing else (a grammar's dead end); accepting it would abort
+    if not chosen.logit > -math.inf:
+        raise SamplingFailed(NoToken.NO_CANDIDATE, why_empty)
+    token = int(chosen.id)
     llama_cpp.llama_sampler_accept(chain, token)
     return token
 
@@ -166,14 +229,21 @@ def _draw(chain, ids: np.ndarray, logits: np.ndarray, *, is_sorted: bool) -> int
 def _top_k(logits: np.ndarray, k: int) -> np.ndarray:
     """The ids of the k largest logits, largest first (ties by id). The k-th largest maximum
     of blocks of _BLOCK logits is a floor that at least k logits reach (each of those k blocks
-    holds one), so only the logits at or above it are sorted."""
+    holds one), so only the logits at or above it are sorted. A row with a NaN or a +inf,
+    or only -inf, raises SamplingFailed (a NaN floor would select nothing, and llama.cpp
+    aborts on an empty candidate set)."""
     n = logits.shape[0]
     k = min(k, n)
     full = n // _BLOCK * _BLOCK
     if full // _BLOCK < k:
+        _require_finite(logits.max())
         floor = -np.inf
     else:
         maxima = logits[:full].reshape(-1, _BLOCK).max(axis=1)
+        # the blocks' maxima carry a NaN or a +inf of the row (np.max and np.maximum keep a
+        # NaN): checking them and the short tail is checking the row
+        top = maxima.max() if full == n else np.maximum(maxima.max(), logits[full:].max())
+        _require_finite(top)
         floor = np.partition(maxima, len(maxima) - k)[len(maxima) - k]
     ids = np.flatnonzero(logits >= floor)
     order = np.lexsort((ids, -logits[ids]))[:k]

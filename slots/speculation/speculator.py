@@ -485,8 +485,7 @@ class Speculator:
             if i:
                 accepted += 1
                 active.n_accepted += 1
-            token = active.sampler.sample(self.ctx, entry.out_index + i)
-            post.on_token(slot, token, entry.out_index + i)
+            token = post.sample(slot, entry.out_index + i)
             if slot.active is None or i == len(draft) or token != draft[i]:
                 break
         end = entry.start + entry.n
