@@ -25,7 +25,7 @@ from .requests import (
 )
 from .sampling import DraftLimits, SamplingParams
 from .snapshot import EngineInfo, EngineSnapshot
-from .speculation.speculator import SPEC_TYPES, SpecConfig
+from .speculation.spec_config import SPEC_TYPES, SpecConfig
 from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab, VocabClosed
 

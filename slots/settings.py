@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .llama_api import Placement
-from .speculation.speculator import SpecConfig
+from .speculation.spec_config import SpecConfig
 
 
 @dataclass(slots=True)

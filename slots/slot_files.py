@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from warmslot.cache.checkpoints import Checkpoint, CheckpointList
-from warmslot.cache.disk.format import Header, Payload
+from warmslot.cache.disk.records import Header, Payload
 from warmslot.cache.prompt_cache import CacheEntry
 
 from .multimodal.spans import SAME_POSITIONS

@@ -14,7 +14,8 @@ from starlette.routing import Route
 
 from tests.inprocess import InProcessServer, get_request, read_response
 from warmslot.server.errors import InvalidRequest
-from warmslot.server.request.protocol import parse_body, parse_completion, parse_generation
+from warmslot.server.request.json_body import parse_body
+from warmslot.server.request.protocol import parse_completion, parse_generation
 
 pytestmark = pytest.mark.server
 

@@ -14,9 +14,10 @@ from tests.helpers import generate, random_tokens, tiny_engine, warmslot_server
 from tests.tiny_models import write_tiny_model
 from warmslot.server.process.config import parse_config
 from warmslot.slots import DraftLimits, GenerateRequest, GrammarSpec, NotReady, QueueSink, SamplingParams, SpecConfig
+from warmslot.slots.speculation import ngram_drafter
 from warmslot.slots.speculation import speculator as speculative
 from warmslot.slots.speculation.ngram_memory import NgramMemory
-from warmslot.slots.speculation.speculator import NgramDrafter
+from warmslot.slots.speculation.ngram_drafter import NgramDrafter
 
 NGRAM = SpecConfig(type="ngram-simple", n_max=16, ngram_n=4)
 # the model copies the earlier answer: every generated token wins by a clear margin (its top
@@ -45,7 +46,7 @@ def test_ngram_simple_drafts_what_followed_the_latest_earlier_occurrence():
 
 
 def test_shorter_n_grams_draft_where_the_longest_did_not_occur_cut_where_they_disagree():
-    assert speculative.ngram_sizes(12, 3) == (12, 8, 6, 4, 3) and speculative.ngram_sizes(4, 4) == (4,)
+    assert ngram_drafter.ngram_sizes(12, 3) == (12, 8, 6, 4, 3) and ngram_drafter.ngram_sizes(4, 4) == (4,)
     history = [9, 8, 7, 1, 2, 3, 4, 5, 6]
     # the last 6 tokens with the pending 3 never occurred, the last 3 ([1, 2, 3]) did once
     assert NgramDrafter(6, 48, n_min=3).draft(history + [7, 1, 2], 3, limit=4) == [4, 5, 6, 7]

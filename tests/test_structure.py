@@ -20,6 +20,8 @@ import ast
 import pathlib
 from dataclasses import dataclass
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FOLDERS = ("server", "slots", "cache")  # installed as warmslot.<folder>
 MAX_LINES = 500
@@ -240,8 +242,13 @@ def test_the_layers_are_read():
     assert any(_layer(i.target)[0] == "server: pipeline" for i in IMPORTS["warmslot.server.api.chat.route"])
 
 
-def test_disk_store_uses_no_private_name_of_the_format():
-    store, fmt = "warmslot.cache.disk.store", "warmslot.cache.disk.format"
+# the disk store's modules: its index and API, its writer thread, its directory
+DISK_STORE = ("warmslot.cache.disk.store", "warmslot.cache.disk.writer", "warmslot.cache.disk.directory")
+
+
+@pytest.mark.parametrize("store", DISK_STORE)
+def test_disk_store_uses_no_private_name_of_the_format(store):
+    fmt = "warmslot.cache.disk.format"
     offenders = [f"line {i.line}: {i.raw}" for i in IMPORTS[store] if i.target == fmt and any(n.startswith("_") for n in i.names)]
     tree = ast.parse(MODULES[store].read_text())
     aliases = set()  # the names the format module is bound to in the store
@@ -256,7 +263,7 @@ def test_disk_store_uses_no_private_name_of_the_format():
             and isinstance(node.value, ast.Name) and node.value.id in aliases
         ):
             offenders.append(f"line {node.lineno}: {node.value.id}.{node.attr}")
-    assert not offenders, "cache/disk/store.py uses private names of cache/disk/format.py:\n" + "\n".join(offenders)
+    assert not offenders, f"{_where(store)} uses private names of cache/disk/format.py:\n" + "\n".join(offenders)
 
 
 def test_the_checks_see_the_code():

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..checkpoints import Checkpoint, CheckpointList
 from ..prefix_trie import Candidate, PrefixTrie, common_prefix, rank
-from .format import CheckpointInfo, Header, Meta, Payload
+from .records import CheckpointInfo, Header, Meta, Payload
 
 # stands for bytes that exist in the file: an outline checkpoint only says what is there
 _PRESENT = np.empty(0, dtype=np.uint8)

@@ -21,17 +21,18 @@ and in `last-used.json` (rewritten when they change, at most every few seconds, 
 close).
 
 Rejections: a file this server cannot trust or use is skipped, logged and counted by reason
-(`format.REASONS`). Damaged files (empty, truncated, checksum) are deleted. Files of another
+(`records.REASONS`). Damaged files (empty, truncated, checksum) are deleted. Files of another
 model, layout or format version stay (a restart with the old flags finds them) but count
 against the budget and are evicted first. Files that are not entries are left alone.
+
+The store is one class in three modules: store.py (the index and the API), writer.py (the
+writer thread) and directory.py (the directory: its lock, and its index rebuilt at start).
 """
 
 from __future__ import annotations
 
 import collections
-import fcntl
 import itertools
-import json
 import logging
 import os
 import queue
@@ -46,20 +47,14 @@ import numpy as np
 from ..prefix_trie import PrefixTrie
 from ..prompt_cache import DraftState
 from . import format as fmt
-from .format import Meta, Payload, Rejected
+from .directory import DiskDirectory
 from .index import DiskEntry, DiskIndex, DiskMatch
+from .records import Meta, Payload, Rejected
+from .writer import DiskWriter
 
 log = logging.getLogger("warmslot.cache.disk")
 
-LRU_FILE = "last-used.json"
-LOCK_FILE = ".lock"
-LRU_EVERY = 5.0  # seconds between saves of changed last-use times
-SWEEP_EVERY = 60.0  # seconds between sweeps for entries past their retention
 REJECTED_REMEMBERED = 256  # rejected keys kept to explain misses
-
-
-class DiskInUse(Exception):
-    """Another process holds the directory."""
 
 
 @dataclass
@@ -93,7 +88,7 @@ class DiskLookup:
     rejected: tuple[int, tuple[int, ...], str] | None  # (shared tokens, key, reason) of a rejected entry
 
 
-class DiskCache:
+class DiskCache(DiskDirectory, DiskWriter):
     def __init__(
         self,
         directory: str,
@@ -328,83 +323,6 @@ class DiskCache:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _open_directory(self) -> int:
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        mode = os.stat(self.directory).st_mode
-        if mode & 0o077:
-            log.warning("disk cache: %s is accessible to other users; its entries are owner-only files", self.directory)
-        fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise DiskInUse(f"{self.directory} is in use by another process") from None
-        return fd
-
-    def _rebuild(self) -> None:
-        """Index the directory from the entries' heads; delete damaged files and those left
-        by interrupted writes; evict down to the budget."""
-        t0 = time.monotonic()
-        lru = self._read_lru()
-        now = self._clock()
-        n = 0
-        for de in os.scandir(self.directory):
-            name = de.name
-            if name in (LOCK_FILE, LRU_FILE):
-                continue
-            n += 1
-            path = os.path.join(self.directory, name)
-            if name.startswith(".") and name.endswith(".tmp"):
-                self.reject(Rejected("incomplete", "a write that never finished; deleted"), name)
-                _unlink(path)
-                continue
-            if not name.endswith(fmt.SUFFIX) or not de.is_file(follow_symlinks=False):
-                self.reject(Rejected("not_entry", "not a cache entry; left alone"), name)
-                continue
-            try:
-                header = fmt.read_header(path)
-            except Rejected as exc:
-                self.reject(exc, name)
-                if exc.reason in ("empty", "truncated", "checksum"):
-                    _unlink(path)
-                elif exc.reason == "version":
-                    self._add_stale(name, de, lru, exc.reason)
-                continue
-            meta = header.meta
-            last_used = max(meta.last_used, lru.get(name, 0.0))
-            if meta.fingerprint != self.fingerprint:
-                self.reject(Rejected("model", f"written for {meta.fingerprint}, this server is {self.fingerprint}"), name, meta.tenant, header.tokens)
-                self._add_stale(name, de, lru, "model", header=header)
-                continue
-            entry = DiskEntry(
-                name=name, tokens=header.tokens, tenant=meta.tenant, fingerprint=meta.fingerprint,
-                nbytes=header.file_bytes, state_bytes=header.state_bytes, infos=header.checkpoints,
-                prompt_end=meta.prompt_end, last_used=last_used, keep_s=meta.keep_s, header=header,
-            )
-            if entry.expired(now):
-                self.stats.expired += 1
-                _unlink(path)
-                continue
-            self._index.add(entry)
-        while self._index.nbytes > self.budget:
-            self._drop(self._index.lru_victim(), "evicted")
-        self._run_jobs(block=False)
-        self.stats.index_seconds = time.monotonic() - t0
-        self.stats.index_files = n
-        log.info(
-            "disk cache %s: %d entries (%.1f MiB of %.1f MiB) indexed from %d files in %.3f s%s",
-            self.directory, self._index.n_usable, self._index.nbytes / (1 << 20), self.budget / (1 << 20), n,
-            self.stats.index_seconds, _rejected_text(self.stats.rejected),
-        )
-
-    def _add_stale(self, name: str, de: os.DirEntry, lru: dict, reason: str, header: fmt.Header | None = None) -> None:
-        st = de.stat(follow_symlinks=False)
-        self._index.add(DiskEntry(
-            name=name, tokens=(), tenant="", fingerprint="", nbytes=st.st_size, state_bytes=0, infos=(),
-            prompt_end=0, last_used=lru.get(name, header.meta.last_used if header else st.st_mtime), keep_s=None,
-            stale=reason,
-        ))
-
     def _drop(self, entry: DiskEntry, why: str | None) -> None:
         """Take an entry out of the index and queue its file's deletion. Lock held."""
         if not entry.alive:
@@ -418,114 +336,6 @@ class DiskCache:
             self.stats.dropped_redundant += 1
         self._lru_dirty = True
         self._jobs.put(("delete", entry.name))
-
-    def _writer(self) -> None:
-        while True:
-            try:
-                if not self._run_jobs(block=True):
-                    return
-            except Exception:  # noqa: BLE001 - the writer must outlive any one failure
-                log.exception("disk cache: the writer failed a job")
-
-    def _run_jobs(self, block: bool) -> bool:
-        """Run queued jobs (one, waiting for it, when `block`; else all there are). False
-        once told to stop."""
-        while True:
-            try:
-                kind, arg = self._jobs.get(timeout=LRU_EVERY) if block else self._jobs.get_nowait()
-            except queue.Empty:
-                kind, arg = None, None
-            if kind == "write":
-                self._write(arg)
-            elif kind == "delete":
-                _unlink(os.path.join(self.directory, arg))
-            elif kind == "sync":
-                self._save_lru()
-                arg.set()
-            elif kind == "stop":
-                return False
-            if block:
-                self._housekeeping()
-                return True
-            if kind is None:
-                return True
-
-    def _write(self, entry: DiskEntry) -> None:
-        with self._lock:
-            payload = entry.pending
-            if not entry.alive:
-                self.stats.queued_bytes -= entry.nbytes
-                entry.pending = None
-                return
-        t0 = time.monotonic()
-        try:
-            # the planned header (a later touch changes last_used, whose digits change the size)
-            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, payload.state, payload.checkpoints, payload.draft)
-            if header.file_bytes != entry.nbytes:
-                _unlink(os.path.join(self.directory, entry.name))
-                raise OSError(f"wrote {header.file_bytes} bytes, {entry.nbytes} were planned")
-        except OSError as exc:
-            log.error("disk cache: writing %s failed: %s", entry.name, exc)
-            self.stats.write_errors += 1
-            with self._lock:
-                self.stats.queued_bytes -= entry.nbytes
-                entry.pending = None
-                if entry.alive:
-                    self._index.remove(entry)
-            return
-        self.stats.writes += 1
-        self.stats.write_bytes += header.file_bytes
-        self.stats.write_seconds += time.monotonic() - t0
-        with self._lock:
-            entry.header = header
-            entry.pending = None
-            self.stats.queued_bytes -= entry.nbytes
-            alive = entry.alive
-        if not alive:  # evicted while it was being written
-            _unlink(os.path.join(self.directory, entry.name))
-
-    def _housekeeping(self) -> None:
-        now = time.monotonic()
-        if now - self._swept_at >= SWEEP_EVERY:
-            self._swept_at = now
-            wall = self._clock()
-            with self._lock:
-                for entry in [e for e in self._index.entries() if e.stale is None and e.expired(wall)]:
-                    self._drop(entry, "expired")
-        if self._lru_dirty and now - self._lru_saved_at >= LRU_EVERY:
-            self._save_lru()
-
-    def _save_lru(self) -> None:
-        """Write the last-use times atomically (temporary file, fsync, rename)."""
-        with self._lock:
-            if not self._lru_dirty:
-                return
-            self._lru_dirty = False
-            times = {e.name: round(e.last_used, 3) for e in self._index.entries()}
-        self._lru_saved_at = time.monotonic()
-        path = os.path.join(self.directory, LRU_FILE)
-        tmp = os.path.join(self.directory, f".{LRU_FILE}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
-            with os.fdopen(fd, "wb") as f:  # a buffered file writes all of it
-                f.write(json.dumps({"version": 1, "last_used": times}).encode())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            log.warning("disk cache: saving the last-use times failed: %s", exc)
-            _unlink(tmp)
-
-    def _read_lru(self) -> dict[str, float]:
-        try:
-            with open(os.path.join(self.directory, LRU_FILE), "rb") as f:
-                doc = json.loads(f.read())
-            return {str(k): float(v) for k, v in doc["last_used"].items()}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("disk cache: ignoring %s (%s); last uses come from the entries' headers", LRU_FILE, exc)
-            return {}
 
     def _remember_rejected(self, tenant: str, tokens: tuple[int, ...], reason: str) -> None:
         self._rejected.setdefault(tenant, PrefixTrie()).insert(tokens, (tokens, reason))
@@ -550,16 +360,3 @@ class DiskCache:
             return None
         tokens, reason = found[-1]
         return match.depth, tokens, reason
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _rejected_text(rejected: collections.Counter) -> str:
-    if not rejected:
-        return ""
-    return "; skipped " + ", ".join(f"{n} {reason}" for reason, n in sorted(rejected.items()))

@@ -4,87 +4,26 @@ Every check raises `InvalidRequest` with `param` naming the field, so a client s
 value was wrong. Unknown fields are ignored, as OpenAI's own clients send extras. Validating
 `tools` converts each parameter schema to grammar rules (`gbnf.schema`), which can take a
 while for large schemas: call it off the event loop.
+
+The body's JSON is parsed in json_body.py and chat messages in chat_messages.py; their
+names are importable from here as well.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from warmslot.slots import DraftLimits, SamplingParams
 
 from .cache_hints import parse_cache_hints
+from .chat_messages import ROLES, continues_final, parse_messages  # noqa: F401  (ROLES: importable from here)
+from .json_body import parse_body  # noqa: F401  (importable from here)
 from ..errors import InvalidRequest
-from ..prompt.media import IMAGES_KEY, MEDIA_MARKER, audio_part, image_part
 
 MAX_STOP = 16
-ROLES = ("system", "developer", "user", "assistant", "tool")
 INT32_MAX = 2**31 - 1  # integers that reach llama.cpp as a C int
-MAX_DEPTH = 100  # nesting of a request body; templates and schema tools recurse over it
-_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def parse_body(raw: bytes) -> dict:
-    """The JSON object of a request body. Lone UTF-16 surrogates (`"\\ud800"`), which no
-    UTF-8 text can hold, become U+FFFD, as other servers do; NaN and Infinity are refused."""
-    if not raw:
-        raise InvalidRequest("the request body is empty; send a JSON object")
-    try:
-        body = json.loads(raw, parse_constant=_no_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidRequest("the request body is nested too deeply") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    if _depth(body) > MAX_DEPTH:
-        raise InvalidRequest(f"the request body is nested more than {MAX_DEPTH} levels deep")
-    if _ESCAPED_SURROGATE.search(raw):
-        body = _replace_lone_surrogates(body)
-    return body
-
-
-def _depth(value: Any) -> int:
-    """How deeply arrays and objects nest in `value` (iterative)."""
-    deepest = 0
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in item if isinstance(child, (list, dict)))
-    return deepest
-
-
-def _replace_lone_surrogates(value: Any) -> Any:
-    """The value with every lone surrogate in its strings (keys too) replaced by U+FFFD.
-    Iterative, so no nesting depth can overflow the stack."""
-    def clean(text: str) -> str:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-    root = [value]
-    stack: list[tuple[Any, Any]] = [(root, 0)]
-    while stack:
-        container, key = stack.pop()
-        item = container[key]
-        if isinstance(item, str):
-            container[key] = clean(item)
-        elif isinstance(item, list):
-            stack.extend((item, i) for i in range(len(item)))
-        elif isinstance(item, dict):
-            cleaned = {clean(k): v for k, v in item.items()}
-            container[key] = cleaned
-            stack.extend((cleaned, k) for k in cleaned)
-    return root[0]
 
 
 # -- field readers ------------------------------------------------------------------------
@@ -316,105 +255,6 @@ class ChatParams:
     continue_final: bool = False  # the reply continues the final assistant message (a prefill)
     grammar: str | None = None  # GBNF text that constrains the reply
     json_schema: dict | None = None  # a schema the reply is one JSON value of
-
-
-def continues_final(messages: list[dict], add_generation_prompt: bool | None = None, continue_final_message: bool = False) -> bool:
-    """Whether the reply continues the final message: an assistant message at the end is a
-    prefill (its text is where the reply starts, as llama-server and Anthropic's API take it;
-    vLLM's `continue_final_message` says so explicitly). One that only calls tools is a turn
-    like any other."""
-    if add_generation_prompt and continue_final_message:
-        raise InvalidRequest("'add_generation_prompt' and 'continue_final_message' cannot both be true", param="continue_final_message")
-    last = messages[-1]
-    if len(messages) > 1 and last["role"] == "assistant" and messages[-2]["role"] == "assistant":
-        raise InvalidRequest("the messages end with two assistant messages: merge them, the reply continues the last one", param="messages")
-    prefill = last["role"] == "assistant" and not last.get("tool_calls") and isinstance(last.get("content"), str)
-    if continue_final_message and not prefill:
-        raise InvalidRequest("'continue_final_message' needs a final assistant message with text", param="continue_final_message")
-    return prefill and add_generation_prompt is not False or continue_final_message
-
-
-def _content(value: Any, where: str, images: list | None = None) -> str | None:
-    """A message's content as text; image and audio parts become media markers in it, their
-    media appended to `images` (None: media are refused)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = []
-        for i, part in enumerate(value):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind in ("image_url", "input_audio") and images is not None:
-                images.append((image_part if kind == "image_url" else audio_part)(part, f"{where}.content[{i}]"))
-                parts.append(MEDIA_MARKER)
-                continue
-            if kind in ("audio", "file", "video_url", "input_video"):
-                raise InvalidRequest(f"content of type {kind!r} is not supported: this server takes text, images and audio", param=f"{where}.content[{i}]")
-            if kind != "text" or not isinstance(part.get("text"), str):
-                kind = kind if isinstance(part, dict) else type(part).__name__
-                raise InvalidRequest(f"content part of type {kind!r} is not supported; send text parts", param=f"{where}.content[{i}]")
-            parts.append(part["text"])
-        return "\n".join(parts)
-    raise InvalidRequest("'content' must be a string, an array of text parts, or null", param=f"{where}.content")
-
-
-def _tool_calls(value: Any, where: str) -> list[dict]:
-    if not isinstance(value, list):
-        raise InvalidRequest("'tool_calls' must be an array", param=f"{where}.tool_calls")
-    calls = []
-    for i, call in enumerate(value):
-        at = f"{where}.tool_calls[{i}]"
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise InvalidRequest("a tool call needs function.name", param=at)
-        args = fn.get("arguments", "{}")
-        raw = None
-        if isinstance(args, str):
-            try:
-                parsed = json.loads(args) if args.strip() else {}
-                raw = args.strip() if isinstance(parsed, dict) else None
-            except json.JSONDecodeError:
-                parsed = args  # keep what the client sent; the template renders it as text
-        elif isinstance(args, dict):
-            parsed = args
-        else:
-            raise InvalidRequest("function.arguments must be a JSON string", param=f"{at}.function.arguments")
-        # templates get the arguments as an object (as they were trained); the injected
-        # Hermes form keeps the client's exact text (`raw_arguments`)
-        calls.append({
-            "id": call.get("id") or f"call_{i}",
-            "type": "function",
-            "function": {"name": fn["name"], "arguments": parsed, "raw_arguments": raw},
-        })
-    return calls
-
-
-def parse_messages(value: Any) -> list[dict]:
-    if not isinstance(value, list) or not value:
-        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
-    out = []
-    for i, msg in enumerate(value):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise InvalidRequest("each message must be an object", param=where)
-        role = msg.get("role")
-        if role not in ROLES:
-            raise InvalidRequest(f"'role' must be one of {', '.join(ROLES)}", param=f"{where}.role")
-        images: list = []
-        clean: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _content(msg.get("content"), where, images if role == "user" else None)}
-        if images:
-            clean[IMAGES_KEY] = images
-        if role == "assistant" and msg.get("tool_calls"):
-            clean["tool_calls"] = _tool_calls(msg["tool_calls"], where)
-        if role == "assistant" and isinstance(msg.get("reasoning_content"), str):
-            clean["reasoning_content"] = msg["reasoning_content"]
-        if role == "tool":
-            clean["tool_call_id"] = msg.get("tool_call_id") if isinstance(msg.get("tool_call_id"), str) else ""
-        if isinstance(msg.get("name"), str):
-            clean["name"] = msg["name"]
-        if clean["content"] is None and role in ("user", "system", "developer", "tool"):
-            raise InvalidRequest("'content' is required for this role", param=f"{where}.content")
-        out.append(clean)
-    return out
 
 
 def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> ChatParams:

@@ -9,7 +9,9 @@ from starlette.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest, NotSupported, Unavailable, shutting_down
 from ..request.constraints import validate_tools
-from ..request.protocol import parse_body, parse_chat, parse_messages
+from ..request.chat_messages import parse_messages
+from ..request.json_body import parse_body
+from ..request.protocol import parse_chat
 from ..state import server_of
 
 

@@ -26,7 +26,7 @@ from warmslot.cache.disk import format as fmt
 from warmslot.slots import slot_files
 
 from ..errors import ApiError, Forbidden, InvalidRequest, Unavailable
-from ..request.protocol import parse_body
+from ..request.json_body import parse_body
 from ..state import Warmslot, server_of
 
 log = logging.getLogger("warmslot.server")

@@ -36,7 +36,7 @@ from ..settings import EngineConfig
 from ..llama_api import Batch, Context, ContextParams, LlamaError, Model, Placement
 from ..logprobs import most_likely
 from .mtp_draft import MtpDraft
-from .speculator import MTP
+from .spec_config import MTP
 from ..stats import EngineStats
 
 log = logging.getLogger("warmslot.speculative")

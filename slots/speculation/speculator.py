@@ -1,17 +1,8 @@
-"""Speculative decoding: drafts from a slot's own tokens, verified inside the step's one decode.
+"""Speculative decoding: drafts verified inside the step's one decode.
 
-Drafting (`NgramDrafter`, llama-server's `ngram-simple`): the last N tokens of the slot's
-history (what its memory holds, then the sampled token not yet decoded) are looked up among
-the earlier ones; the up to M tokens that followed their latest earlier occurrence are the
-draft, cut to `--draft-max` (and dropped below `--draft-min`). Agents re-emit what their
-context holds (a file written back with one change, a quoted tool output), and such a draft
-then runs along the copy. Where the history holds no earlier occurrence, earlier requests'
-outputs are searched (`ngram_memory.NgramMemory`, --spec-ngram-memory): a retried turn or a
-call made again drafts from what was emitted the first time. A model that copies loosely (a
-renamed variable, a changed number) breaks every N-gram around a change, so shorter n-grams
-of the history are looked up next (`ngram_sizes`), their drafts cut where their two latest
-occurrences were followed differently; and a copy whose tokens keep being emitted goes on
-from its source (`NgramDrafter._go_on`).
+Drafting: `Speculator.drafts` plans each step's drafts, made from the slot's own tokens
+(`ngram_drafter.NgramDrafter`), by a draft model (draft_model.py) or by the model's MTP layers
+(mtp_draft.py); the settings are `spec_config.SpecConfig`.
 
 Verification (`Speculator.verify`): the draft goes into the step's batch right after the
 slot's pending token, with logits at every position, next to the other slots' tokens and
@@ -55,11 +46,12 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from ..llama_api import Batch, Context, MemoryKind
-from .ngram_memory import MEMORY_TOKENS, NgramMemory
+from .ngram_drafter import NgramDrafter
+from .ngram_memory import NgramMemory
+from .spec_config import MTP, SpecConfig
 from ..stats import EngineStats
 from .step_cost import StepCost, best_length
 
@@ -70,10 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warmslot.speculative")
 
-SPEC_TYPES = ("none", "ngram-simple", "draft", "draft-mtp")
-DRAFT = "draft"  # a draft model (-md): draft_model.py
-MTP = "draft-mtp"  # the model's own MTP layers: mtp_draft.py
-NGRAM_MIN = 3  # --spec-ngram-size-min: the shortest n-gram looked up
 # A request's first draft, and the next after a rejection, is at most this many tokens (after a
 # rejection, plus the accepted run); it doubles with every draft accepted whole, up to
 # --draft-max. A first step of a new shape costs more than later ones (on an H200, Qwen3-8B
@@ -90,180 +78,6 @@ DRAFT_FLOOR = 4
 # that many steps without drafting: 1, 2, 4, ... up to BACKOFF_MAX, and a draft with an
 # accepted token starts over at 1.
 BACKOFF_MAX = 64
-# Recurrent and hybrid memory: llama.cpp can keep the recurrent state after each of a
-# sequence's last N tokens (n_rs_seq), so a draft of up to N tokens is taken back by seq_rm
-# alone, without the state copy before the step and the copy and decode after it. But every
-# step then writes the snapshots, and each costs one more recurrent state per sequence (52.7
-# MB on the Qwen3.5-9B shape). On an H100 with that shape, steps ran 3% slower with 2
-# snapshots and 10% slower with 8, drafts or not; MTP drafting at every step with all drafts
-# rejected gave 200.6 tokens/s with 4 snapshots against 175.4 with state copies (rewrite
-# turns; 188.2 and 187.4 on free text). So by default the drafters that verify at most
-# steps (a draft model, MTP) keep 4, and n-gram drafts, verified only now and then, none.
-RS_SNAPSHOTS = 4
-
-
-@dataclass(frozen=True, slots=True)
-class SpecConfig:
-    """The server's speculation settings (llama-server's flags)."""
-
-    type: str = "none"  # --spec-type: none or ngram-simple
-    n_max: int = 64  # --draft-max: most tokens drafted per step
-    n_min: int = 0  # --draft-min: a shorter draft is not used
-    p_min: float = 0.75  # --draft-p-min: a draft model's threshold; n-gram drafts have no probabilities
-    ngram_n: int = 12  # --spec-ngram-size-n: tokens of the n-gram looked up
-    ngram_m: int = 48  # --spec-ngram-size-m: tokens drafted after a match (before --draft-max)
-    ngram_min: int = NGRAM_MIN  # --spec-ngram-size-min: the shortest looked up where that one did not occur
-    ngram_memory: int = MEMORY_TOKENS  # --spec-ngram-memory: tokens of earlier outputs drafted from
-    draft_model: str | None = None  # -md: the draft model's GGUF (type "draft")
-    draft_gpu_layers: int = -1  # -ngld
-    draft_type_k: str = "f16"  # -ctkd
-    draft_type_v: str = "f16"  # -ctvd
-    draft_devices: tuple[str, ...] | None = None  # -devd: names from --list-devices; None: all GPUs; (): the CPU
-    rs_snapshots: int = -1  # --spec-rs-snapshots: recurrent state snapshots per sequence (-1: see RS_SNAPSHOTS)
-
-    def __post_init__(self) -> None:
-        if self.type not in SPEC_TYPES:
-            raise ValueError(f"--spec-type must be one of {', '.join(SPEC_TYPES)}")
-        if (self.type == DRAFT) != (self.draft_model is not None):
-            raise ValueError("a draft model (-md) and --spec-type draft go together")
-        if (self.n_max < 0 or self.n_min < 0 or self.ngram_n < 1 or self.ngram_m < 1 or self.ngram_memory < 0
-                or self.ngram_min < 1 or self.rs_snapshots < -1):
-            raise ValueError(
-                "--draft-max, --draft-min and --spec-ngram-memory must be 0 or more, --spec-rs-snapshots -1 or more, "
-                "--spec-ngram-size-n, -m and -min at least 1"
-            )
-        if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError("--draft-p-min must be between 0 and 1")
-
-    @property
-    def on(self) -> bool:
-        return self.type != "none" and self.n_max > 0
-
-    def snapshots_for(self, kind: MemoryKind) -> int:
-        """The recurrent state snapshots each sequence keeps (llama.cpp's n_rs_seq): drafts up
-        to that long roll back with seq_rm, longer ones with a state copy. 0 without drafts or
-        without recurrent memory (llama.cpp keeps none where the model cannot use them)."""
-        if not self.on or kind not in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
-            return 0
-        n = self.rs_snapshots
-        if n < 0:
-            n = RS_SNAPSHOTS if self.type in (DRAFT, MTP) else 0
-        return min(self.n_max, n)
-
-
-def ngram_sizes(n: int, n_min: int) -> tuple[int, ...]:
-    """The n-gram lengths looked up, longest first: N, then about two thirds of the one
-    before, down to n_min (12, 8, 6, 4, 3 by default)."""
-    sizes = [n]
-    while sizes[-1] > n_min:
-        sizes.append(max(n_min, min(sizes[-1] - 1, (2 * sizes[-1] + 2) // 3)))
-    return tuple(sizes)
-
-
-class NgramDrafter:
-    """ngram-simple over one request's history: for each n-gram length, an index of where
-    each n-gram last started (and where it started the time before), grown as the history
-    grows (the history of a running request only grows)."""
-
-    def __init__(self, n: int, m: int, memory: NgramMemory | None = None, tenant: str = "", n_min: int | None = None) -> None:
-        self.n = n
-        self.m = m
-        self.sizes = ngram_sizes(n, min(n, n_min if n_min is not None else NGRAM_MIN))
-        self.memory = memory  # earlier requests' outputs, searched where the history has no match
-        self.tenant = tenant
-        self._last: dict[int, dict[int, int]] = {k: {} for k in self.sizes}  # hash of an n-gram -> its latest start
-        self._before: dict[int, dict[int, int]] = {k: {} for k in self.sizes}  # -> the start before that
-        self._indexed = {k: 0 for k in self.sizes}  # n-grams starting before this position are indexed
-        # the copy the last draft came from: (the source's tokens, or None for the history;
-        # where the draft's first token was in it; the history's length when drafted)
-        self._copy: tuple[Sequence[int] | None, int, int] | None = None
-
-    def draft(self, tokens: Sequence[int], pending: int, limit: int) -> list[int]:
-        """Up to min(M, limit) tokens that followed an earlier occurrence of the end of
-        tokens + [pending], [] when there is none:
-        - the copy the last draft came from goes on, while what was emitted since equals it;
-        - else the latest earlier occurrence of the last N tokens in the history, then in the
-          newest remembered output that holds them;
-        - else of a shorter n-gram of the history (about two thirds as long each time, down to
-          --spec-ngram-size-min), cut where what followed its two latest occurrences differs: a
-          short n-gram recurs in places it does not continue.
-        A copy that reaches the present goes on as the repetition it is (an overlapping copy:
-        in a history that repeats every P tokens the latest occurrence is P back, and the
-        draft repeats that period), so a loop or a repeated line drafts its whole length."""
-        history = len(tokens) + 1  # tokens, then the pending one
-        k = min(self.m, limit)
-        if history <= self.sizes[-1] or k <= 0:
-            return []
-        self._index(tokens)
-        draft = self._go_on(tokens, pending, history, k)
-        if draft is not None:
-            return draft
-        for size in self.sizes:
-            key_start = history - size
-            if key_start <= 0:
-                continue
-            key = list(tokens[key_start:])
-            key.append(pending)
-            h = hash(tuple(key))
-            s = self._last[size].get(h)
-            if s is not None and list(tokens[s : s + size]) == key:  # not a hash collision
-                self._copy = (None, s + size, history)
-                out = self._from_history(tokens, pending, s + size, k)
-                before = self._before[size].get(h)
-                if size < self.n and before is not None:
-                    other = self._from_history(tokens, pending, before + size, len(out))
-                    out = out[: next((i for i, (a, b) in enumerate(zip(out, other)) if a != b), len(out))]
-                return out
-            if size == self.n and self.memory is not None:
-                found = self.memory.find(self.tenant, key)
-                if found is not None:
-                    source, start = found
-                    self._copy = (source, start, history)
-                    return list(source[start : start + k])
-        self._copy = None
-        return []
-
-    def _index(self, tokens: Sequence[int]) -> None:
-        for size in self.sizes:  # n-grams wholly inside `tokens`, before the last one
-            last, before = self._last[size], self._before[size]
-            for s in range(self._indexed[size], len(tokens) + 1 - size):
-                h = hash(tuple(tokens[s : s + size]))
-                old = last.get(h)
-                if old is not None:
-                    before[h] = old
-                last[h] = s
-            self._indexed[size] = max(self._indexed[size], len(tokens) + 1 - size)
-
-    def _go_on(self, tokens: Sequence[int], pending: int, history: int, k: int) -> list[int] | None:
-        """The last draft's copy, on from where it has got to, if every token emitted since
-        it was drafted is the copy's (a whole draft accepted and the next token the source's
-        next, or tokens emitted without verifying that follow it)."""
-        if self._copy is None:
-            return None
-        source, start, then = self._copy
-        done = history - then  # tokens emitted since
-        if done <= 0:
-            return None
-        src = tokens if source is None else source
-        at = start + done
-        if at >= (history - 1 if source is None else len(src)) or src[at - 1] != pending:
-            return None
-        if any(tokens[then + i] != src[start + i] for i in range(done - 1)):
-            return None
-        self._copy = (source, at, history)
-        if source is None:
-            return self._from_history(tokens, pending, at, k)
-        return list(src[at : at + k])
-
-    @staticmethod
-    def _from_history(tokens: Sequence[int], pending: int, start: int, k: int) -> list[int]:
-        history = len(tokens) + 1
-        out = list(tokens[start : start + k])
-        if len(out) < k and start + len(out) == len(tokens):
-            out.append(pending)
-        while len(out) < k:
-            out.append(out[start + len(out) - history])  # past the present: the copy repeats itself
-        return out
 
 
 def _shadow(active: "Active", draft: list[int]) -> bool:

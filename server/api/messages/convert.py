@@ -31,7 +31,8 @@ from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
 from ...gbnf.limits import MAX_COUNT
-from ...request.protocol import INT32_MAX, MAX_STOP, ChatParams, parse_generation, parse_messages
+from ...request.chat_messages import parse_messages
+from ...request.protocol import INT32_MAX, MAX_STOP, ChatParams, parse_generation
 
 BILLING_HEADER = "x-anthropic-billing-header:"
 _SKIPPED_TYPES = ("redacted_thinking",)  # opaque to any other model: nothing to render

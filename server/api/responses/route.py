@@ -17,7 +17,8 @@ from starlette.responses import JSONResponse, Response
 from ... import pipeline
 from ...request.limits import check_conversation
 from ...output.logprob_shapes import chat_content
-from ...request.protocol import ChatParams, parse_messages
+from ...request.chat_messages import parse_messages
+from ...request.protocol import ChatParams
 from ...state import open_request, server_of
 from .items import chat_messages, items_message, output_items, parse_responses, response_body, usage_body
 from .store import StoredResponse

@@ -1,0 +1,101 @@
+"""Admission applied: the requests waiting in `Admission`'s queue are given slots in arrival
+order. Each is routed (router.py), its prefix applied to the slot (prefix.py), and the slot
+activated with the request's sampler; a request that waits for another slot's prefill to
+pass their shared prefix lets later requests go first. Part of `Engine` (engine.py)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+
+from .llama_api import GrammarError, Sampler
+from .requests import EngineError, ErrorKind, GenerateRequest, Reuse
+from .router import Fetch, Fork, Route, Wait
+from .slot import Active, Slot
+from .text import TextStream
+
+log = logging.getLogger("warmslot.engine")
+
+
+class EngineAdmit:
+    """Waiting requests started on slots (engine thread, once per step)."""
+
+    def _admit(self) -> None:
+        """Give waiting requests slots, in arrival order. A request that waits for another
+        slot's prefill to pass their shared prefix lets later requests go first."""
+        i = 0
+        held: set[str] = set()  # passed over in this loop: their siblings wait behind them
+        waiting = self.admission.waiting
+        while i < len(waiting):
+            req = waiting[i]
+            route = Wait(None) if req.sibling_of in held else self.router.route(req)
+            if isinstance(route, Fetch):  # read from disk first; its siblings wait behind it
+                self.disk.fetch(route.entry, req.id, route.need)
+                held.add(req.id)
+                i += 1
+                continue
+            # NOTE: a fork between streams is pending until the next decode; more forks of the
+            # same donor may join it (llama.cpp performs every pending copy then), nothing else
+            if self.memory.fork_pending and not (isinstance(route, Fork) and route.donor is self.memory.fork_donor):
+                return
+            if isinstance(route, Wait):
+                if route.for_slot is None and req.sibling_of not in held:
+                    return  # no idle slot
+                if route.for_slot is not None:
+                    self._want_checkpoint(route.for_slot, route.shared)
+                held.add(req.id)
+                i += 1
+                continue
+            self.admission.admitted(i)
+            self.stats.queue_wait.observe(time.monotonic() - req.submitted)
+            try:
+                self._start(route, req)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the engine
+                log.exception("slot %d: request %s failed to start", route.target.id, req.id)
+                route.target.active = None
+                self.memory.clear(route.target)
+                self.admission.reject(req, EngineError(ErrorKind.INTERNAL, f"internal error starting the request: {type(exc).__name__}: {exc}"))
+
+    def _want_checkpoint(self, slot: Slot, n: int) -> None:
+        """Ask a prefilling slot to stop at n (and checkpoint there) for a request waiting to
+        share its first n tokens. Attention memory can be forked at any position."""
+        active = slot.active
+        if not self.ctx.memory_kind.truncatable and n > slot.n_past and n not in active.cuts:
+            bisect.insort(active.cuts, n)
+
+    def _start(self, route: Route, req: GenerateRequest) -> None:
+        try:
+            sampler = Sampler(self.model, req.sampling)
+        except GrammarError as exc:
+            self.admission.reject(req, EngineError(ErrorKind.INVALID, str(exc)))
+            return
+        try:
+            reuse, plan = self.prefixes.take(route, req)
+            self._activate(route.target, req, sampler, reuse)
+        except BaseException:
+            sampler.close()  # the request never became active
+            raise
+        if reuse.cached == len(req.tokens):
+            self.post.prompt_done_from_logits(route.target, plan.logits)
+
+    def _activate(self, slot: Slot, req: GenerateRequest, sampler: Sampler, reuse: Reuse) -> None:
+        keep = reuse.cached
+        active = Active(
+            req=req,
+            sampler=sampler,
+            text=TextStream(req.stop),
+            reuse=reuse,
+            cuts=self.prefixes.cuts(req, keep),
+        )
+        slot.active = active
+        slot.tenant = req.tenant
+        slot.prompt_end = len(req.tokens)
+        slot.last_used = time.monotonic()
+        self.prefixes.park_idle(keep=slot)
+        active.event().started = True
+        active.event().admitted_at = active.admitted
+        active.event().reuse = reuse
+        active.report_progress(keep, at_start=True)
+        log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, len(req.tokens), keep, reuse.source, reuse.reason)
+

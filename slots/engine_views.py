@@ -1,0 +1,45 @@
+"""What the HTTP side reads of the engine: the snapshot of its slots, queue and prompt cache
+(the light one published after every step, or a detailed one taken between steps), and the
+prompt cache's and disk tier's counters. Part of `Engine` (engine.py)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .snapshot import EngineSnapshot, take_snapshot
+
+
+class EngineViews:
+    """The engine's views for other threads, and the snapshot its thread publishes."""
+
+    def snapshot(self, *, detail: bool = False, timeout: float = 10.0, visible: Callable[[str], bool] | None = None) -> EngineSnapshot | None:
+        """The slots, queue and prompt cache. detail=False: the view published after the last
+        step (any thread, no wait; None before the model is loaded). detail=True: a fresh one
+        with every checkpoint and cache entry, taken on the engine thread between steps; only
+        tenants for which `visible(tenant)` holds show their details (None: all)."""
+        if not detail:
+            return self._published
+        return self.call(lambda engine: engine._take_snapshot(detail=True, visible=visible)).result(timeout)
+
+    @property
+    def cache_stats(self):
+        """The prompt cache's counters (plain numbers, read at scrape time); None without a cache."""
+        return self.cache.stats if self.cache is not None else None
+
+    @property
+    def disk_view(self):
+        """The disk tier's sizes and counters (a copy; any thread); None without one."""
+        return self.disk.view() if self.disk is not None else None
+
+    @property
+    def queue_depth(self) -> int:
+        return self.admission.n_queued
+
+    def _take_snapshot(self, *, detail: bool, visible: Callable[[str], bool] | None = None) -> EngineSnapshot:
+        return take_snapshot(
+            self.slots, self.cache, self.ctx or self._asleep, self.queue_depth, detail=detail, visible=visible, stats=self.stats,
+        )
+
+    def _publish(self) -> None:
+        """Replace the light snapshot that /metrics reads (one reference swap)."""
+        self._published = self._take_snapshot(detail=False)
