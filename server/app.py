@@ -20,19 +20,29 @@ from starlette.routing import Route
 
 from warmslot.slots import Engine
 
-from . import metrics
+from . import metrics, openapi
 from .process.config import ServerConfig
 from .middleware.cors import Cors
 from .errors import ApiError, MethodNotAllowed, NotFound
-from .middleware.guard import BodyLimit, ErrorGuard, error_shape
+from .middleware.guard import BodyLimit, ErrorGuard, error_shape, register_error_shape
 from .openapi import openapi_endpoint
+from .api.chat import openapi as chat_openapi
 from .api.chat.route import chat_completions, input_tokens
+from .api.completions import openapi as completions_openapi
 from .api.completions.route import completions
+from .api.responses import openapi as responses_openapi
 from .api.responses import route as responses
+from .api.responses.store import attach_store
+from .api.messages import errors as messages_errors
+from .api.messages import openapi as messages_openapi
 from .api.messages import route as messages
+from .api.native import openapi as native_openapi
 from .api.native import route as native
+from .api.embeddings import openapi as embeddings_openapi
 from .api.embeddings import route as embeddings
+from .routes import openapi as service_openapi
 from .routes import props, service, slot_files, webui, worker
+from .api.rerank import openapi as rerank_openapi
 from .api.rerank import route as rerank
 from .api.vertex import route as vertex
 from .process.sleep import WakeOnRequest
@@ -61,12 +71,28 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     return JSONResponse(body, status_code=status)
 
 
+def _register_apis() -> None:
+    """What the core needs of the APIs: each one's part of /openapi.json, and the error shape
+    of those whose errors are not OpenAI's. Registering again replaces the same entries."""
+    openapi.register("service", service_openapi.paths())
+    openapi.register("chat", chat_openapi.paths(), chat_openapi.SCHEMAS)
+    openapi.register("completions", completions_openapi.paths(), completions_openapi.SCHEMAS)
+    openapi.register("native", native_openapi.paths())
+    openapi.register("responses", responses_openapi.paths())
+    openapi.register("messages", messages_openapi.paths())
+    openapi.register("embeddings", embeddings_openapi.paths())
+    openapi.register("rerank", rerank_openapi.paths())
+    register_error_shape(messages_errors.PATHS, messages_errors.shaped)
+
+
 def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
     """The app. The engine starts loading when the app starts; /health says when it is ready.
 
     `on_fatal(exc)` is called (from a worker thread) when the model cannot be loaded."""
+    _register_apis()
     engine = engine or Engine(config.engine)
     server = Warmslot(config, engine)
+    attach_store(server)  # the Responses API's stored responses (previous_response_id)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -132,7 +158,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         lifespan=lifespan,
         middleware=[
             Middleware(Cors, policy=config.cors),  # preflights answered before anything else
-            Middleware(metrics.RequestCounter, counts=request_counts),
+            Middleware(metrics.RequestCounter, counts=request_counts, endpoints={**rerank.ENDPOINTS, **worker.ENDPOINTS}),
             Middleware(WakeOnRequest, sleeper=server.sleeper),  # --sleep-idle-seconds: a request loads the model again
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),

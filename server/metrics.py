@@ -20,9 +20,8 @@ from warmslot.cache.disk import REASONS
 from warmslot.slots import PROMPT_SOURCES, CopyCause
 
 from .errors import Forbidden
-from .api.rerank.route import PATHS as RERANK_PATHS
-from .routes.worker import ENDPOINTS as WORKER_ENDPOINTS
 
+# endpoint labels of warmslot_requests_total by path; the app adds those its other APIs declare
 ENDPOINTS = {
     "/v1/chat/completions": "chat",
     "/chat/completions": "chat",
@@ -42,23 +41,23 @@ ENDPOINTS = {
     "/responses": "responses",
     "/v1/embeddings": "embeddings",
     "/embeddings": "embeddings",
-    **{path: "rerank" for path in RERANK_PATHS},
-    **WORKER_ENDPOINTS,
 }
 
 
 class RequestCounter:
-    """ASGI middleware: counts responses by endpoint and status into `counts`."""
+    """ASGI middleware: counts responses by endpoint and status into `counts`. `endpoints`:
+    the labels of the APIs' paths beyond `ENDPOINTS`."""
 
-    def __init__(self, app, counts: Counter) -> None:
+    def __init__(self, app, counts: Counter, endpoints: dict[str, str] | None = None) -> None:
         self.app = app
         self.counts = counts
+        self.endpoints = {**ENDPOINTS, **(endpoints or {})}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
-        endpoint = ENDPOINTS.get(path) or ("slots" if path.startswith("/slots/") else "other")
+        endpoint = self.endpoints.get(path) or ("slots" if path.startswith("/slots/") else "other")
         status = [0]
 
         async def send_wrapper(message):

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from typing import Any
 
 from starlette.requests import Request
 
@@ -19,7 +20,6 @@ from warmslot.slots import Engine, VocabClosed
 from .prompt.builder import PromptBuilder
 from .prompt.template import ChatTemplate, choose_template, detect_format
 from .process.config import ServerConfig
-from .api.responses.store import ResponseStore
 from .errors import ServerError, Unauthorized, Unavailable, shutting_down
 from .request.limits import check_body_limits
 from .request.protocol import parse_body
@@ -51,7 +51,9 @@ class Warmslot:
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
         self.tokenize_queue = WorkQueue("tokenize pool", lambda: self.config.engine.max_queue)
         self.embed_queue = WorkQueue("embeddings worker", lambda: self.config.engine.max_queue)
-        self.responses = ResponseStore(config.responses_store)  # for previous_response_id
+        # what an API keeps for the server's lifetime, by the API's name (the Responses API's
+        # store): the API sets it up and reads it, the core only holds it
+        self.api_state: dict[str, Any] = {}
 
     # -- readiness --------------------------------------------------------------------
 

@@ -78,6 +78,20 @@ def test_metrics_count_every_prompt_token_by_source_and_agree_with_usage(server)
     assert info["arch"] == "gemma3" and info["memory"] == "swa" and info["slots"] == "1"
 
 
+def test_requests_of_the_apis_that_declare_their_labels_are_counted_under_them(server):
+    """The rerank API and the load balancer's routes give /metrics their endpoint labels."""
+    before = scrape(server)
+    assert httpx.post(server.url + "/v1/rerank", json={"query": "q", "documents": ["d"]}, timeout=60).status_code == 501
+    assert httpx.get(server.url + "/get_load", timeout=60).status_code == 200
+    after = scrape(server)
+
+    def delta(**labels):
+        return value(after, "warmslot_requests_total", **labels) - value(before, "warmslot_requests_total", **labels)
+
+    assert delta(endpoint="rerank", status="501") == 1
+    assert delta(endpoint="load", status="200") == 1
+
+
 def test_every_metric_is_documented_in_the_readme(server):
     text = httpx.get(server.url + "/metrics").text
     names = {f.name for f in text_string_to_metric_families(text)}

@@ -1,7 +1,9 @@
-"""ASGI middleware that keeps every answer OpenAI-shaped and every connection usable.
+"""ASGI middleware that keeps every answer in its API's shape and every connection usable.
 
-- `ErrorGuard`: an exception no handler knew answers 500 with an OpenAI error body and is
-  not raised further.
+- `error_shape`: an error's status and body as the API of the path words it; an API whose
+  errors are not OpenAI's registers its shape for its paths (`register_error_shape`).
+- `ErrorGuard`: an exception no handler knew answers 500 with an error body and is not
+  raised further.
 - `BodyLimit`: a request body beyond `--max-body` answers 413, from Content-Length before
   anything is read, or as soon as a streamed (chunked) body passes the limit.
 
@@ -16,12 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable
 
-from warmslot.server.api.messages.errors import (
-    error_body as anthropic_body,
-    is_messages_path,
-    status_of as anthropic_status,
-)
 from ..errors import ApiError, ServerError
 
 log = logging.getLogger("warmslot.server")
@@ -39,11 +37,23 @@ class PayloadTooLarge(ApiError):
         )
 
 
+# how an API words an error: its status and body
+ErrorShape = Callable[[ApiError], tuple[int, dict]]
+_SHAPES: dict[str, ErrorShape] = {}  # by path: the path and the paths under it
+
+
+def register_error_shape(paths: Iterable[str], shape: ErrorShape) -> None:
+    """Errors on `paths` (and on the paths under them) take the shape of the API serving
+    them (the Messages API registers Anthropic's); every other path answers OpenAI's."""
+    for path in paths:
+        _SHAPES[path] = shape
+
+
 def error_shape(path: str, error: ApiError) -> tuple[int, dict]:
-    """The status and body of `error` as the API of `path` words it: Anthropic's shape on
-    the Messages routes, OpenAI's everywhere else."""
-    if is_messages_path(path):
-        return anthropic_status(error), anthropic_body(error)
+    """The status and body of `error` as the API of `path` words it."""
+    for prefix, shape in _SHAPES.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return shape(error)
     return error.status, error.body()
 
 

@@ -25,7 +25,7 @@ from warmslot.cache.disk import Meta, Rejected
 from warmslot.cache.disk import format as fmt
 from warmslot.slots import slot_files
 
-from ..errors import ApiError, Forbidden, InvalidRequest, Unavailable
+from ..errors import ApiError, Forbidden, InvalidRequest, NotSupported, Unavailable
 from ..request.json_body import parse_body
 from ..state import Warmslot, server_of
 
@@ -33,11 +33,6 @@ log = logging.getLogger("warmslot.server")
 
 BUSY_WAIT_S = 300.0  # how long an action waits for a busy slot
 _POLL_S = 0.05
-
-
-class NotSupported(ApiError):
-    status = 501
-    type = "not_supported_error"
 
 
 async def slot_action(request: Request) -> Response:

@@ -19,15 +19,10 @@ from starlette.responses import JSONResponse, Response
 
 from warmslot.slots import InputTooLong
 
-from ...errors import ApiError, InvalidRequest
+from ...errors import InvalidRequest, NotSupported
 from ...state import Warmslot, open_request
 
 MAX_INPUTS = 2048  # as OpenAI limits one request
-
-
-class NotEnabled(ApiError):
-    status = 501
-    type = "not_supported_error"
 
 
 def _inputs(value: Any, n_vocab: int) -> list[str | list[int]]:
@@ -82,7 +77,7 @@ async def embeddings(request: Request) -> Response:
     server, _key, body = await open_request(request)
     embedder = server.engine.embedder
     if embedder is None:
-        raise NotEnabled("this server does not compute embeddings; start it with --embeddings", code="embeddings_disabled")
+        raise NotSupported("this server does not compute embeddings; start it with --embeddings", code="embeddings_disabled")
     per_token = embedder.pooling == "none"
     if per_token and request.url.path.startswith("/v1/"):
         raise InvalidRequest(

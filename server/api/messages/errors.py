@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import ApiError, ContextOverflow, Unavailable
 
-PATHS = ("/v1/messages", "/messages")
+PATHS = ("/v1/messages", "/messages")  # with the paths under them: errors take this shape
 OVERLOADED = 529
 
 _TYPES = {
@@ -29,11 +29,6 @@ _TYPES = {
     429: "rate_limit_error",
     OVERLOADED: "overloaded_error",
 }
-
-
-def is_messages_path(path: str) -> bool:
-    """A path of the Messages API (its errors take Anthropic's shape)."""
-    return any(path == p or path.startswith(p + "/") for p in PATHS)
 
 
 def status_of(error: ApiError) -> int:
@@ -57,3 +52,8 @@ def message_of(error: ApiError) -> str:
 def error_body(error: ApiError) -> dict[str, Any]:
     """The body of `error` on a Messages route (the param is named in the message)."""
     return {"type": "error", "error": {"type": error_type(status_of(error)), "message": message_of(error)}}
+
+
+def shaped(error: ApiError) -> tuple[int, dict[str, Any]]:
+    """The status and body of `error` on a Messages route (registered with the error guard)."""
+    return status_of(error), error_body(error)

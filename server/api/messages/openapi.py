@@ -1,5 +1,5 @@
-"""The Messages routes in /openapi.json (`server/openapi.py` merges them in): Anthropic's
-request and reply shapes, and its error body on every error status."""
+"""The Messages routes in /openapi.json (the app registers them with `server/openapi.py`):
+Anthropic's request and reply shapes, and its error body on every error status."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return {str(s): {"description": _WORDS[s], "content": {JSON: {"schema": ERROR}}} for s in statuses}
 
 
-def messages_paths() -> dict[str, Any]:
+def paths() -> dict[str, Any]:
     create = {"post": {
         "summary": "a message (Anthropic's Messages API), plain or streamed as Messages events",
         "requestBody": {"required": True, "content": {JSON: {"schema": _REQUEST}}},

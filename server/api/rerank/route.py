@@ -21,32 +21,12 @@ from starlette.responses import JSONResponse, Response
 
 from warmslot.slots import InputTooLong
 
-from ...errors import InvalidRequest
+from ...errors import InvalidRequest, NotSupported
 from ...state import Warmslot, open_request
-from ..embeddings.route import MAX_INPUTS, NotEnabled
+from ..embeddings.route import MAX_INPUTS
 
 PATHS = ("/rerank", "/v1/rerank", "/reranking", "/v1/reranking")
-
-# the OpenAPI document's schemas of the request and the reply
-REQUEST_SCHEMA = {"type": "object", "required": ["query"], "properties": {
-    "model": {"type": "string"},
-    "query": {"type": "string"},
-    "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [
-        {"type": "string"}, {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
-    ]}},
-    "texts": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-    "top_n": {"type": "integer", "minimum": 0},
-    "return_documents": {"type": "boolean"},
-    "return_text": {"type": "boolean"},
-}}
-
-RESPONSE_SCHEMA = {"oneOf": [
-    {"type": "object", "required": ["object", "results", "usage"], "properties": {
-        "object": {"type": "string", "enum": ["list"]}, "model": {"type": "string"}, "usage": {"type": "object"},
-        "results": {"type": "array", "items": {"type": "object", "required": ["index", "relevance_score"]}},
-    }},
-    {"type": "array", "items": {"type": "object", "required": ["index", "score"]}},
-]}
+ENDPOINTS = {path: "rerank" for path in PATHS}  # endpoint labels of warmslot_requests_total
 
 
 def _documents(body: dict[str, Any]) -> tuple[str, list[str]]:
@@ -79,7 +59,7 @@ async def rerank(request: Request) -> Response:
     server, _key, body = await open_request(request)
     reranker = server.engine.reranker
     if reranker is None:
-        raise NotEnabled("this server does not rerank; start it with --reranking", code="reranking_disabled")
+        raise NotSupported("this server does not rerank; start it with --reranking", code="reranking_disabled")
     query = body.get("query")
     if not isinstance(query, str):
         raise InvalidRequest("'query' must be a string", param="query")

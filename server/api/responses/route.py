@@ -21,7 +21,7 @@ from ...request.chat_messages import parse_messages
 from ...request.protocol import ChatParams
 from ...state import open_request, server_of
 from .items import chat_messages, items_message, output_items, parse_responses, response_body, usage_body
-from .store import StoredResponse
+from .store import StoredResponse, store_of
 from .stream import ResponseEvents
 
 
@@ -31,7 +31,7 @@ def _as_chat(server, key: str, body: dict):
         check_conversation(server.config, len(body["input"]), "input")
     params = parse_responses(body, server.engine.info.n_vocab, server.config.sampling)
     tenant = server.tenant(key, params.gen.tenant_hint)
-    history = server.responses.get(tenant, params.previous_response_id).messages if params.previous_response_id else []
+    history = store_of(server).get(tenant, params.previous_response_id).messages if params.previous_response_id else []
     conversation = history + params.messages
     check_conversation(server.config, len(conversation), "input")
     chat = ChatParams(
@@ -65,7 +65,7 @@ async def create_response(request: Request) -> Response:
 
     def keep(body: dict, items: list[dict]) -> None:
         if params.store:
-            server.responses.put(tenant, resp_id, StoredResponse(body, conversation + [items_message(items)]))
+            store_of(server).put(tenant, resp_id, StoredResponse(body, conversation + [items_message(items)]))
 
     if params.gen.stream:
         return pipeline.sse_response(generation, ResponseEvents(skeleton, server.engine.vocab, with_logprobs, keep))
@@ -90,10 +90,10 @@ def _stored(request: Request):
 
 async def get_response(request: Request) -> Response:
     server, tenant, resp_id = _stored(request)
-    return JSONResponse(server.responses.get(tenant, resp_id, param="response_id").body)
+    return JSONResponse(store_of(server).get(tenant, resp_id, param="response_id").body)
 
 
 async def delete_response(request: Request) -> Response:
     server, tenant, resp_id = _stored(request)
-    server.responses.delete(tenant, resp_id)
+    store_of(server).delete(tenant, resp_id)
     return JSONResponse({"id": resp_id, "object": "response", "deleted": True})

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidRequest, NotFound
+from ...state import Warmslot
 
 MAX_TENANTS = 1024  # tenants with stored responses; the least recently used goes first
 EVICTED_MEMORY = 4  # remember this many times --responses-store evicted ids per tenant
@@ -71,3 +72,12 @@ class ResponseStore:
     def delete(self, tenant: str, resp_id: str) -> None:
         self.get(tenant, resp_id, param="response_id")
         del self._tenants[tenant].items[resp_id]
+
+
+def attach_store(server: Warmslot) -> None:
+    """Give the server its store of responses (--responses-store per tenant)."""
+    server.api_state["responses"] = ResponseStore(server.config.responses_store)
+
+
+def store_of(server: Warmslot) -> ResponseStore:
+    return server.api_state["responses"]

@@ -1,0 +1,35 @@
+"""llama-server's native completion routes in /openapi.json (/completion, /completions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...openapi_schemas import SSE_EVENT, errors
+
+_REQUEST = {"type": "object", "required": ["prompt"], "properties": {
+    "prompt": {"oneOf": [{"type": "string"}, {"type": "array"}, {"type": "object"}]},
+    "n_predict": {"type": "integer"},
+    "n_probs": {"type": "integer"},
+    "post_sampling_probs": {"type": "boolean"},
+    "return_tokens": {"type": "boolean"},
+    "stream": {"type": "boolean"},
+}}
+_REPLY = {"type": "object", "required": ["content", "stop"], "properties": {
+    "content": {"type": "string"}, "tokens": {"type": "array", "items": {"type": "integer"}}, "stop": {"type": "boolean"},
+    "stop_type": {"type": "string"}, "tokens_predicted": {"type": "integer"}, "tokens_evaluated": {"type": "integer"},
+    "timings": {"type": "object"}, "generation_settings": {"type": "object"},
+}}
+
+
+def paths() -> dict[str, Any]:
+    completion = {"post": {
+        "summary": "llama-server's native completion: one reply object, a list for several prompts; with stream: data lines",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _REQUEST}}},
+        "responses": {
+            "200": {"description": "the reply (a list for several prompts)",
+                    "content": {"application/json": {"schema": {"oneOf": [_REPLY, {"type": "array", "items": _REPLY}]}},
+                                "text/event-stream": {"schema": SSE_EVENT}}},
+            **errors(400, 401, 408, 413, 500, 503),
+        },
+    }}
+    return {"/completions": completion, "/completion": completion}

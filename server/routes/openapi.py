@@ -1,0 +1,173 @@
+"""The service routes in /openapi.json: health, models and props, tokenize, the slots and
+their files, what a load balancer asks a replica, and the web page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..openapi_schemas import JSON, MESSAGE, TOOL, errors, get, json_body, nullable, post, required_object
+
+_HEALTH = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {
+        "status": {"type": "string", "enum": ["ok", "loading", "shutting_down", "error"]},
+        "progress": {"type": "number"},
+        "error": {"type": "object"},
+    },
+}
+
+_MODEL = {"type": "object", "required": ["id", "object"], "properties": {
+    "id": {"type": "string"}, "object": {"type": "string"}, "created": {"type": "integer"},
+    "owned_by": {"type": "string"}, "aliases": {"type": "array", "items": {"type": "string"}},
+    "context_length": {"type": "integer"}, "max_model_len": {"type": "integer"}, "meta": {"type": "object"},
+}}
+
+_MODELS = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": _MODEL}},
+}
+
+_PROPS = {"type": "object", "required": ["default_generation_settings", "total_slots", "model_path", "build_info"], "properties": {
+    "default_generation_settings": {"type": "object", "required": ["params", "n_ctx"], "properties": {
+        "params": {"type": "object"}, "n_ctx": {"type": "integer"}}},
+    "total_slots": {"type": "integer"}, "model_alias": {"type": "string"}, "model_path": {"type": "string"},
+    "chat_template": {"type": "string"}, "build_info": {"type": "string"}, "n_ctx_train": {"type": "integer"},
+    "capacity": {"type": "object", "nullable": True},
+}}
+
+_VERSION = {"type": "object", "required": ["version", "llama_cpp_python", "build_info"], "properties": {
+    "version": {"type": "string"}, "llama_cpp_python": {"type": "string"}, "ggml": {"type": "string"},
+    "llama_cpp_commit": {"type": "string"}, "build_info": {"type": "string"},
+}}
+
+_TOKENIZE_REQUEST = {
+    "type": "object",
+    "description": "`content` (tokenized as /v1/completions does) or `messages` (and `tools`, rendered as /v1/chat/completions does)",
+    "properties": {
+        "content": {"type": "string"},
+        "add_special": {"type": "boolean"},
+        "with_pieces": {"type": "boolean"},
+        "add_generation_prompt": {"type": "boolean"},
+        "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
+        "tools": nullable({"type": "array", "items": TOOL}),
+    },
+}
+
+_TOKENIZE = {
+    "type": "object",
+    "required": ["tokens"],
+    "properties": {
+        "tokens": {"type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "object", "required": ["id", "piece"]}]}},
+        "messages": {"type": "array", "items": {"type": "object", "properties": {
+            "role": {"type": "string"}, "start": {"type": "integer"}, "content_start": {"type": "integer"},
+        }}},
+    },
+}
+
+_DETOKENIZE_REQUEST = {
+    "type": "object",
+    "required": ["tokens"],
+    "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+}
+
+_SLOTS = {
+    "type": "object",
+    "required": ["memory", "n_ctx", "slots", "queue_depth"],
+    "properties": {
+        "memory": {"type": "string"},
+        "n_ctx": {"type": "integer"},
+        "queue_depth": {"type": "integer"},
+        "pinned_bytes": {"type": "integer"},
+        "pinned_free_bytes": {"type": "integer"},
+        "slots": {"type": "array", "items": {"type": "object", "required": ["id", "state", "redacted"], "properties": {
+            "id": {"type": "integer"},
+            "state": {"type": "string", "enum": ["idle", "prefill", "decode"]},
+            "n_tokens": {"type": "integer"},
+            "tenant": {"type": "string"},
+            "content_hash": {"type": "string"},
+            "checkpoint_bytes": {"type": "integer"},
+            "idle_s": {"type": "number"},
+            **{k: {"type": "array", "items": {"type": "object"}} for k in ("checkpoints", "images")},
+            "request": nullable({"type": "object"}),
+            "redacted": {"type": "boolean", "description": "another tenant's slot: only id and state"},
+        }}},
+        "cache": nullable({"type": "object", "properties": {
+            "budget_bytes": {"type": "integer"}, "bytes": {"type": "integer"}, "n_entries": {"type": "integer"},
+            "entries": {"type": "array", "items": {"type": "object"}},
+        }}),
+        "capacity": nullable({"type": "object", "description": "what is held where (as in /props)"}),
+    },
+}
+
+
+_SLOT_ARRAY = {
+    "type": "array", "description": "llama-server's shape: one object per slot, warmslot's slot fields beside its own",
+    "items": {"type": "object", "required": ["id", "n_ctx", "speculative", "is_processing", "state"], "properties": {
+        **{k: {"type": "integer"} for k in ("id", "n_ctx", "n_prompt_tokens", "n_prompt_tokens_processed", "n_prompt_tokens_cache")},
+        "speculative": {"type": "boolean"}, "is_processing": {"type": "boolean"}, "id_task": {"type": "string"},
+        **_SLOTS["properties"]["slots"]["items"]["properties"],
+    }},
+}
+
+
+def _slot_action() -> dict[str, Any]:
+    return {"post": {
+        "summary": "llama-server's slot persistence with --slot-save-path: save, restore or erase a slot (admin key)",
+        "parameters": [
+            {"name": "id_slot", "in": "path", "required": True, "schema": {"type": "string"}},
+            {"name": "action", "in": "query", "required": True, "schema": {"type": "string", "enum": ["save", "restore", "erase"]}},
+        ],
+        "requestBody": {"required": False, "content": {JSON: {"schema": {"type": "object", "properties": {"filename": {"type": "string"}}}}}},
+        "responses": {
+            "200": json_body({"type": "object", "required": ["id_slot"], "properties": {
+                "id_slot": {"type": "integer"}, "filename": {"type": "string"}, "n_saved": {"type": "integer"},
+                "n_written": {"type": "integer"}, "n_restored": {"type": "integer"}, "n_read": {"type": "integer"},
+                "n_erased": {"type": "integer"}, "timings": {"type": "object"},
+            }}, "what the action did"),
+            **errors(400, 401, 403, 413, 500, 501, 503),
+        },
+    }}
+
+
+def _webui_file() -> dict[str, Any]:
+    return {"get": {
+        "summary": "the web page's files: the page, its script and its style sheet (not with --no-webui)",
+        "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string", "enum": ["index.html", "app.js", "style.css"]}}],
+        "responses": {"200": {"description": "the file", "content": {kind: {"schema": {"type": "string"}} for kind in ("text/html", "text/javascript", "text/css")}}, **errors(404)},
+    }}
+
+
+def paths() -> dict[str, Any]:
+    health = {"get": {"summary": "readiness: 200 when the model is loaded and the server takes requests", "responses": {
+        "200": json_body(_HEALTH, "ready"), "500": json_body(_HEALTH, "the model failed to load"),
+        "503": json_body(_HEALTH, "loading, or shutting down"),
+    }}}
+    models = get(_MODELS, "the served model", 500)
+    model = {"get": {
+        "summary": "the model under its name or an alias",
+        "parameters": [{"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "responses": {"200": json_body(_MODEL, "the model"), **errors(404, 500)},
+    }}
+    props = get(_PROPS, "llama-server's /props: the slots' context, the request defaults, the chat template, the capacity table", 401, 500, 503)
+    return {
+        "/health": health, "/v1/health": health,
+        "/v1/models": models, "/models": models, "/v1/models/{model_id}": model,
+        "/props": props, "/v1/props": props,
+        "/version": get(_VERSION, "warmslot, llama-cpp-python and llama.cpp versions"),
+        "/tokenize": post(_TOKENIZE_REQUEST, _TOKENIZE, "token ids of a text or of rendered messages"),
+        "/apply-template": post(_TOKENIZE_REQUEST, required_object("prompt"), "the prompt text the chat template renders for messages and tools"),
+        "/detokenize": post(_DETOKENIZE_REQUEST, {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}, "the text of token ids"),
+        "/slots": get(_SLOT_ARRAY, "the slots, as llama-server lists them (own tenants only, unless the admin key); ?fail_on_no_slot=1: 503 when none is idle", 401, 500, 501, 503),
+        "/engine": get(_SLOTS, "the slots, the queue, the prompt cache and the capacity (own tenants only, unless the admin key)", 401, 500, 501, 503),
+        "/slots/{id_slot}": _slot_action(),
+        # what a load balancer asks a replica (routes/worker.py)
+        "/get_load": get(required_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),
+        "/get_model_info": get(required_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),
+        "/get_server_info": get(required_object("version", "model_id", "placement", "device_memory"), "the server's configuration, placement and memory by device", 401, 500, 503),
+        "/health_generate": get(required_object("status"), "200 once the engine answers a call", 500, 503),
+        # the web page (routes/webui.py)
+        "/": get({"type": "string"}, "the web page: a chat with the model and a live view of the slots and the cache (not with --no-webui)", 404, media="text/html"),
+        "/webui/{name}": _webui_file(),
+    }
