@@ -1,25 +1,25 @@
 """Tiny random-weight models that carry the chat templates (and tokenizers) of real model
 families, for tests of what agents send through each template.
 
-========  =================================================  ==============================  =========================
-family    chat template                                      tokenizer                       layers (scripts/bench_models.py)
-========  =================================================  ==============================  =========================
-qwen35    Qwen3.5-4B's (llama.cpp's models/templates)        llama.cpp's ggml-vocab-qwen35   qwen35: 3 DeltaNet + 1 attention
-qwen3     Qwen3-0.6B's (llama.cpp's models/templates)        llama.cpp's ggml-vocab-qwen35   qwen3: 1
-gemma3    warmslot's built-in ``gemma`` (what Gemma 3 270M   Gemma 3 270M's (the default     gemma3: 5 sliding-window + 1
-          gets: its GGUF has no template)                    model)                          global
-llama3    Llama-3.1-8B-Instruct's (llama.cpp's)              llama.cpp's ggml-vocab-llama-bpe qwen3: 1
-mistral   Mistral-Small-3.2-24B-Instruct-2506's (llama.cpp's) llama.cpp's ggml-vocab-llama-spm qwen3: 1
-smollm2   SmolLM2-135M-Instruct's (its GGUF)                  SmolLM2-135M-Instruct's          qwen3: 1
-========  =================================================  ==============================  =========================
+- qwen35: Qwen3.5-4B's template, llama.cpp's ggml-vocab-qwen35 tokenizer; qwen35, 3 DeltaNet
+  layers and 1 attention layer (recurrent memory: reuse restores checkpoints);
+- qwen3: Qwen3-0.6B's template, the same tokenizer; qwen3, 1 layer;
+- gemma3: warmslot's built-in ``gemma`` template (what Gemma 3 270M gets: its GGUF has none),
+  Gemma 3 270M's tokenizer (the default model's); gemma3, 2 sliding-window layers;
+- llama3: Llama-3.1-8B-Instruct's template, llama.cpp's ggml-vocab-llama-bpe; qwen3, 1 layer;
+- mistral: Mistral-Small-3.2-24B-Instruct-2506's template, llama.cpp's ggml-vocab-llama-spm;
+  qwen3, 1 layer;
+- smollm2: SmolLM2-135M-Instruct's template and tokenizer (the run command's default model's);
+  qwen3, 1 layer.
 
-llama.cpp's files come out of the pinned llama-cpp-python sdist (`scripts/vocab.py`, checked
-by their hashes), Gemma's and SmolLM2's from the models the tests already use. Widths are
-bench_models' ``--scale micro`` (E 64), so a 14K-token Claude Code prompt prefills in seconds
-on two CPU cores while its tokens, special tokens and template are the real ones.
+The templates named are llama.cpp's (its models/templates folder). llama.cpp's files come out
+of the pinned llama-cpp-python sdist (`scripts/vocab.py`, checked by their hashes), Gemma's
+and SmolLM2's from the models the tests already use. Widths are bench_models' ``--scale
+micro`` (E 64), so a 14K-token Claude Code prompt prefills in seconds on two CPU cores while
+its tokens, special tokens and template are the real ones.
 
-    path = write_family_model("qwen35", tmp_path)          # the GGUF, its template inside
-    vocab, template = family_template("qwen35")             # for PromptBuilder (vocab-only)
+    path = write_family_model("qwen35", folder)   # the GGUF, its template inside
+    source = template_source("qwen35")            # the template alone (None: the vocab file's)
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ SDIST_SHA256 = {
 SPECS = {
     "qwen35": Family("qwen35-9b", 4, "ggml-vocab-qwen35.gguf", "templates/Qwen3.5-4B.jinja"),
     "qwen3": Family("qwen3-8b", 1, "ggml-vocab-qwen35.gguf", "templates/Qwen-Qwen3-0.6B.jinja"),
-    "gemma3": Family("gemma3-4b", 6, "default_model", "builtin:gemma"),
+    "gemma3": Family("gemma3-4b", 2, "default_model", "builtin:gemma"),
     "llama3": Family("qwen3-8b", 1, "ggml-vocab-llama-bpe.gguf", "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
     "mistral": Family("qwen3-8b", 1, "ggml-vocab-llama-spm.gguf", "templates/Mistral-Small-3.2-24B-Instruct-2506.jinja"),
     "smollm2": Family("qwen3-8b", 1, "chat_model", None),
