@@ -4,8 +4,10 @@ A chat request becomes tokens in three steps:
 
 1. **Render** the messages (and tools) with the chat template (`chat_template`: the GGUF's
    own, a file or a built-in named with --chat-template, or a built-in chosen by
-   architecture). A template that knows no tools gets them injected as a Hermes-style system
-   prompt, with tool calls and tool results turned into text (see `inject_tools`).
+   architecture). Shapes of conversation the template rejects (system messages after the
+   first, parallel tool calls, ...) are first rewritten into ones it takes (`template_rules`).
+   A template that knows no tools gets them injected as a Hermes-style system prompt, with
+   tool calls and tool results turned into text (see `inject_tools`).
 2. **Split** the text into segments: template glue, and each message's content.
 3. **Tokenize** each segment on its own (and cache the result). Glue and assistant content
    parse special tokens; user, system and tool content do not, so text such as
