@@ -24,7 +24,9 @@ qwen3-30b-a3b qwen3moe E 2048, 48 layers, 32 heads / 4 KV of 128, QK-norm; 128 e
 
 ``--scale tiny`` keeps the architecture, the layer pattern, the head dimensions, the
 tokenizer and the template, but shrinks E to 256, F to 512 and the head counts (and the
-sliding window to 128), so the same code runs on a CPU in seconds. ``--layers N`` overrides
+sliding window to 128), so the same code runs on a CPU in seconds. ``--scale micro`` (qwen3-8b,
+qwen35-9b and gemma3-4b) shrinks the head dimensions too, to E 64: the tests' template
+families run Claude Code's 20K-token prompts on it. ``--layers N`` overrides
 the layer count; the attention / DeltaNet / sliding-window pattern is kept.
 
 Tokenizer: every ``tokenizer.*`` key of the vocab file (``ggml-vocab-qwen35.gguf`` from
@@ -225,7 +227,17 @@ TINY: dict[str, dict[str, Any]] = {
                       "n_expert_used": 2, "n_ff_exp": 128},
 }
 
-SCALES = ("real", "tiny")
+# --scale micro: narrower still, head dims too (the tests' template families: a 20K-token
+# prompt prefills in seconds on two CPU cores)
+MICRO: dict[str, dict[str, Any]] = {
+    "qwen3-8b": {"n_embd": 64, "n_ff": 128, "n_head": 2, "n_head_kv": 1, "head_dim": 32, "n_layer": 4},
+    "qwen35-9b": {"n_embd": 64, "n_ff": 128, "n_head": 1, "n_head_kv": 1, "head_dim": 64, "n_layer": 8,
+                  "ssm_state_size": 32, "ssm_group_count": 1, "ssm_time_step_rank": 2},
+    "gemma3-4b": {"n_embd": 64, "n_ff": 128, "n_head": 1, "n_head_kv": 1, "head_dim": 64, "n_layer": 6,
+                  "sliding_window": 128},
+}
+
+SCALES = ("real", "tiny", "micro")
 
 
 def resolve_shape(name: str, scale: str = "real", layers: int | None = None, mtp: bool = False) -> Shape:
@@ -238,6 +250,10 @@ def resolve_shape(name: str, scale: str = "real", layers: int | None = None, mtp
     shape = MODELS[name]
     if scale == "tiny":
         shape = replace(shape, **TINY[name])
+    if scale == "micro":
+        if name not in MICRO:
+            raise ValueError(f"--scale micro: only {', '.join(sorted(MICRO))}")
+        shape = replace(shape, **MICRO[name])
     if layers is not None:
         if layers < 1:
             raise ValueError("layers must be >= 1")
@@ -533,6 +549,15 @@ def read_vocab(path: pathlib.Path) -> Vocab:
     return Vocab(path, sha, entries, n_vocab, token_types, chat_template)
 
 
+def with_template(vocab: Vocab, template: str) -> Vocab:
+    """`vocab` with `template` as its chat template (its hash part of the vocabulary's)."""
+    entries = [e for e in vocab.entries if e.key != "tokenizer.chat_template"]
+    raw = _kv("tokenizer.chat_template", template)
+    entry = KV("tokenizer.chat_template", gguf.GGUFValueType.STRING, template.encode(), raw)
+    sha = hashlib.sha256((vocab.sha256 + template).encode()).hexdigest()
+    return replace(vocab, entries=[*entries, entry], chat_template=template, sha256=sha)
+
+
 def spec_string(s: Shape, vocab: Vocab, scale: str) -> str:
     """What the file is: recorded under SPEC_KEY, compared to decide whether to rewrite it."""
     return json.dumps(
@@ -714,14 +739,17 @@ def dry_run(name: str, vocab: str | os.PathLike | None = None, scale: str = "rea
 
 def write_bench_model(name: str, out: str | os.PathLike, vocab: str | os.PathLike | None = None,
                       scale: str = "real", layers: int | None = None, *, force: bool = False,
-                      quiet: bool = False, mtp: bool = False) -> pathlib.Path:
-    """Write benchmark model `name` at `scale` to `out` and return its path.
+                      quiet: bool = False, mtp: bool = False, chat_template: str | None = None) -> pathlib.Path:
+    """Write benchmark model `name` at `scale` to `out` and return its path. `chat_template`
+    replaces the vocab file's template (the tests' template families).
 
     An existing `out` recording the same parameters (SPEC_KEY) is kept unless `force`."""
     t0 = time.perf_counter()
     out = pathlib.Path(out)
     s = resolve_shape(name, scale, layers, mtp)
     v = read_vocab(find_vocab(vocab))
+    if chat_template is not None:
+        v = with_template(v, chat_template)
     spec = spec_string(s, v, scale)
     if out.is_file() and not force and read_spec(out) == spec:
         if not quiet:

@@ -11,6 +11,10 @@ reproducible way to have it is to take it out of that sdist:
 The first call looks for the sdist (or its extracted tree) on disk, else downloads it with
 `pip download` (which goes through pip's own index settings), extracts only this member and
 checks its sha256; later calls return the cached copy. Run as a script it prints the path.
+
+Other files of llama.cpp's `models/` folder come the same way, several in one pass: the
+tests' template families take vocabularies and chat templates from it
+(`sdist_files([llama_cpp_file("templates/Qwen3.5-4B.jinja", SHA256)])`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from dataclasses import dataclass
 from typing import BinaryIO
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -59,36 +64,58 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class SdistFile:
+    """A file of llama.cpp's tree inside the pinned sdist, checked by its hash."""
+
+    name: str  # the file's name in the cache folder
+    member: str  # its path inside the sdist, below the sdist's top folder
+    sha256: str
+
+
+def llama_cpp_file(name: str, sha256: str) -> SdistFile:
+    """A file of the vendored llama.cpp's models/ folder (its vocabularies and templates/)."""
+    return SdistFile(name.replace("/", "-"), f"vendor/llama.cpp/models/{name}", sha256)
+
+
 def qwen35_vocab() -> Path:
     """The verified cached copy of ggml-vocab-qwen35.gguf, fetched on first use."""
-    target = cache_dir() / VOCAB_NAME
-    if target.is_file() and sha256_of(target) == VOCAB_SHA256:
-        return target
+    return sdist_files([SdistFile(VOCAB_NAME, VOCAB_MEMBER, VOCAB_SHA256)])[0]
+
+
+def sdist_files(files: list[SdistFile]) -> list[Path]:
+    """The verified cached copies of `files`, those missing taken out of the sdist in one
+    pass (a local sdist or tree, else one `pip download`)."""
+    targets = [cache_dir() / f.name for f in files]
+    missing = [(f, t) for f, t in zip(files, targets) if not (t.is_file() and sha256_of(t) == f.sha256)]
+    if not missing:
+        return targets
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        targets[0].parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise VocabUnavailable(f"cannot create the cache folder {target.parent}: {exc}") from exc
+        raise VocabUnavailable(f"cannot create the cache folder {targets[0].parent}: {exc}") from exc
     errors = []
     for source in (_copy_from_extracted_tree, _extract_from_local_sdist, _extract_from_downloaded_sdist):
         try:
-            if source(target):
-                return target
+            if source(missing):
+                return targets
         except (OSError, tarfile.TarError, subprocess.SubprocessError, VocabUnavailable) as exc:
             errors.append(f"{source.__name__}: {exc}")
-    raise VocabUnavailable(f"could not get {VOCAB_NAME} from llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s "
+    names = ", ".join(f.name for f, _ in missing)
+    raise VocabUnavailable(f"could not get {names} from llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}'s "
                            f"sdist:\n  " + "\n  ".join(errors or ["no source found"]))
 
 
-def _install(source: BinaryIO, target: Path) -> bool:
+def _install(source: BinaryIO, target: Path, sha256: str) -> bool:
     """Write the bytes to a temporary file beside `target`, check the hash, then rename it in:
     concurrent test runs never see a partial or unverified file."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{VOCAB_NAME}.")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(fd, "wb") as out:
             shutil.copyfileobj(source, out)
         got = sha256_of(Path(tmp))
-        if got != VOCAB_SHA256:
-            raise VocabUnavailable(f"sha256 {got} differs from the recorded {VOCAB_SHA256}")
+        if got != sha256:
+            raise VocabUnavailable(f"{target.name}: sha256 {got} differs from the recorded {sha256}")
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
         return True
@@ -97,30 +124,39 @@ def _install(source: BinaryIO, target: Path) -> bool:
             os.unlink(tmp)
 
 
-def _copy_from_extracted_tree(target: Path) -> bool:
+Missing = list[tuple[SdistFile, Path]]
+
+
+def _copy_from_extracted_tree(missing: Missing) -> bool:
     for tree in EXTRACTED_DIRS:
-        path = tree / VOCAB_MEMBER
-        if path.is_file():
-            with open(path, "rb") as source:
-                return _install(source, target)
+        if all((tree / f.member).is_file() for f, _ in missing):
+            for f, target in missing:
+                with open(tree / f.member, "rb") as source:
+                    _install(source, target, f.sha256)
+            return True
     return False
 
 
-def _extract_member(tarball: Path, target: Path) -> bool:
-    """Read only the vocabulary member out of the sdist (whatever its top folder is called)."""
+def _extract_members(tarball: Path, missing: Missing) -> bool:
+    """Read only the wanted members out of the sdist (whatever its top folder is called)."""
+    wanted = {"/" + f.member: (f, target) for f, target in missing}
     with tarfile.open(tarball, "r:gz") as tar:
         for member in tar:
-            if member.isfile() and member.name.endswith("/" + VOCAB_MEMBER):
-                return _install(tar.extractfile(member), target)
-    raise VocabUnavailable(f"{tarball} has no {VOCAB_MEMBER}")
+            key = member.name[member.name.find("/"):] if "/" in member.name else ""
+            if member.isfile() and key in wanted:
+                f, target = wanted.pop(key)
+                _install(tar.extractfile(member), target, f.sha256)
+    if wanted:
+        raise VocabUnavailable(f"{tarball} has no {', '.join(f.member for f, _ in wanted.values())}")
+    return True
 
 
-def _extract_from_local_sdist(target: Path) -> bool:
+def _extract_from_local_sdist(missing: Missing) -> bool:
     found = [Path(p) for pattern in SDIST_GLOBS for p in sorted(glob.glob(pattern))]
-    return _extract_member(found[0], target) if found else False
+    return _extract_members(found[0], missing) if found else False
 
 
-def _extract_from_downloaded_sdist(target: Path) -> bool:
+def _extract_from_downloaded_sdist(missing: Missing) -> bool:
     with tempfile.TemporaryDirectory(prefix="warmslot-sdist-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", tmp]
@@ -128,7 +164,7 @@ def _extract_from_downloaded_sdist(target: Path) -> bool:
         tarballs = sorted(Path(tmp).glob("llama*cpp*python-*.tar.gz"))
         if done.returncode != 0 or not tarballs:
             raise VocabUnavailable(f"`{' '.join(cmd)}` failed ({done.returncode}): {done.stderr.strip()[-1500:]}")
-        return _extract_member(tarballs[0], target)
+        return _extract_members(tarballs[0], missing)
 
 
 if __name__ == "__main__":

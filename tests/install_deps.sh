@@ -4,12 +4,16 @@
 # - Debian's chromium, the headless browser tests/test_webui.py drives the web page with
 #   (through Playwright, launched on this executable, so Playwright downloads no browser);
 # - the Claude Code CLI (npm's @anthropic-ai/claude-code, and Node.js for it), which
-#   tests/test_messages_api.py runs headless against the server.
+#   tests/test_messages_api.py runs headless against the server, pinned: tests/data/claude_code
+#   holds this version's own requests (scripts/capture_claude_code.py captures them again when
+#   the pin moves).
 #
 # As root on Debian (CI), installs what is missing (apt-get, then npm). Elsewhere it says what
 # to install and goes on: those tests then skip with the same message, except under CI
 # (CI set), where they fail. Always exits 0, so the README's test command carries on to pytest.
 set -u
+
+CLAUDE_CODE_VERSION=2.1.332
 
 as_root_with_apt() {
     [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
@@ -39,18 +43,19 @@ install_debian_packages() {
 }
 
 install_claude_code() {
-    command -v claude >/dev/null 2>&1 && return
+    local package="@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
+    claude --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION " && return
     if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
         apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
     fi
     if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
-        if npm install -g --silent @anthropic-ai/claude-code >/dev/null 2>&1 && command -v claude >/dev/null 2>&1; then
+        if npm install -g --silent "$package" >/dev/null 2>&1 && command -v claude >/dev/null 2>&1; then
             echo "install_test_deps: installed Claude Code $(claude --version 2>/dev/null)" >&2
             return
         fi
-        echo "install_test_deps: npm could not install @anthropic-ai/claude-code" >&2
+        echo "install_test_deps: npm could not install $package" >&2
     else
-        echo "install_test_deps: the Claude Code CLI is not installed; 'npm install -g @anthropic-ai/claude-code' lets tests/test_messages_api.py run it" >&2
+        echo "install_test_deps: Claude Code $CLAUDE_CODE_VERSION is not installed; 'npm install -g $package' lets tests/test_messages_api.py run it" >&2
     fi
 }
 

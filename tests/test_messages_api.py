@@ -1,7 +1,9 @@
 """Anthropic's Messages API against the real server on the default model, through the
-official `anthropic` client and the Claude Code CLI: plain and streamed replies, a tool loop,
-count_tokens, the prompt reused on the next turn (`cache_read_input_tokens`), and Claude
-Code's billing header, which changes on every request, never costing the prefix.
+official `anthropic` client and the Claude Code CLI (the version tests/install_deps.sh
+pins): plain and streamed replies, a tool loop, count_tokens, the prompt reused on the next
+turn (`cache_read_input_tokens`), Claude Code's billing header, which changes on every
+request, never costing the prefix, and its session-title request answered with JSON of its
+schema (structured output).
 
 Kept short (few tokens, one server): a forced tool call samples through a grammar, which is
 slow on a 262K-token vocabulary and two CPU cores."""
@@ -10,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
 
 import anthropic
+import httpx
+import jsonschema
 import pytest
 
 from tests.helpers import warmslot_server
@@ -25,8 +30,12 @@ MODEL = "claude-local"  # any name: the loaded model answers
 SYSTEM = "You are a weather agent. Call get_weather for any question about the weather, then answer in one line."
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-NOT_INSTALLED = "the Claude Code CLI is not installed: tests/install_deps.sh installs it (npm install -g @anthropic-ai/claude-code)"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PINNED = re.search(r"^CLAUDE_CODE_VERSION=(\S+)", (ROOT / "tests" / "install_deps.sh").read_text(), re.M).group(1)
+NOT_INSTALLED = (f"Claude Code {PINNED} is not installed: tests/install_deps.sh installs it "
+                 f"(npm install -g @anthropic-ai/claude-code@{PINNED})")
 LOG_LINE = re.compile(r"messages: prompt (\d+) = (\d+) cached")
+TITLE_FIXTURE = next((ROOT / "tests" / "data" / "claude_code").glob("*-title.json"))
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +101,29 @@ def test_a_changing_billing_header_reuses_the_whole_prompt(client):
     assert second.cache_read_input_tokens >= 0.95 * prompt_tokens(second)
 
 
+def test_the_session_title_request_is_answered_with_json_of_its_schema(server):
+    """Claude Code's own title request (`output_config.format`: a json_schema with
+    additionalProperties false), as captured from the pinned CLI: the reply is one JSON value
+    of the schema."""
+    captured = json.loads(TITLE_FIXTURE.read_text(encoding="utf-8"))
+    body = dict(captured["body"], max_tokens=40, stream=False)
+    reply = httpx.post(server.url + "/v1/messages", json=body, headers=captured["headers"], timeout=300)
+    assert reply.status_code == 200, reply.text
+    answer = reply.json()
+    assert answer["stop_reason"] == "end_turn", answer
+    title = json.loads("".join(b["text"] for b in answer["content"] if b["type"] == "text"))
+    jsonschema.validate(title, body["output_config"]["format"]["schema"])
+
+
 def claude_binary() -> str:
+    """The pinned CLI (a missing or other version skips, or fails under CI)."""
     path = shutil.which("claude")
-    if path is None:
+    found = subprocess.run([path, "--version"], capture_output=True, text=True).stdout if path else ""
+    if not found.startswith(PINNED + " "):
+        reason = NOT_INSTALLED + (f" (found {found.strip()})" if found else "")
         if os.environ.get("CI"):
-            pytest.fail(NOT_INSTALLED)
-        pytest.skip(NOT_INSTALLED)
+            pytest.fail(reason)
+        pytest.skip(reason)
     return path
 
 
@@ -118,9 +144,10 @@ def test_claude_code_runs_headless_and_its_next_request_reuses_the_prompt(server
     run = subprocess.run([claude, "-p", "Say hi.", "--bare", "--output-format", "json"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     result = json.loads(run.stdout)
-    # it ends through its own path: a result, no API error (the 270M model's reply hits the
-    # 2-token cap, which Claude Code reports as its own error text)
-    assert result["type"] == "result" and result["terminal_reason"] == "completed", run.stdout + run.stderr
+    # it ends through its own path: a result, no HTTP error from the server (the 270M model's
+    # reply hits the 2-token cap, which Claude Code reports as its own `max_output_tokens`)
+    assert result["type"] == "result", run.stdout + run.stderr
+    assert result["terminal_reason"] == "completed" or result.get("api_error") == "max_output_tokens", result
     assert result["api_error_status"] is None, result
     requests = [(int(p), int(c)) for p, c in LOG_LINE.findall(server.output())[before:]]
     assert len(requests) >= 2, requests

@@ -2,7 +2,10 @@
 official `anthropic` client reads every error type, a stream that fails mid-way ends with an
 `error` event, tool calls stream as `input_json_delta`, the stop sequence is reported, and
 the request conversion keeps the prefix stable (Claude Code's billing header dropped,
-`cache_control` breakpoints become checkpoint positions)."""
+`cache_control` breakpoints become checkpoint positions), and what current Claude Code sends
+is taken: structured output as a grammar, thinking and effort as the template's switch and
+the budget, deferred tools shown where a tool result loads them, server tools, betas and
+fields it needs nothing of accepted."""
 
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ import pytest
 
 from tests.fake_engine import FakeEngine, fail, reply
 from tests.test_pipeline import FakeServer
+from warmslot.server.api.messages.convert import parse_request
 from warmslot.server.api.messages.errors import error_body, status_of
+from warmslot.server.api.messages.options import reasoning
 from warmslot.server.errors import Forbidden
 from warmslot.slots import ErrorKind, Event, FinishReason, QueueFull, Usage
 
@@ -181,3 +186,78 @@ def test_a_users_sessions_share_one_tenant_and_users_do_not(server, client):
     device = '{"device_id":"d1","account_uuid":"","session_id":"%s"}'
     assert tenant(device % "s-1") == tenant(device % "s-2") != tenant(device.replace("d1", "d2") % "s-1")
     assert tenant("user_ab_account_cd_session_0f-1") == tenant("user_ab_account_cd_session_9e-2") != tenant("user_xy")
+
+
+def test_betas_and_fields_claude_code_sends_that_change_nothing_are_accepted_and_logged(server, client, caplog):
+    body = dict(BODY, context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+                thinking={"type": "adaptive", "display": "omitted"}, output_config={"effort": "medium"},
+                tools=[WEATHER, {"type": "web_search_20250305", "name": "web_search", "max_uses": 8}],
+                service_tier="auto")
+    betas = "claude-code-20250219,mid-conversation-system-2026-04-07,no-such-beta-2099-01-01"
+    with caplog.at_level("DEBUG", logger="warmslot.server"):
+        out = client.post("/v1/messages?beta=true", cast_to=object, body=body, options={"headers": {"anthropic-beta": betas}})
+    assert out["type"] == "message"
+    logged = " ".join(r.getMessage() for r in caplog.records if "ignored" in r.getMessage())
+    for name in ("context_management", "service_tier", "thinking.display", "server tool web_search", "no-such-beta-2099-01-01"):
+        assert name in logged, logged
+    text = server.engine.vocab.detokenize(server.engine.submitted[-1].tokens)
+    assert "get_weather" in text and "web_search" not in text  # a server tool is Anthropic's to run
+
+
+def test_output_config_format_constrains_the_reply_to_its_schema(server, client):
+    schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"], "additionalProperties": False}
+    server.engine.script = reply('{"title": "Fix the parser"}')
+    for shape in ({"output_config": {"effort": "low", "format": {"type": "json_schema", "schema": schema}}},
+                  {"output_format": {"type": "json_schema", "schema": schema}}):
+        out = client.post("/v1/messages", cast_to=object, body=dict(BODY, **shape))
+        assert json.loads(out["content"][-1]["text"]) == {"title": "Fix the parser"}
+        assert server.engine.submitted[-1].sampling.grammar is not None
+    with pytest.raises(anthropic.BadRequestError, match="output_config.format.type"):
+        client.post("/v1/messages", cast_to=object, body=dict(BODY, output_config={"format": {"type": "xml"}}))
+    with pytest.raises(anthropic.BadRequestError, match="output_format.schema"):
+        client.post("/v1/messages", cast_to=object, body=dict(BODY, output_format={"type": "json_schema"}))
+
+
+def test_thinking_and_effort_become_the_template_switch_and_the_budget():
+    def parsed(**fields):
+        out = parse_request(dict(BODY, **fields), 259, None, default_budget=-1, keep_billing_header=False)
+        return out.chat.template_kwargs.get("enable_thinking"), out.budget
+
+    assert parsed() == (False, 0)  # no `thinking`: no extended thinking, as Anthropic's API means it
+    assert parsed(thinking={"type": "disabled"}) == (False, 0)
+    assert parsed(thinking={"type": "enabled", "budget_tokens": 2048}) == (True, 2048)
+    assert parsed(thinking={"type": "adaptive"}, output_config={"effort": "low"}) == (None, 1024)
+    assert parsed(thinking={"type": "adaptive"}, output_config={"effort": "medium"}) == (None, 8192)
+    assert parsed(thinking={"type": "adaptive"}, output_config={"effort": "high"}) == (None, 32768)
+    assert parsed(thinking={"type": "adaptive"}, output_config={"effort": "max"}) == (None, -1)
+    assert parsed(thinking={"type": "adaptive"}) == (None, -1)
+    # an effort never asks for more than the server's own budget
+    assert reasoning({"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, 4096).budget == 4096
+    with pytest.raises(Exception, match="budget_tokens"):
+        parsed(thinking={"type": "enabled"})
+
+
+def test_a_deferred_tool_is_shown_where_a_tool_result_loads_it_and_can_be_called(server, client):
+    """Claude Code's ToolSearch: the tool list keeps its start while WebFetch and the like are
+    loaded; the result's `tool_reference` shows the loaded tool's definition."""
+    search = {"name": "ToolSearch", "description": "Loads deferred tools", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
+    deferred = dict(WEATHER, defer_loading=True)
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {"query": "select:get_weather"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "tool_reference", "tool_name": "get_weather"}]},
+                                     {"type": "text", "text": "Tool loaded."}]},
+    ]
+    server.engine.script = reply('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    out = client.messages.create(**dict(BODY, tools=[search, deferred], messages=messages))
+    text = server.engine.vocab.detokenize(server.engine.submitted[-1].tokens)
+    shown = '<functions>\n<function>{"description": "Weather of a city", "name": "get_weather", "parameters"'
+    assert shown in text and text.index('"get_weather"') == text.index(shown) + len('<functions>\n<function>{"description": "Weather of a city", "name": ')
+    assert out.stop_reason == "tool_use" and out.content[-1].name == "get_weather"
+    # the prompt up to the tool result is the one before the tool was loaded
+    before = dict(BODY, tools=[search, dict(deferred, name="other_tool")], messages=messages[:2] + [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "nothing"}]}])
+    client.messages.create(**before)
+    earlier = server.engine.vocab.detokenize(server.engine.submitted[-1].tokens)
+    assert text[:text.index("<functions>")] == earlier[:earlier.index("nothing")]

@@ -113,8 +113,12 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
         what = "audio" if images[0].audio else "images"
         raise InvalidRequest(f"this model takes no {what}: the server runs without a projector (--mmproj)", param=images[0].param)
     marker = MEDIA_MARKER if images else None
+    # NOTE: a hidden tool (Anthropic's `defer_loading`) is callable but left out of the
+    # prompt's tool list: the tool result that loads it shows its definition, so loading one
+    # never changes the prompt's start
+    listed = [t for t in tools if t["function"]["name"] not in params.hidden_tools] if params.hidden_tools else tools
     prompt = server.builder.build(
-        params.messages, tools or None, extra=params.template_kwargs, media_marker=marker,
+        params.messages, listed or None, extra=params.template_kwargs, media_marker=marker,
         add_generation_prompt=params.add_generation_prompt, continue_final=params.continue_final,
     )
     media: tuple[MediaSpan, ...] = ()
@@ -124,7 +128,8 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
             prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels, media_path=config.media_path,
             fetch_timeout=config.image_fetch_timeout if config.image_fetch else None,
         )
-    reasoning = server.reasoning[0]
+    # a request that turns thinking off gets no think block in its grammar either
+    reasoning = server.reasoning[0] and params.template_kwargs.get("enable_thinking") is not False
     opens = prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens, key)
     spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
@@ -144,7 +149,7 @@ def _grammar(
         ))
     response = parse_response_format(params.response_format)
     if params.json_schema is not None:
-        response = ResponseSchema(params.json_schema, "json_schema")
+        response = ResponseSchema(params.json_schema, params.schema_param)
     output = None
     if response is not None:
         output = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)

@@ -4,8 +4,10 @@ A chat request becomes tokens in three steps:
 
 1. **Render** the messages (and tools) with the chat template (`chat_template`: the GGUF's
    own, a file or a built-in named with --chat-template, or a built-in chosen by
-   architecture). A template that knows no tools gets them injected as a Hermes-style system
-   prompt, with tool calls and tool results turned into text (see `inject_tools`).
+   architecture). Shapes of conversation the template rejects (system messages after the
+   first, parallel tool calls, ...) are first rewritten into ones it takes (`template_rules`).
+   A template that knows no tools gets them injected as a Hermes-style system prompt, with
+   tool calls and tool results turned into text (see `inject_tools`).
 2. **Split** the text into segments: template glue, and each message's content.
 3. **Tokenize** each segment on its own (and cache the result). Glue and assistant content
    parse special tokens; user, system and tool content do not, so text such as
@@ -28,6 +30,7 @@ from typing import Sequence
 from warmslot.slots import Vocab
 
 from .template import ChatTemplate
+from .template_rules import fit, rules_for
 from ..errors import ContextOverflow, InvalidRequest
 from .jinja_env import tojson as _tojson
 from .tokenizer import Tokenizer, split_marker
@@ -132,7 +135,7 @@ def split_segments(text: str, messages: Sequence[dict], glue: re.Pattern | None 
     cursor = 0
     guarded = _Guard(text, glue)
     for msg in messages:
-        for anchor in _anchors(msg):
+        for anchor, index in _anchors(msg):
             start = guarded.find(anchor, cursor)
             if start < 0:
                 anchor = anchor.strip()
@@ -141,7 +144,7 @@ def split_segments(text: str, messages: Sequence[dict], glue: re.Pattern | None 
                 continue
             if start > cursor:
                 segments.append(Segment(text[cursor:start], True))
-            segments.append(Segment(anchor, msg["role"] == "assistant", msg.get("_index", -1)))
+            segments.append(Segment(anchor, msg["role"] == "assistant", index))
             cursor = start + len(anchor)
     if cursor < len(text):
         segments.append(Segment(text[cursor:], True))
@@ -171,12 +174,17 @@ class _Guard:
         return i >= 0 and self.starts[i] < char < self.ends[i]
 
 
-def _anchors(msg: dict) -> list[str]:
-    """The texts that place a message in the rendered prompt: its content, else the names of
-    the functions it calls."""
+def _anchors(msg: dict) -> list[tuple[str, int]]:
+    """The texts that place a message in the rendered prompt, each with the index of the
+    original message it comes from: the texts of the messages a merged one holds (`_parts`,
+    see template_rules), its content, else the names of the functions it calls."""
+    index = msg.get("_index", -1)
+    parts = msg.get("_parts")
+    if parts:
+        return [(text, i) for text, i in parts if text.strip()]
     content = msg.get("content")
     if isinstance(content, str) and content.strip():
-        return [content]
+        return [(content, index)]
     anchors = []
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
@@ -187,7 +195,7 @@ def _anchors(msg: dict) -> list[str]:
             args = _tojson(args)
         if isinstance(args, str) and args.strip() not in ("", "{}"):
             anchors.append(args)
-    return anchors
+    return [(anchor, index) for anchor in anchors]
 
 
 @dataclass(slots=True)
@@ -222,6 +230,7 @@ class PromptBuilder:
         self._longest_piece: int | None = None
         self._token_chars: dict[int, int] = {}  # tokens' lengths in characters, filled as they occur
         self._glue: re.Pattern | bool | None = None  # False: the template writes no special token
+        self.rules = rules_for(template)  # the shapes of conversation the template renders
 
     def build(
         self, messages: list[dict], tools: list[dict] | None, *, add_generation_prompt: bool = True, extra: dict | None = None,
@@ -293,7 +302,7 @@ class PromptBuilder:
     def _render(self, messages, tools, add_generation_prompt, extra, continue_final) -> tuple[list[dict], str, str, bool]:
         """(the messages as rendered, the template's text, the prefill after it, whether the
         text ends with the generation prompt). Tools a template does not know are injected."""
-        indexed = [dict(m, _index=i) for i, m in enumerate(messages)]
+        indexed = fit([dict(m, _index=i) for i, m in enumerate(messages)], self.rules)
         template_tools = tools
         if not self.template.supports_tools and (tools or any(m["role"] == "tool" or m.get("tool_calls") for m in indexed)):
             indexed = inject_tools(indexed, tools)

@@ -255,6 +255,8 @@ class ChatParams:
     continue_final: bool = False  # the reply continues the final assistant message (a prefill)
     grammar: str | None = None  # GBNF text that constrains the reply
     json_schema: dict | None = None  # a schema the reply is one JSON value of
+    schema_param: str = "json_schema"  # the request field that holds `json_schema` (named in errors)
+    hidden_tools: frozenset[str] = frozenset()  # tools the model may call that the prompt does not list
 
 
 def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> ChatParams:

@@ -8,9 +8,13 @@
   `tool_use` blocks its tool calls (`input` as JSON text);
 - `tools` (`input_schema`) become function tools, `tool_choice` auto/any/tool/none becomes
   auto/required/a named function/none, `disable_parallel_tool_use` turns parallel calls off;
+  a tool with `defer_loading` is callable but not listed in the prompt, and a `tool_reference`
+  block in a tool result (Claude Code's ToolSearch) shows that tool's definition there, as a
+  `<function>` line in a `<functions>` block; server tools (a `type` such as
+  `web_search_20250305`, run by Anthropic's service) are left out;
 - `stop_sequences`, `max_tokens`, `temperature`, `top_p`, `top_k` are chat's sampling
-  fields, `metadata.user_id` (less a session id in it) the tenant hint as `user` is in chat,
-  `thinking.budget_tokens` the reasoning budget;
+  fields, `metadata.user_id` (less a session id in it) the tenant hint as `user` is in chat;
+  `thinking`, `output_config.effort` and `output_config.format` are read by `options`;
 - a block with `cache_control` marks the end of its message as a checkpoint position.
 
 Claude Code's first system block, `x-anthropic-billing-header: cc_version=...; cch=...;`,
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from warmslot.slots import SamplingParams
@@ -32,7 +36,8 @@ from warmslot.slots import SamplingParams
 from ...errors import InvalidRequest
 from ...gbnf.limits import MAX_COUNT
 from ...request.chat_messages import parse_messages
-from ...request.protocol import INT32_MAX, MAX_STOP, ChatParams, parse_generation
+from ...request.protocol import MAX_STOP, ChatParams, parse_generation
+from .options import ignored_fields, output_schema, reasoning
 
 BILLING_HEADER = "x-anthropic-billing-header:"
 _SKIPPED_TYPES = ("redacted_thinking",)  # opaque to any other model: nothing to render
@@ -44,7 +49,8 @@ class MessagesRequest:
 
     chat: ChatParams
     model: str
-    budget: int  # the reasoning budget (-1: the server's)
+    budget: int  # the reasoning budget (-1: none)
+    ignored: list[str] = field(default_factory=list)  # fields and tools accepted that change nothing
 
 
 def parse_request(
@@ -61,26 +67,34 @@ def parse_request(
     if not count_only and body.get("max_tokens") is None:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")
     system = _system(body.get("system"), keep_billing_header)
-    messages, breakpoints = _messages(body.get("messages"))
+    tools = _tools(body.get("tools"))
+    messages, breakpoints = _messages(body.get("messages"), tools.definitions)
     offset = 1 if system is not None else 0
     chat_messages = ([{"role": "system", "content": system}] if system is not None else []) + messages
     gen = parse_generation(_generation_body(body), n_vocab, defaults)
-    tools, tool_choice, parallel = _tools(body.get("tools")), _tool_choice(body.get("tool_choice")), True
+    tool_choice, parallel = _tool_choice(body.get("tool_choice")), True
     if isinstance(body.get("tool_choice"), dict):
         parallel = not _flag(body["tool_choice"], "disable_parallel_tool_use", "tool_choice")
     parsed = parse_messages(chat_messages)
     last = parsed[-1]
+    thinking = reasoning(body, default_budget)
+    schema = output_schema(body)
     chat = ChatParams(
         messages=parsed,
         gen=gen,
-        tools=tools,
+        tools=tools.functions,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         breakpoints=tuple(i + offset for i in breakpoints),
         # a final assistant message is where the reply starts (Anthropic's prefill)
         continue_final=last["role"] == "assistant" and not last.get("tool_calls") and bool(last.get("content")),
+        template_kwargs={} if thinking.enable_thinking is None else {"enable_thinking": thinking.enable_thinking},
+        json_schema=_loosened(schema.schema) if schema is not None else None,
+        schema_param=schema.param if schema is not None else "json_schema",
+        hidden_tools=tools.hidden,
     )
-    return MessagesRequest(chat, model, _budget(body.get("thinking"), default_budget))
+    ignored = ignored_fields(body) + thinking.ignored + [f"tools: server tool {name}" for name in tools.server]
+    return MessagesRequest(chat, model, thinking.budget, ignored)
 
 
 def _generation_body(body: dict) -> dict:
@@ -158,8 +172,9 @@ def _system(value: Any, keep_billing_header: bool) -> str | None:
     return "\n".join(texts) if texts else None
 
 
-def _messages(value: Any) -> tuple[list[dict], list[int]]:
-    """Chat messages, and the indices of those that end at a cache breakpoint."""
+def _messages(value: Any, definitions: dict[str, dict]) -> tuple[list[dict], list[int]]:
+    """Chat messages, and the indices of those that end at a cache breakpoint.
+    `definitions`: the tools by name, which `tool_reference` blocks show."""
     if not isinstance(value, list) or not value:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
     out: list[dict] = []
@@ -181,7 +196,7 @@ def _messages(value: Any) -> tuple[list[dict], list[int]]:
         if role == "system":
             out.append({"role": "system", "content": _system_text(blocks, at)})
         else:
-            out += _user(blocks, at) if role == "user" else [_assistant(blocks, at)]
+            out += _user(blocks, at, definitions) if role == "user" else [_assistant(blocks, at)]
         if any(isinstance(b, dict) and b.get("cache_control") for b in blocks) and out:
             breakpoints.append(len(out) - 1)
     return out, breakpoints
@@ -234,7 +249,7 @@ def _text_of(block: dict, where: str) -> str:
     return text
 
 
-def _user(blocks: list, at: str) -> list[dict]:
+def _user(blocks: list, at: str, definitions: dict[str, dict]) -> list[dict]:
     """A user message's blocks: each tool_result a tool message, the text and images a user
     message (its parts in order; text alone joins as chat joins text parts)."""
     out: list[dict] = []
@@ -257,7 +272,7 @@ def _user(blocks: list, at: str) -> list[dict]:
         elif kind == "tool_result":
             if parts:  # what comes before a result keeps its place
                 flush()
-            out.append(_tool_result(block, where))
+            out.append(_tool_result(block, where, definitions))
         else:
             raise InvalidRequest(f"a user message cannot hold a {kind!r} block", param=f"{where}.type")
     if parts or not out:
@@ -265,23 +280,47 @@ def _user(blocks: list, at: str) -> list[dict]:
     return out
 
 
-def _tool_result(block: dict, where: str) -> dict:
+def _tool_result(block: dict, where: str, definitions: dict[str, dict]) -> dict:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
         raise InvalidRequest("a tool_result needs 'tool_use_id'", param=f"{where}.tool_use_id")
     content = block.get("content", "")
     if isinstance(content, list):
-        parts = []
+        parts: list[str] = []
+        functions: list[str] = []  # a run of tool_reference blocks, shown as one <functions> block
+
+        def close_functions() -> None:
+            if functions:
+                parts.append("<functions>\n" + "\n".join(functions) + "\n</functions>")
+                functions.clear()
+
         for k, part in enumerate(content):
-            if _block_type(part, f"{where}.content[{k}]") != "text":
-                raise InvalidRequest("tool_result content must be text blocks", param=f"{where}.content[{k}].type")
+            kind = _block_type(part, f"{where}.content[{k}]")
+            if kind == "tool_reference":
+                functions.append(_function_line(part, f"{where}.content[{k}]", definitions))
+                continue
+            if kind != "text":
+                raise InvalidRequest("tool_result content must be text or tool_reference blocks", param=f"{where}.content[{k}].type")
+            close_functions()
             parts.append(_text_of(part, f"{where}.content[{k}]"))
+        close_functions()
         content = "\n".join(parts)
     elif not isinstance(content, str):
         raise InvalidRequest("tool_result 'content' must be a string or text blocks", param=f"{where}.content")
     if _flag(block, "is_error", where):
         content = f"Error: {content}"
     return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def _function_line(block: dict, where: str, definitions: dict[str, dict]) -> str:
+    """A loaded tool's definition as ToolSearch describes its result: one `<function>` line
+    of JSON (description, name, parameters)."""
+    name = block.get("tool_name")
+    if not isinstance(name, str):
+        raise InvalidRequest("a tool_reference block needs 'tool_name' (a string)", param=f"{where}.tool_name")
+    function = definitions.get(name, {"name": name})
+    shown = {k: function[k] for k in ("description", "name", "parameters") if k in function}
+    return "<function>" + json.dumps(shown, ensure_ascii=False) + "</function>"
 
 
 def _assistant(blocks: list, at: str) -> dict:
@@ -320,22 +359,36 @@ def _tool_use(block: dict, where: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
 
 
-# -- tools and thinking ---------------------------------------------------------------------------
+# -- tools ----------------------------------------------------------------------------------------
 
 
-def _tools(value: Any) -> list[dict] | None:
+@dataclass(slots=True)
+class Tools:
+    """A request's `tools` in chat terms."""
+
+    functions: list[dict] | None  # every callable tool, as chat function tools (None: no `tools`)
+    hidden: frozenset[str] = frozenset()  # those with `defer_loading`: callable, not listed in the prompt
+    server: list[str] = field(default_factory=list)  # server tools, left out (Anthropic's service runs them)
+
+    @property
+    def definitions(self) -> dict[str, dict]:
+        return {t["function"]["name"]: t["function"] for t in self.functions or ()}
+
+
+def _tools(value: Any) -> Tools:
     if value is None:
-        return None
+        return Tools(None)
     if not isinstance(value, list):
         raise InvalidRequest("'tools' must be an array", param="tools")
-    out = []
+    out, hidden, server = [], set(), []
     for i, tool in enumerate(value):
         at = f"tools[{i}]"
         if not isinstance(tool, dict):
             raise InvalidRequest("each tool must be an object", param=at)
-        if tool.get("type") not in (None, "custom"):
-            raise InvalidRequest(f"tools of type {tool.get('type')!r} are not supported; send custom tools with an input_schema", param=f"{at}.type")
         name, schema = tool.get("name"), tool.get("input_schema")
+        if tool.get("type") not in (None, "custom") and schema is None:
+            server.append(str(tool.get("name") or tool.get("type")))  # web_search_20250305 and the like
+            continue
         if not isinstance(name, str):
             raise InvalidRequest("a tool needs 'name'", param=f"{at}.name")
         if not isinstance(schema, dict):
@@ -343,8 +396,10 @@ def _tools(value: Any) -> list[dict] | None:
         function = {"name": name, "parameters": _loosened(schema)}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
+        if _flag(tool, "defer_loading", at):
+            hidden.add(name)
         out.append({"type": "function", "function": function})
-    return out
+    return Tools(out, frozenset(hidden), server)
 
 
 def _loosened(schema: Any) -> Any:
@@ -376,21 +431,3 @@ def _tool_choice(value: Any) -> Any:
             raise InvalidRequest("tool_choice of type 'tool' needs 'name'", param="tool_choice.name")
         return {"type": "function", "function": {"name": value["name"]}}
     raise InvalidRequest("'tool_choice' must be an object of type auto, any, tool or none", param="tool_choice")
-
-
-def _budget(value: Any, default: int) -> int:
-    """`thinking`: enabled with `budget_tokens` bounds the reasoning; disabled ends it at
-    once (budget 0); absent keeps the server's --reasoning-budget."""
-    if value is None:
-        return default
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "disabled":
-        return 0
-    if kind == "adaptive":
-        return default
-    if kind != "enabled":
-        raise InvalidRequest("'thinking' must be an object of type enabled, disabled or adaptive", param="thinking")
-    budget = value.get("budget_tokens")
-    if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= INT32_MAX:
-        raise InvalidRequest("'thinking.budget_tokens' must be a non-negative integer", param="thinking.budget_tokens")
-    return budget

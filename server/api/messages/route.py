@@ -5,10 +5,14 @@ chat pipeline exactly as /v1/chat/completions would, so a conversation keeps its
 prefix whichever API it comes through. Any model name is accepted: the loaded model answers,
 under the name the client sent (Claude Code sends its own model names). Both `x-api-key` and
 `Authorization: Bearer` carry the key (`Warmslot.authorize`); `anthropic-version` and
-`anthropic-beta` are accepted and change nothing.
+`anthropic-beta` are accepted and change nothing: a beta is never a reason to refuse a
+request. What a request sends that changes nothing (its betas, `context_management`, server
+tools) is named in a debug log line.
 """
 
 from __future__ import annotations
+
+import logging
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -18,10 +22,12 @@ from ...state import open_request
 from .convert import parse_request
 from .render import MessageStream, message_body
 
+log = logging.getLogger("warmslot.server")
+
 
 async def create_message(request: Request) -> Response:
     server, key, body = await open_request(request)
-    parsed = _parse(server, body)
+    parsed = _parse(server, body, request)
     generation = await pipeline.start_chat(
         request, server, key, parsed.chat, budget=parsed.budget, endpoint="messages", prompt_param="messages"
     )
@@ -38,14 +44,18 @@ async def count_tokens(request: Request) -> Response:
     """The prompt tokens the same body would take, rendered and tokenized exactly as
     /v1/messages renders it (tools and the system prompt included)."""
     server, key, body = await open_request(request)
-    parsed = _parse(server, body, count_only=True)
+    parsed = _parse(server, body, request, count_only=True)
     plan = await server.offload(pipeline.plan_chat, server, parsed.chat, -1, request=request)
     return JSONResponse({"input_tokens": len(plan.prompt.tokens)})
 
 
-def _parse(server, body: dict, count_only: bool = False):
+def _parse(server, body: dict, request: Request, count_only: bool = False):
     config = server.config
-    return parse_request(
+    parsed = parse_request(
         body, server.engine.info.n_vocab, config.sampling, default_budget=config.reasoning_budget,
         keep_billing_header=config.keep_billing_header, count_only=count_only,
     )
+    betas = request.headers.get("anthropic-beta")
+    if (parsed.ignored or betas) and log.isEnabledFor(logging.DEBUG):
+        log.debug("messages: ignored %s; anthropic-beta: %s", ", ".join(parsed.ignored) or "nothing", betas or "none")
+    return parsed
