@@ -79,6 +79,12 @@ A CPU dry run on a tiny model:
         --gen-tokens 8 --tool-tokens 60,200 --n-tools 4 --alt-shared-tokens 300 \\
         --alt-own-tokens 100 --alt-rounds 2 --decode-tokens 32 --decode-contexts 200 \\
         --conc-system-tokens 300 --conc-turns 3 --out /tmp/bench.json
+
+The agents' sessions on CPU (warmslot alone; a tiny qwen35 from bench_models.py --scale tiny):
+
+    python scripts/bench_gpu.py -m tiny.gguf -ngl 0 -t 2 --servers warmslot --workloads messages,codex \\
+        --msg-scale 0.05 --msg-np 1 --msg-main-turns 3 --msg-sub-turns 1 --msg-gen-tokens 8 \\
+        --codex-scale 0.05 --codex-turns 4 --codex-gen-tokens 8 --out /tmp/agents.json
 """
 
 from __future__ import annotations
