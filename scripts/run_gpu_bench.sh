@@ -4,7 +4,7 @@
 #
 # Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
 #   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
-#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk messages (words
+#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk messages codex (words
 #               or comma lists; default: the first five)
 #     throughput  distinct requests from 32 clients, -np 1,4,8,16 (--tp-* flags, --profile-warmslot S)
 #     multiagent  8 agents looping at once on -np 4 (--ma-* flags)
@@ -12,8 +12,14 @@
 #                 stream (--disk-* and --spill-* flags); e.g. scripts/run_gpu_bench.sh qwen35-27b disk
 #     messages    a Claude-Code-shaped session through /v1/messages: a ~20K-token main agent with a
 #                 billing header that changes on every request, two ~6K sub-agents in between, a
-#                 compaction; -np 1 and 2 (--msg-* flags; --msg-scale 0.1 for a CPU run)
+#                 compaction; -np 1 and 2 (--msg-* flags; --msg-scale 0.1 for a CPU run); today's
+#                 CLI shapes (--msg-shapes current, the default) add a mid-conversation system
+#                 message, thinking/effort/context management and a session-title request
+#     codex       a Codex-shaped session through /v1/responses: ~10K tokens of developer messages,
+#                 the CLI's tools, turns that resend the whole history (--codex-* flags;
+#                 --codex-scale 0.05 for a CPU run)
 # e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
+#      scripts/run_gpu_bench.sh qwen35-27b messages codex -- --msg-np 1 --codex-turns 6
 #      scripts/run_gpu_bench.sh qwen3-8b throughput multiagent -- --profile-warmslot 12
 #
 # Environment:

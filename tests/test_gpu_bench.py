@@ -227,7 +227,7 @@ def test_messages_session_interleaves_agents_and_compacts_after_the_first_reques
                                         "main", "main"]
     assert [s.base for s in steps] == [None, None, 0, None, 2, 1, 4, 3, 6, 0, 9]
     assert [s.compacted for s in steps][-2:] == [True, True] and steps[-2].n_results == 4
-    session = Session(TextFactory(), scale=0.02, gen_tokens=8, billing="version", session_id="s")
+    session = Session(TextFactory(), scale=0.02, gen_tokens=8, billing="version", session_id="s", shapes="legacy")
     b0, b1 = session.body(steps[0], 0), session.body(steps[2], 2)
     assert b0["system"][0]["text"].startswith("x-anthropic-billing-header: cc_version=2.1.0;")
     assert b0["system"][0] != b1["system"][0] and b0["system"][1] == b1["system"][1]  # only the header changes
@@ -243,3 +243,125 @@ def test_messages_session_interleaves_agents_and_compacts_after_the_first_reques
     assert [r["ideal_computed"] for r in rows][:3] == [100, 110, 20] and rows[-2]["ideal_computed"] == 90
     s = summarise(rows)
     assert s["ok"] == 11 and s["per_agent"]["sub1"]["requests"] == 2 and s["main_ttft_s_p50"] == 0.1
+
+
+def test_messages_current_shapes_add_todays_fields_a_system_message_and_a_title_request():
+    from scripts.gpu_bench.claude_code import Session
+    from scripts.gpu_bench.claude_code_shapes import TITLE_SCHEMA, title_matches_schema
+    from scripts.gpu_bench.text import TextFactory
+
+    assert parse_args(["-m", "x.gguf", "--out", "o.json"]).msg_shapes == "current"
+    session = Session(TextFactory(), scale=0.02, gen_tokens=8, billing="version", session_id="s")
+    steps = session.schedule(2, 1)
+    assert [s.agent for s in steps] == ["main", "title", "sub1", "main", "sub2", "main", "main", "main"]
+    assert session.path() == "/v1/messages?beta=true"
+    for i in (0, 2, 3):  # the main agent's and the sub-agents' requests
+        body = session.body(steps[i], i)
+        assert [m["role"] for m in body["messages"]][:2] == ["user", "system"]
+        assert "Agent" in body["messages"][1]["content"][0]["text"] and "temperature" not in body
+        assert body["thinking"] == {"type": "adaptive"} and body["output_config"] == {"effort": "medium"}
+        assert body["context_management"]["edits"]
+        assert "mid-conversation-system-2026-04-07" in session.headers(steps[i])["anthropic-beta"].split(",")
+    assert session.body(steps[3], 3)["messages"][2]["content"][1]["type"] == "tool_use"  # after the system message
+    title = session.body(steps[1], 1)
+    assert title["tools"] == [] and title["thinking"] == {"type": "disabled"} and title["max_tokens"] <= 64
+    assert title["output_config"]["format"] == {"type": "json_schema", "schema": TITLE_SCHEMA}
+    assert [m["role"] for m in title["messages"]] == ["user"]
+    assert title_matches_schema('{"title": "Config helper rename"}')
+    assert not any(title_matches_schema(t) for t in ('{"title": 3}', '{"title": "a", "b": 1}', '["a"]', "Title", None))
+    legacy = Session(TextFactory(), scale=0.02, gen_tokens=8, billing="version", session_id="s", shapes="legacy")
+    assert [s.agent for s in legacy.schedule(2, 1)] == ["main", "sub1", "main", "sub2", "main", "main", "main"]
+    assert "system" not in [m["role"] for m in legacy.body(steps[0], 0)["messages"]] and legacy.headers(steps[0]) == {}
+
+
+def test_messages_summary_counts_errors_per_agent_and_skips_refused_bases():
+    from scripts.gpu_bench.workload_messages import add_ideal, summarise
+
+    def r(agent, base, ok, prompt=None, status=200, **kw):
+        return {"agent": agent, "base": base, "compacted": False, "ok": ok, "status": status if ok else 500,
+                "error": None if ok else "HTTP 500: mid-conversation system message", "ttft_s": 0.1 if ok else None,
+                "prompt_tokens": prompt, "cached_tokens": 0 if ok else None, "computed_tokens": prompt, **kw}
+    rows = [r("main", None, True, 100), r("title", None, True, 30, title_json_ok=True), r("main", 0, False),
+            r("sub1", None, False), r("main", 2, True, 180)]
+    add_ideal(rows)
+    assert rows[-1]["ideal_computed"] == 80  # past the first request's prompt: the second was refused
+    s = summarise(rows)
+    assert s["errors_by_agent"] == {"main": 1, "title": 0, "sub1": 1}
+    assert s["per_agent"]["main"]["statuses"] == [500] and "system" in s["per_agent"]["sub1"]["first_error"]
+    assert s["title_json_ok"] is True and s["ok"] == 3
+
+
+def codex_session(**kw):
+    from scripts.gpu_bench.codex import CodexSession
+    from scripts.gpu_bench.text import TextFactory
+
+    return CodexSession(TextFactory(), scale=0.01, gen_tokens=8, **kw)
+
+
+def test_codex_requests_are_the_clis_shapes_and_resend_the_whole_history():
+    session = codex_session()
+    head = session.head()
+    assert [(i["type"], i["role"]) for i in head] == [("message", "developer")] * 2 + [("message", "user")] * 2
+    body = session.body(head, 0)
+    assert body["stream"] is True and body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+    assert body["reasoning"] == {"summary": "auto"} and body["prompt_cache_key"] == session.session_id
+    assert body["client_metadata"]["session_id"] == session.session_id and body["max_output_tokens"] == 8
+    tools = body["tools"]
+    namespace = next(t for t in tools if t["type"] == "namespace")
+    assert namespace["name"] == "multi_agent_v1" and len(namespace["tools"]) == 5
+    assert {"type": "web_search", "external_web_access": True} in tools
+    assert {"exec_command", "apply_patch"} <= {t.get("name") for t in tools if t["type"] == "function"}
+    flat = codex_session(tools_mode="functions").tools()
+    assert {t["type"] for t in flat} == {"function"} and "spawn_agent" in {t["name"] for t in flat}
+    # the output items come back as returned (reasoning with its blob), with an output per call
+    output = [{"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "t"}],
+               "encrypted_content": "ws1.blob", "status": "completed"},
+              {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "exec_command", "arguments": "{}",
+               "status": "completed"}]
+    items = session.turn_items(output, 0)
+    assert [i["type"] for i in items] == ["reasoning", "function_call", "function_call_output"]
+    assert items[0]["encrypted_content"] == "ws1.blob" and "status" not in items[0] and items[2]["call_id"] == "c1"
+    # a reply without a call (or a refused request) gets the turn's scripted call: spawn_agent by namespace
+    items = session.turn_items(None, 2)
+    assert items[0]["name"] == "spawn_agent" and items[0]["namespace"] == "multi_agent_v1"
+    assert items[1]["call_id"] == items[0]["call_id"] and len(items[1]["output"]) > 40
+    assert "namespace" not in codex_session(tools_mode="functions").turn_items(None, 2)[0]
+
+
+def test_codex_stream_is_timed_and_summarised(monkeypatch):
+    import httpx
+
+    from scripts.gpu_bench import workload_codex as wc
+
+    events = [{"type": "response.created", "response": {}},
+              {"type": "response.reasoning_text.delta", "delta": "hm"},
+              {"type": "response.output_text.delta", "delta": "Hi"},
+              {"type": "response.completed", "response": {
+                  "status": "completed", "output": [{"type": "reasoning", "encrypted_content": "b"},
+                                                    {"type": "message", "content": []}],
+                  "usage": {"input_tokens": 120, "input_tokens_details": {"cached_tokens": 100}, "output_tokens": 2}}}]
+    sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+    replies = iter([(200, sse), (500, b'{"error": "boom"}')])
+
+    def handle(request):
+        status, content = next(replies)
+        return httpx.Response(status, content=content)
+    client = httpx.Client(transport=httpx.MockTransport(handle))
+    monkeypatch.setattr(wc.httpx, "stream", lambda method, url, **kw: client.stream(method, url, **kw))
+    first = wc.request_row(wc.stream_responses("http://x", {}, timeout=10))
+    assert first["ok"] and not first["ttft_fallback"] and first["first_delta_s"] <= first["ttft_s"]
+    assert (first["prompt_tokens"], first["cached_tokens"], first["computed_tokens"]) == (120, 100, 20)
+    assert first["encrypted_content"] and first["output_types"] == ["reasoning", "message"]
+    failed = wc.request_row(wc.stream_responses("http://x", {}, timeout=10))
+    assert not failed["ok"] and failed["status"] == 500 and "boom" in failed["error"]
+    rows = [{"turn": 0, **first}, {"turn": 1, **failed}, {"turn": 2, **first, "prompt_tokens": 150}]
+    wc.add_ideal(rows)
+    assert [r.get("ideal_computed") for r in rows] == [120, None, 30]
+    s = wc.summarise(rows)
+    assert (s["ok"], s["errors"], s["statuses"], s["encrypted_content_returned"]) == (2, 1, [500], 2)
+    assert s["ttft_s_p50"] == first["ttft_s"] and s["computed_tokens_total"] == 40
+    slower = {**s, "ttft_s_p50": s["ttft_s_p50"] * 2}
+    cmp = wc.compare({"servers": {WARMSLOT: {"summary": s}, LLAMA_SERVER: {"summary": slower}}})
+    assert cmp["ttft_ratio_warmslot_over_llama_server"] == 0.5 and cmp["errors"] == {WARMSLOT: 1, LLAMA_SERVER: 1}
+    args = parse_args(["-m", "x.gguf", "--out", "o.json", "--workloads", "codex", "--codex-scale", "0.05"])
+    assert args.workloads == ["codex"] and args.codex_scale == 0.05 and args.codex_tools == "codex"

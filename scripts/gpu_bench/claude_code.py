@@ -9,7 +9,10 @@ rewritten (as Claude Code clears old tool results), so the history diverges righ
 system prompt, the tools, the task and the first tool call; one more turn follows.
 
 The assistant turns are the scripted ones, never the model's output, so every server sees
-the same requests. Sizes are in tokens at --msg-scale 1 and scale with it.
+the same requests. Sizes are in tokens at --msg-scale 1 and scale with it. With the current
+shapes (claude_code_shapes.py) every agent request also carries a system message after the
+first user message, adaptive thinking, effort and context management, and a session-title
+request follows the first main request.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import claude_code_shapes as shapes_now
 from .agent import tool_sizes
 from .text import DIRS, TextFactory, random_ident, random_path, random_sentence, random_url, random_words
 
@@ -213,9 +217,10 @@ class Step:
     base: int | None
 
 
-def schedule(main_turns: int, sub_turns: int) -> list[Step]:
+def schedule(main_turns: int, sub_turns: int, title: bool = False) -> list[Step]:
     """main, sub1, main, sub2, ...: main_turns + 1 main requests (0..main_turns tool results),
-    sub_turns requests of each sub-agent in the gaps, then the compaction and one more turn."""
+    sub_turns requests of each sub-agent in the gaps, then the compaction and one more turn.
+    With `title`, the session-title request (agent "title") follows the first main request."""
     subs = [(name, n) for n in range(sub_turns) for name in ("sub1", "sub2")]
     steps: list[Step] = []
     last: dict[str, int] = {}
@@ -226,6 +231,8 @@ def schedule(main_turns: int, sub_turns: int) -> list[Step]:
 
     for n in range(main_turns + 1):
         add("main", n)
+        if title and n == 0:
+            add("title", 0)
         if subs and n < main_turns:
             add(*subs.pop(0))
     for name, n in subs:
@@ -239,10 +246,13 @@ def schedule(main_turns: int, sub_turns: int) -> list[Step]:
 class Session:
     """The agents of one session and the Messages body of each step."""
 
-    def __init__(self, texts: TextFactory, *, scale: float, gen_tokens: int, billing: str, session_id: str) -> None:
+    def __init__(self, texts: TextFactory, *, scale: float, gen_tokens: int, billing: str, session_id: str,
+                 shapes: str = "current") -> None:
         def s(n: int) -> int:
             return max(1, int(n * scale))
         self.gen_tokens, self.billing, self.session_id = gen_tokens, billing, session_id
+        self.texts, self.current = texts, shapes == "current"
+        self.agent_types_tokens, self.title_tokens = s(shapes_now.AGENT_TYPES_TOKENS), s(shapes_now.TITLE_PROMPT_TOKENS)
         tool_names = [t[0] for t in TOOL_SPECS]
         self.agents = {
             "main": CCAgent(texts, "main", s(MAIN_SYSTEM_TOKENS), tool_names, MAIN_PLAN,
@@ -253,24 +263,46 @@ class Session:
                             (s(SUB_TOOL_TOKENS[0]), s(SUB_TOOL_TOKENS[1])), s(TOOL_DOC_TOKENS), 2),
         }
 
+    def schedule(self, main_turns: int, sub_turns: int) -> list[Step]:
+        return schedule(main_turns, sub_turns, title=self.current)
+
+    def path(self) -> str:
+        return shapes_now.PATH if self.current else "/v1/messages"
+
+    def headers(self, step: Step) -> dict[str, str]:
+        """The headers of `step`'s request beyond the API key and version (none when legacy)."""
+        return shapes_now.headers(side=step.agent == "title") if self.current else {}
+
     def body(self, step: Step, index: int) -> dict[str, Any]:
         """The request of `step`, the `index`-th of the session (its billing header)."""
+        metadata = {"user_id": USER_ID.format(session=self.session_id)}
+        if step.agent == "title":
+            task = self.agents["main"].task().split("</system-reminder>\n")[-1]  # the user's words alone
+            return shapes_now.title_body(self.texts, model=MODEL, billing=billing_header(index, self.billing),
+                                         task=task, prompt_tokens=self.title_tokens, metadata=metadata)
         agent = self.agents[step.agent]
         messages = copy.deepcopy(agent.messages(step.n_results, step.compacted))
+        fields: dict[str, Any] = {"temperature": 0.0}
+        if self.current:  # no temperature: the CLI sends none with thinking on
+            fields = shapes_now.agent_fields(messages, shapes_now.system_message(self.texts, step.agent,
+                                                                                  self.agent_types_tokens))
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}  # as Claude Code marks the last block
         return {
-            "model": MODEL, "max_tokens": self.gen_tokens, "temperature": 0.0, "stream": True,
+            "model": MODEL, "max_tokens": self.gen_tokens, "stream": True, **fields,
             "system": [{"type": "text", "text": billing_header(index, self.billing)},
                        {"type": "text", "text": agent.system_text(), "cache_control": {"type": "ephemeral"}}],
             "messages": messages,
             "tools": agent.tools(),
-            "metadata": {"user_id": USER_ID.format(session=self.session_id)},
+            "metadata": metadata,
         }
 
     def size_estimate(self, agent: str, n_results: int) -> int:
         """Tokens of an agent's prompt with `n_results` results (the context's budget), from the
         settings alone: no text is made, so the texts are still calibrated on the first server."""
+        if agent == "title":
+            return self.title_tokens + 300
         a = self.agents[agent]
         tools = sum(len(json.dumps(SPECS[n][2])) // 2 + 60 + a.doc_tokens for n in a.tool_names)
         results = sum(tool_sizes(n_results, *a.result_range, a.size_offset)) if n_results else 0
-        return a.system_tokens + tools + 200 + results + n_results * 120
+        system_message = self.agent_types_tokens + 100 if self.current else 0
+        return a.system_tokens + tools + 200 + results + n_results * 120 + system_message

@@ -53,7 +53,20 @@ Workloads (`--workloads`, comma-separated):
                that rewrites the first tool result; once per -np of --msg-np. Per request: the
                agent, prompt, cached and computed tokens, TTFT (first content_block_delta);
                the main agent's TTFT p50 per server and warmslot's computed tokens against
-               the ideal. --msg-scale 0.1 for a CPU run.
+               the ideal. --msg-shapes current (default) sends today's Claude Code shapes: a
+               system message after the first user message, adaptive thinking, effort, context
+               management, beta headers and a session-title request with a JSON-schema format
+               (whether its reply matches is recorded); refused requests are recorded with
+               their status and error and the session goes on (errors per agent in the
+               summary). --msg-scale 0.1 for a CPU run.
+  codex        A Codex-shaped session through /v1/responses (streamed, store: false): two
+               developer messages (~10K tokens at --codex-scale 1), the CLI's tools (functions,
+               the multi_agent_v1 namespace, hosted web_search), --codex-turns requests that
+               each resend the whole history: the output items returned (reasoning with its
+               encrypted_content, calls) and a 1K-4K function_call_output. Per request:
+               status, error, TTFT, input and cached tokens; TTFT p50 per server and the
+               ratio, computed tokens against the ideal, errors (--codex-* flags;
+               --codex-scale 0.05 for a CPU run).
 
 Typical use (GPU machine, binaries on PATH):
 
@@ -66,6 +79,12 @@ A CPU dry run on a tiny model:
         --gen-tokens 8 --tool-tokens 60,200 --n-tools 4 --alt-shared-tokens 300 \\
         --alt-own-tokens 100 --alt-rounds 2 --decode-tokens 32 --decode-contexts 200 \\
         --conc-system-tokens 300 --conc-turns 3 --out /tmp/bench.json
+
+The agents' sessions on CPU (warmslot alone; a tiny qwen35 from bench_models.py --scale tiny):
+
+    python scripts/bench_gpu.py -m tiny.gguf -ngl 0 -t 2 --servers warmslot --workloads messages,codex \\
+        --msg-scale 0.05 --msg-np 1 --msg-main-turns 3 --msg-sub-turns 1 --msg-gen-tokens 8 \\
+        --codex-scale 0.05 --codex-turns 4 --codex-gen-tokens 8 --out /tmp/agents.json
 """
 
 from __future__ import annotations
@@ -86,6 +105,7 @@ from .servers import Run
 from .summary import print_summary
 from .workload_agent import AGENT_MODES, workload_agent
 from .workload_alternating import workload_alternating, workload_restore
+from .workload_codex import add_codex_arguments, workload_codex
 from .workload_concurrent import workload_concurrent
 from .workload_decode import workload_decode
 from .workload_disk import add_disk_arguments, workload_disk
@@ -94,11 +114,11 @@ from .workload_multiagent import workload_multiagent
 from .workload_throughput import VariantError, parse_variants, workload_throughput
 
 WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent", "disk",
-             "messages")
+             "messages", "codex")
 DEFAULT_WORKLOADS = "agent,alternating,concurrent,decode,restore"
 RUNNERS = {"agent": workload_agent, "alternating": workload_alternating, "concurrent": workload_concurrent,
            "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent,
-           "disk": workload_disk, "messages": workload_messages}
+           "disk": workload_disk, "messages": workload_messages, "codex": workload_codex}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -165,6 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_multiagent_arguments(p)
     add_disk_arguments(p)
     add_messages_arguments(p)
+    add_codex_arguments(p)
     # robustness
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for a server to load")

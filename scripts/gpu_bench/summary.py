@@ -59,6 +59,7 @@ def print_summary(result: dict[str, Any]) -> None:
     print_multiagent(w.get("multiagent") or {})
     print_disk(w.get("disk") or {})
     print_messages(w.get("messages") or {})
+    print_codex(w.get("codex") or {})
 
 
 def print_throughput(w: dict[str, Any]) -> None:
@@ -112,11 +113,31 @@ def print_messages(w: dict[str, Any]) -> None:
                          (s.get("main_ttft_s_first") or 0) * 1000, (s.get("main_ttft_s_p50") or 0) * 1000,
                          (s.get("sub_ttft_s_p50") or 0) * 1000,
                          " ".join(f"{(t or 0) * 1000:.0f}" for t in s.get("compaction_ttft_s") or []),
-                         s.get("computed_tokens_total"), s.get("ideal_computed_total")])
+                         s.get("computed_tokens_total"), s.get("ideal_computed_total"),
+                         " ".join(f"{k}:{v}" for k, v in (s.get("errors_by_agent") or {}).items() if v) or "-",
+                         s.get("title_json_ok", "-")])
     if rows:
         print("\nmessages (Claude-Code-shaped session through /v1/messages)")
         print(bc.format_table(["server", "np", "requests", "main TTFT first ms", "main TTFT p50 ms", "sub TTFT p50 ms",
-                               "compaction TTFT ms", "computed", "ideal"], rows))
+                               "compaction TTFT ms", "computed", "ideal", "errors", "title JSON"], rows))
     for label, c in (w.get("comparison") or {}).items():
         print(f"  {label}: main TTFT p50 warmslot / llama-server = {c.get('ttft_ratio_warmslot_over_llama_server')}; "
               f"warmslot computed {c.get('warmslot_computed')} vs ideal {c.get('warmslot_ideal')}")
+
+
+def print_codex(w: dict[str, Any]) -> None:
+    rows = []
+    for server, res in (w.get("servers") or {}).items():
+        s = res.get("summary") or {}
+        rows.append([server, f"{s.get('ok')}/{s.get('requests')}" if s else res.get("skipped") or "error",
+                     (s.get("ttft_s_first") or 0) * 1000, (s.get("ttft_s_p50") or 0) * 1000, s.get("ttft_fallbacks"),
+                     s.get("computed_tokens_total"), s.get("ideal_computed_total"), s.get("encrypted_content_returned"),
+                     s.get("errors"), " ".join(str(x) for x in s.get("statuses") or []) or "-"])
+    if rows:
+        print("\ncodex (Codex-shaped session through /v1/responses)")
+        print(bc.format_table(["server", "requests", "TTFT first ms", "TTFT p50 ms", "TTFT fallbacks", "computed",
+                               "ideal", "encrypted_content", "errors", "statuses"], rows))
+    c = w.get("comparison") or {}
+    if c:
+        print(f"  TTFT p50 warmslot / llama-server = {c.get('ttft_ratio_warmslot_over_llama_server')}; "
+              f"errors {c.get('errors')}")

@@ -11,6 +11,11 @@ computed tokens against the ideal: per agent, the whole prompt on its first requ
 only the tokens past its previous request's prompt (for the compaction, past its first
 request's prompt: the history changes in the first tool result, so the ideal also counts the
 first assistant turn, some tens of tokens, as new).
+
+With --msg-shapes current (the default) the requests are today's CLI's (claude_code_shapes.py),
+a session-title request among them, whose reply is checked against its JSON schema. A request
+a server refuses (an HTTP error, or an error event) is recorded with its status and error text
+and the session goes on; the summary counts the errors per agent.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import httpx
 from scripts import bench_common as bc
 
 from . import LLAMA_SERVER, WARMSLOT
-from .claude_code import Session, schedule
+from .claude_code import Session
+from .claude_code_shapes import SHAPES, title_matches_schema
 from .servers import Run, Served, counters_delta, round_up
 
 ERROR_CHARS = 1500
@@ -42,6 +48,10 @@ def add_messages_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--msg-billing", default="version", choices=("version", "cch"),
                    help="what changes in the billing header of every request: cc_version and cch (version), "
                         "or cch only (which llama-server normalizes)")
+    p.add_argument("--msg-shapes", default="current", choices=SHAPES,
+                   help="current: today's Claude Code requests (a system message after the first user message, "
+                        "adaptive thinking, effort, context management, beta headers, a session-title request with "
+                        "a JSON-schema format); legacy: the older shapes without them")
     p.add_argument("--msg-ctx-size", type=int, default=0,
                    help="0: -np x the main agent's longest prompt, +30%% (llama-server's slots get ctx/np each)")
 
@@ -51,18 +61,21 @@ def parse_messages_np(a: argparse.Namespace) -> None:
         a.msg_np = [int(x) for x in a.msg_np.split(",") if x.strip()]
 
 
-def stream_messages(url: str, body: dict, *, timeout: float) -> dict[str, Any]:
+def stream_messages(url: str, body: dict, *, timeout: float, path: str = "/v1/messages",
+                    headers: dict[str, str] | None = None) -> dict[str, Any]:
     """POST /v1/messages (streamed) and time its events. ttft_s: the first content_block_delta
     (else the message_delta, with ttft_fallback); usage from message_start, updated by
-    message_delta's fields."""
+    message_delta's fields. text: every delta; reply: the text deltas alone."""
     out: dict[str, Any] = {"ok": False, "status": None, "error": None, "ttft_s": None, "ttft_fallback": False,
                            "message_start_s": None, "total_s": None, "usage": {}, "stop_reason": None,
-                           "deltas": 0, "text": ""}
-    headers = {"anthropic-version": "2023-06-01", "x-api-key": "bench", "content-type": "application/json"}
+                           "deltas": 0, "text": "", "reply": ""}
+    headers = {"anthropic-version": "2023-06-01", "x-api-key": "bench", "content-type": "application/json",
+               **(headers or {})}
     text: list[str] = []
+    reply: list[str] = []
     t0 = time.perf_counter()
     try:
-        with httpx.stream("POST", url.rstrip("/") + "/v1/messages", json={**body, "stream": True}, headers=headers,
+        with httpx.stream("POST", url.rstrip("/") + path, json={**body, "stream": True}, headers=headers,
                           timeout=httpx.Timeout(timeout, connect=10.0)) as r:
             out["status"] = r.status_code
             if r.status_code != 200:
@@ -93,6 +106,8 @@ def stream_messages(url: str, body: dict, *, timeout: float) -> dict[str, Any]:
                         out["ttft_s"] = now
                     d = ev.get("delta") or {}
                     text.append(d.get("text") or d.get("thinking") or d.get("partial_json") or "")
+                    if d.get("type") == "text_delta":
+                        reply.append(d.get("text") or "")
                 elif kind == "message_delta":
                     out["stop_reason"] = (ev.get("delta") or {}).get("stop_reason")
                     out["usage"].update(ev.get("usage") or {})
@@ -106,6 +121,7 @@ def stream_messages(url: str, body: dict, *, timeout: float) -> dict[str, Any]:
     out["total_s"] = time.perf_counter() - t0
     out["ok"] = True
     out["text"] = "".join(text)
+    out["reply"] = "".join(reply)
     return out
 
 
@@ -122,17 +138,22 @@ def request_row(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_ideal(rows: list[dict]) -> None:
-    """ideal_computed of each row: its prompt, less the prompt of the request its `base` names."""
+    """ideal_computed of each row: its prompt, less the prompt of the request its `base` names;
+    a base the server refused is passed over for its own base (the server never held it)."""
     for row in rows:
         p = row.get("prompt_tokens")
         if p is None:
             continue
         base = row.get("base")
+        while base is not None and base < len(rows) and not rows[base].get("ok"):
+            base = rows[base].get("base")
         bp = rows[base].get("prompt_tokens") if base is not None and base < len(rows) else None
         row["ideal_computed"] = p if base is None else (max(0, p - bp) if bp is not None else None)
 
 
 def summarise(rows: list[dict]) -> dict[str, Any]:
+    """TTFTs, token totals and, per agent, requests, errors and tokens (title: whether its reply
+    matched the schema)."""
     ok = [r for r in rows if r.get("ok")]
     main_later = [r for r in ok if r["agent"] == "main" and not r["compacted"] and r["base"] is not None]
 
@@ -144,7 +165,8 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
         "requests": len(rows), "ok": len(ok), "errors": [r.get("error") for r in rows if not r.get("ok")][:5],
         "main_ttft_s_p50": bc.percentile([r["ttft_s"] for r in main_later if r.get("ttft_s") is not None], 50),
         "main_ttft_s_first": next((r["ttft_s"] for r in ok if r["agent"] == "main"), None),
-        "sub_ttft_s_p50": bc.percentile([r["ttft_s"] for r in ok if r["agent"] != "main" and r["base"] is not None
+        "sub_ttft_s_p50": bc.percentile([r["ttft_s"] for r in ok
+                                         if r["agent"].startswith("sub") and r["base"] is not None
                                          and r.get("ttft_s") is not None], 50),
         "compaction_ttft_s": [r["ttft_s"] for r in ok if r["compacted"]],
         "prompt_tokens_total": total("prompt_tokens", ok),
@@ -156,10 +178,18 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
     }
     if out["computed_tokens_total"] is not None and out["ideal_computed_total"]:
         out["computed_over_ideal"] = round(out["computed_tokens_total"] / out["ideal_computed_total"], 4)
-    for agent in ("main", "sub1", "sub2"):
+    for agent in dict.fromkeys(r["agent"] for r in rows):
         sel = [r for r in ok if r["agent"] == agent]
-        out["per_agent"][agent] = {"requests": len(sel), "computed": total("computed_tokens", sel),
-                                   "ideal": total("ideal_computed", sel)}
+        failed = [r for r in rows if r["agent"] == agent and not r.get("ok")]
+        out["per_agent"][agent] = {"requests": len(sel) + len(failed), "ok": len(sel), "errors": len(failed),
+                                   "statuses": sorted({r.get("status") for r in failed}, key=str),
+                                   "first_error": failed[0].get("error") if failed else None,
+                                   "computed": total("computed_tokens", sel), "ideal": total("ideal_computed", sel)}
+    out["errors_by_agent"] = {agent: e["errors"] for agent, e in out["per_agent"].items()}
+    titles = [r for r in rows if r["agent"] == "title"]
+    if titles:
+        out["title_json_ok"] = titles[0].get("title_json_ok")
+        out["title_reply"] = titles[0].get("reply_head")
     return out
 
 
@@ -171,22 +201,28 @@ def messages_ctx(a: argparse.Namespace, session: Session, np_: int) -> int:
 
 
 def run_session(run: Run, srv: Served, session: Session, label: str) -> list[dict]:
+    """Every request of the session in order; one the server refuses is recorded and the
+    session goes on (the next requests of its agent are still sent)."""
     a = run.a
     rows: list[dict] = []
-    for i, step in enumerate(schedule(a.msg_main_turns, a.msg_sub_turns)):
+    for i, step in enumerate(session.schedule(a.msg_main_turns, a.msg_sub_turns)):
         if run.budget.spent():
             rows.append({"index": i, "agent": step.agent, "ok": False, "error": "time budget spent",
                          "compacted": step.compacted, "base": step.base})
             break
-        r = stream_messages(srv.url, session.body(step, i), timeout=run.timeout())
+        r = stream_messages(srv.url, session.body(step, i), timeout=run.timeout(), path=session.path(),
+                            headers=session.headers(step))
         row = {"index": i, "agent": step.agent, "tool_results": step.n_results, "compacted": step.compacted,
                "base": step.base, **request_row(r)}
+        if step.agent == "title":
+            row["title_json_ok"] = title_matches_schema(r.get("reply")) if r.get("ok") else None
+            row["reply_head"] = (r.get("reply") or "")[:120]
         rows.append(row)
-        run.log(f"  {srv.server:12s} {label} #{i:2d} {step.agent:4s}{' compacted' if step.compacted else ''} "
-                f"results {step.n_results}: prompt {row['prompt_tokens']} cached {row['cached_tokens']} TTFT "
-                f"{(row['ttft_s'] or 0) * 1000:.0f} ms" + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
-        if not r.get("ok"):
-            break
+        run.log(f"  {srv.server:12s} {label} #{i:2d} {step.agent:5s}{' compacted' if step.compacted else ''} "
+                f"results {step.n_results}: HTTP {row['status']} prompt {row['prompt_tokens']} cached "
+                f"{row['cached_tokens']} TTFT {(row['ttft_s'] or 0) * 1000:.0f} ms"
+                + (f" title JSON ok: {row['title_json_ok']}" if step.agent == "title" else "")
+                + (f" ERROR {row['error'][:200]}" if row.get("error") else ""))
     add_ideal(rows)
     return rows
 
@@ -195,11 +231,11 @@ def workload_messages(run: Run) -> dict[str, Any]:
     a = run.a
     parse_messages_np(a)
     session = Session(run.texts, scale=a.msg_scale, gen_tokens=a.msg_gen_tokens, billing=a.msg_billing,
-                      session_id="0b7c2d4e-5f60-4a1b-8c9d-0e1f2a3b4c5d")
-    steps = schedule(a.msg_main_turns, a.msg_sub_turns)
+                      session_id="0b7c2d4e-5f60-4a1b-8c9d-0e1f2a3b4c5d", shapes=a.msg_shapes)
+    steps = session.schedule(a.msg_main_turns, a.msg_sub_turns)
     out: dict[str, Any] = {"settings": {
         "scale": a.msg_scale, "main_turns": a.msg_main_turns, "sub_turns": a.msg_sub_turns, "np": a.msg_np,
-        "gen_tokens": a.msg_gen_tokens, "billing_varies": a.msg_billing,
+        "gen_tokens": a.msg_gen_tokens, "billing_varies": a.msg_billing, "shapes": a.msg_shapes,
         "schedule": [f"{s.agent}{'*' if s.compacted else ''}:{s.n_results}" for s in steps]}, "servers": {}}
     for server in a.servers:
         res: dict[str, Any] = {"runs": {}}
@@ -228,7 +264,8 @@ def workload_messages(run: Run) -> dict[str, Any]:
 
 
 def compare(out: dict[str, Any]) -> dict[str, Any]:
-    """Per -np: the main agent's TTFT p50 of each server and warmslot / llama-server."""
+    """Per -np: the main agent's TTFT p50 of each server and warmslot / llama-server, and each
+    server's errors per agent."""
     cmp: dict[str, Any] = {}
     servers = out.get("servers") or {}
     for label in (servers.get(WARMSLOT) or servers.get(LLAMA_SERVER) or {}).get("runs", {}):
@@ -240,5 +277,7 @@ def compare(out: dict[str, Any]) -> dict[str, Any]:
                       "warmslot_computed": s[WARMSLOT].get("computed_tokens_total"),
                       "warmslot_ideal": s[WARMSLOT].get("ideal_computed_total"),
                       "warmslot_computed_over_ideal": s[WARMSLOT].get("computed_over_ideal"),
-                      "llama_server_computed": s[LLAMA_SERVER].get("computed_tokens_total")}
+                      "llama_server_computed": s[LLAMA_SERVER].get("computed_tokens_total"),
+                      "errors_by_agent": {srv: s[srv].get("errors_by_agent") for srv in (WARMSLOT, LLAMA_SERVER)},
+                      "title_json_ok": {srv: s[srv].get("title_json_ok") for srv in (WARMSLOT, LLAMA_SERVER)}}
     return cmp
