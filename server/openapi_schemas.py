@@ -209,11 +209,12 @@ def get(schema: dict[str, Any], summary: str, *statuses: int, media: str = JSON)
 
 
 def post(request: dict[str, Any], response: dict[str, Any], summary: str) -> dict[str, Any]:
-    """A POST of a JSON body answering `response` (not streamed)."""
+    """A POST of a JSON body answering `response` (not streamed). Its work waits in a queue
+    (the tokenize pool, the embeddings worker), so it may pass its deadline: a 408."""
     return {"post": {
         "summary": summary,
         "requestBody": {"required": True, "content": {JSON: {"schema": request}}},
-        "responses": {"200": json_body(response, summary), **errors(400, 401, 413, 500, 503)},
+        "responses": {"200": json_body(response, summary), **errors(400, 401, 408, 413, 500, 503)},
     }}
 
 
