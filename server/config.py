@@ -99,6 +99,7 @@ class ServerConfig:
     log_level: str = "info"
     max_n: int = 8  # choices per request (n)
     responses_store: int = 256  # responses kept per tenant for previous_response_id
+    responses_secret: str | None = None  # signs /v1/responses reasoning items' encrypted_content (None: random per process)
     keep_billing_header: bool = False  # /v1/messages: keep Claude Code's per-request billing header in the prompt
     aliases: list[str] = field(default_factory=list)  # every name of the model, alias first
     hf_repo: str | None = None  # USER/REPO[:QUANT] to download
@@ -194,6 +195,7 @@ _FLAGS = [
     (("--rerank", "--reranking"), "reranking", bool, False, "serve /rerank (and /v1/rerank) from a context with rank pooling: relevance scores of query-document pairs from a reranker model"),
     (("--pooling",), "pooling", str, "auto", "embedding pooling: auto (the model's own; mean when it declares none), mean, cls, last, or none (a vector per token: /embeddings only, /v1/embeddings refuses it)"),
     (("--responses-store",), "responses_store", int, 256, "responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
+    (("--responses-secret",), "responses_secret", str, None, "the secret that signs the turn in a /v1/responses reasoning item's encrypted_content; the same secret on every replica, or across restarts, keeps clients' histories reusable (default: a random one per process: after a restart old blobs are ignored)"),
     (("--keep-billing-header",), "keep_billing_header", bool, False, "/v1/messages: keep Claude Code's x-anthropic-billing-header system block in the prompt (it changes on every request, so every request then recomputes the whole prompt; dropped by default)"),
 ]
 
@@ -474,6 +476,7 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         no_mmproj=a.no_mmproj,
         max_n=a.max_n,
         responses_store=a.responses_store,
+        responses_secret=a.responses_secret,
         webui=not a.no_webui,
         keep_billing_header=a.keep_billing_header,
         cors=CorsPolicy(a.cors_origins, a.cors_methods, a.cors_headers, a.cors_credentials != "off"),

@@ -18,6 +18,7 @@ from warmslot.slots import DraftLimits, SamplingParams
 
 from .cache_hints import parse_cache_hints
 from .errors import InvalidRequest
+from .exact_turns import ExactTurn
 from .media import IMAGES_KEY, MEDIA_MARKER, audio_part, image_part
 
 MAX_STOP = 16
@@ -316,6 +317,7 @@ class ChatParams:
     continue_final: bool = False  # the reply continues the final assistant message (a prefill)
     grammar: str | None = None  # GBNF text that constrains the reply
     json_schema: dict | None = None  # a schema the reply is one JSON value of
+    exact_turns: dict[int, ExactTurn] = field(default_factory=dict)  # message index -> the turn as generated (exact_turns.py)
 
 
 def continues_final(messages: list[dict], add_generation_prompt: bool | None = None, continue_final_message: bool = False) -> bool:

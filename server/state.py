@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import logging
 import os
+import secrets
 import threading
 import time
 
@@ -52,6 +53,8 @@ class Warmslot:
         self.tokenize_queue = WorkQueue("tokenize pool", lambda: self.config.engine.max_queue)
         self.embed_queue = WorkQueue("embeddings worker", lambda: self.config.engine.max_queue)
         self.responses = ResponseStore(config.responses_store)  # for previous_response_id
+        # signs the turns in /v1/responses reasoning items: --responses-secret, else new per process
+        self.turn_secret = config.responses_secret.encode() if config.responses_secret else secrets.token_bytes(32)
 
     # -- readiness --------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ schema conversion, template rendering and grammar checks can take a while.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -20,6 +22,7 @@ from warmslot.slots import GrammarSpec, MediaSpan, ReasoningBudget
 from ..chat import Prompt
 from ..chat_template import prompt_opens_reasoning
 from ..errors import InvalidRequest
+from ..exact_turns import splice_turns
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..media import MEDIA_MARKER, attach_images, message_images
@@ -28,6 +31,8 @@ from ..constraints import ResponseSchema, ToolChoice, parse_response_format, val
 from ..protocol import ChatParams
 from ..reasoning import budget_spec
 from ..state import Warmslot
+
+log = logging.getLogger("warmslot.server")
 
 
 @dataclass(slots=True)
@@ -118,11 +123,22 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
             prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels, media_path=config.media_path,
             fetch_timeout=config.image_fetch_timeout if config.image_fetch else None,
         )
+    if params.exact_turns:
+        prompt, media = _splice(server, prompt, params.exact_turns, media)
     reasoning = server.reasoning[0]
     opens = prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens, key)
     spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
     return ChatPlan(prompt, offered, reasoning and opens, grammar, spec, media, params.breakpoints)
+
+
+def _splice(server: Warmslot, prompt: Prompt, turns: dict, media: tuple[MediaSpan, ...]) -> tuple[Prompt, tuple[MediaSpan, ...]]:
+    """Earlier assistant turns as the model generated them (see exact_turns.py)."""
+    spliced, report = splice_turns(prompt, turns, server.engine.vocab.is_eog)
+    for index, reason in report.skipped.items():
+        log.info("message %d is rendered by the template, not spliced as generated: %s", index, reason)
+    media = tuple(dataclasses.replace(m, start=report.moved(m.start)) for m in media)
+    return spliced, media
 
 
 def _grammar(
