@@ -19,7 +19,7 @@ def fake_release(tmp_path, monkeypatch):
     monkeypatch.setattr(vocab, "EXTRACTED_DIRS", (tmp_path / "extracted",))
     monkeypatch.setattr(vocab, "SDIST_GLOBS", (str(tmp_path / "sdist" / "*.tar.gz"),))
 
-    def no_download(target):
+    def no_download(target, wanted):
         raise vocab.VocabUnavailable("no network in this test")
 
     monkeypatch.setattr(vocab, "_extract_from_downloaded_sdist", no_download)
