@@ -90,7 +90,8 @@ def message(n: int, text: str) -> dict:
 
 
 def call(n: int, name: str, arguments: dict, namespace: str | None = None) -> dict:
-    item = {"type": "function_call", "id": f"fc_stub{n}", "call_id": f"call_stub{n}", "name": name,
+    # a call id of 9 letters and digits, as every template takes (Mistral's insist on that)
+    item = {"type": "function_call", "id": f"fc_stub{n}", "call_id": f"call{n:05d}", "name": name,
             "arguments": json.dumps(arguments), "status": "completed"}
     if namespace is not None:
         item["namespace"] = namespace

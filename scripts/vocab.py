@@ -41,7 +41,7 @@ LLAMA_CPP_FILES = {
     "templates/Qwen-Qwen3-0.6B.jinja": "87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5",
     "templates/Qwen3.5-4B.jinja": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
     "templates/meta-llama-Llama-3.1-8B-Instruct.jinja": "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65",
-    "templates/mistralai-Mistral-Nemo-Instruct-2407.jinja": "e4676cb56dffea7782fd3e2b577cfaf1e123537e6ef49b3ec7caa6c095c62272",
+    "templates/unsloth-mistral-Devstral-Small-2507.jinja": "039a4710e2aabaa79e85a233fa3daa4fbc030a4a8dc218cb7f34fb0c4b8c13b1",
 }
 SDIST_NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
 REPO_ROOT = Path(__file__).resolve().parent.parent

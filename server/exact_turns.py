@@ -8,14 +8,18 @@ client that sends the turn back with a proof of what was generated (`ExactTurn`:
 generated tokens and the length and digest of the prompt they followed; /v1/responses carries
 one in a reasoning item's `encrypted_content`) gets the turn as those tokens instead:
 
-    rendered:  [previous prompt P | the template's rendering of the turn | end marker ... rest]
-    spliced:   [previous prompt P | the generated tokens G              | end marker ... rest]
+    rendered:  [conversation before | the template's rendering of the turn     | end marker ... rest]
+    spliced:   [conversation before | generation prompt H | generated tokens G | end marker ... rest]
 
-P is checked, not trusted: a turn is spliced only where the tokens before it hash to the
-digest it carries (so the spliced prompt starts with exactly the prompt the turn was
-generated after, earlier spliced turns included). The rendering of the turn is replaced up to
-its end-of-turn marker (the first end-of-generation token after the turn's own text): the
-marker and what follows are the template's. A turn that does not check is left as rendered.
+The previous prompt P was the conversation before the turn followed by the template's
+generation prompt H (e.g. `<|im_start|>assistant\n<think>\n`), which the turn carries: a
+template may render the start of an earlier turn otherwise (Qwen3.5 drops the think block of
+turns before the last user message), and the turn is then still P followed by G. P is checked,
+not trusted: a turn is spliced only where the tokens before it, then H, hash to the digest it
+carries (so the spliced prompt starts with exactly the prompt the turn was generated after,
+earlier spliced turns included). The rendering of the turn is replaced up to its end-of-turn
+marker (the first end-of-generation token after the turn's own text): the marker and what
+follows are the template's. A turn that does not check is left as rendered.
 
 The slot that generated G holds P + G (P + G less its last token when the token limit or a
 stop string ended it), so the next prompt reuses all of it.
@@ -55,14 +59,16 @@ def prompt_digest(tokens: Sequence[int]) -> bytes:
 @dataclass(frozen=True, slots=True)
 class ExactTurn:
     """An assistant turn as generated: its tokens (without the end-of-generation token that
-    ended it), and the length and digest of the prompt it followed."""
+    ended it), and the prompt it followed: its length, its digest, and its last tokens from
+    where the template's generation prompt starts (`head`, empty where that is not known)."""
 
     prompt_len: int
     prompt_digest: bytes
     tokens: tuple[int, ...]
+    head: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        assert self.prompt_len > 0 and len(self.prompt_digest) == DIGEST_BYTES
+        assert 0 < self.prompt_len and len(self.head) <= self.prompt_len and len(self.prompt_digest) == DIGEST_BYTES
 
 
 @dataclass(slots=True)
@@ -106,12 +112,13 @@ def splice_turns(prompt: Prompt, turns: dict[int, ExactTurn], is_eog: Callable[[
     moved = _Map()
     for index in sorted(turns):
         turn = turns[index]
-        start = cursor + turn.prompt_len - len(out)  # where the turn starts in `rendered`
+        start = cursor + turn.prompt_len - len(turn.head) - len(out)  # where the turn (its H) starts in `rendered`
         if start < cursor or start > len(rendered):
             report.skipped[index] = f"its prompt ({turn.prompt_len} tokens) does not end inside this one"
             continue
         probe = digest.copy()
         probe.update(token_bytes(rendered[cursor:start]))
+        probe.update(token_bytes(turn.head))
         if probe.digest()[:DIGEST_BYTES] != turn.prompt_digest:
             report.skipped[index] = "the conversation before it is not the prompt it was generated after"
             continue
@@ -122,6 +129,7 @@ def splice_turns(prompt: Prompt, turns: dict[int, ExactTurn], is_eog: Callable[[
         moved.add(cursor, len(out), copied=True)
         out += rendered[cursor:start]
         moved.add(start, len(out), copied=False)
+        out += turn.head
         out += turn.tokens
         digest = probe
         digest.update(token_bytes(turn.tokens))
@@ -131,7 +139,7 @@ def splice_turns(prompt: Prompt, turns: dict[int, ExactTurn], is_eog: Callable[[
         return prompt, report
     moved.add(cursor, len(out), copied=True)
     out += rendered[cursor:]
-    # [0, start) as rendered | [start, start + len(G)) generated | [.., len(out)) rendered from the marker on
+    # per turn: [.., start) as rendered | [start, +len(H)+len(G)) as generated | [.., next start) rendered from the marker on
     spans = [(role, moved(glue), moved(content)) for role, glue, content in prompt.messages]
     spliced = dataclasses.replace(
         prompt, tokens=out, messages=spans,

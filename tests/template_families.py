@@ -14,14 +14,20 @@ qwen3      llama.cpp's ggml-vocab-qwen35.gguf (+)    llama.cpp's models/template
 gemma3     the default model's (Gemma 3 270M)        warmslot's own gemma built-in (the default
                                                      model's GGUF has none: warmslot renders it)
 llama3     llama.cpp's ggml-vocab-llama-bpe.gguf     models/templates/meta-llama-Llama-3.1-8B-Instruct.jinja
-mistral    llama.cpp's ggml-vocab-llama-spm.gguf (+) models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja
+mistral    llama.cpp's ggml-vocab-llama-spm.gguf (+) models/templates/unsloth-mistral-Devstral-Small-2507.jinja
 smollm2    the chat model's (SmolLM2 135M Instruct)  the chat model's own
 ========== ========================================= ============================================
 
 (+) with the family's own special tokens the vocabulary file lacks appended: Qwen3's
 `<think>`, `<tool_call>`, `<tool_response>` and their closers (user-defined tokens, as Qwen's
-GGUFs have them), Mistral's `[INST]`, `[TOOL_CALLS]`, `[AVAILABLE_TOOLS]`, `[TOOL_RESULTS]`
-and their closers (control tokens). llama.cpp's files come out of the pinned llama-cpp-python
+GGUFs have them), Mistral's `[SYSTEM_PROMPT]`, `[INST]`, `[AVAILABLE_TOOLS]`, `[TOOL_RESULTS]`
+and their closers, `[TOOL_CALLS]` and `[ARGS]` (control tokens).
+
+Mistral's family is Devstral's template (Mistral's model for coding agents, as llama.cpp
+ships it): a system prompt first, then the tools, then the conversation. The chat-only
+templates (Mistral Nemo, Mistral Small 3.2) insist on strictly alternating user and assistant
+turns and on 9-character tool call ids, and Nemo's writes the system prompt and the tools
+into the last user turn only, so no agent's prompt keeps its prefix there. llama.cpp's files come out of the pinned llama-cpp-python
 sdist (scripts/vocab.py); the Gemma 3 and SmolLM2 tokenizers from the default and chat models.
 
 Usage::
@@ -34,12 +40,14 @@ Note: this module imports numpy (through ``gguf``): import ``llama_cpp`` first (
 from __future__ import annotations
 
 import pathlib
+import struct
 from dataclasses import dataclass
 from typing import Callable
 
 import gguf
 import numpy as np
 
+from scripts.bench_models import read_kv
 from scripts.vocab import llama_cpp_file, qwen35_vocab
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -68,12 +76,13 @@ def _sdist_template(name: str) -> Callable[[], str]:
 
 
 def _own_template(vocab: Callable[[], pathlib.Path]) -> Callable[[], str]:
-    return lambda: gguf.GGUFReader(vocab()).fields["tokenizer.chat_template"].contents()
+    return lambda: read_kv(vocab())["tokenizer.chat_template"].value.decode()
 
 
 QWEN_SPECIALS = tuple((t, USER_DEFINED) for t in ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"))
 MISTRAL_SPECIALS = tuple((t, CONTROL) for t in (
-    "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
+    "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]", "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
 ))
 
 
@@ -94,7 +103,7 @@ FAMILIES = {
         TemplateFamily("llama3", lambda: llama_cpp_file("ggml-vocab-llama-bpe.gguf"),
                        _sdist_template("meta-llama-Llama-3.1-8B-Instruct.jinja"), (), "<|eot_id|>"),
         TemplateFamily("mistral", lambda: llama_cpp_file("ggml-vocab-llama-spm.gguf"),
-                       _sdist_template("mistralai-Mistral-Nemo-Instruct-2407.jinja"), MISTRAL_SPECIALS),
+                       _sdist_template("unsloth-mistral-Devstral-Small-2507.jinja"), MISTRAL_SPECIALS),
         TemplateFamily("smollm2", _chat_model, _own_template(_chat_model), (), "<|im_end|>"),
     )
 }
@@ -102,22 +111,34 @@ FAMILIES = {
 # tokenizer keys copied as they are (the token arrays are written with the appended specials)
 _COPIED = {
     "tokenizer.ggml.model": "add_tokenizer_model", "tokenizer.ggml.pre": "add_tokenizer_pre",
-    "tokenizer.ggml.merges": "add_token_merges", "tokenizer.ggml.bos_token_id": "add_bos_token_id",
-    "tokenizer.ggml.eos_token_id": "add_eos_token_id", "tokenizer.ggml.unknown_token_id": "add_unk_token_id",
-    "tokenizer.ggml.padding_token_id": "add_pad_token_id", "tokenizer.ggml.add_bos_token": "add_add_bos_token",
-    "tokenizer.ggml.add_eos_token": "add_add_eos_token", "tokenizer.ggml.add_space_prefix": "add_add_space_prefix",
+    "tokenizer.ggml.bos_token_id": "add_bos_token_id", "tokenizer.ggml.eos_token_id": "add_eos_token_id",
+    "tokenizer.ggml.unknown_token_id": "add_unk_token_id", "tokenizer.ggml.padding_token_id": "add_pad_token_id",
+    "tokenizer.ggml.add_bos_token": "add_add_bos_token", "tokenizer.ggml.add_eos_token": "add_add_eos_token",
+    "tokenizer.ggml.add_space_prefix": "add_add_space_prefix",
 }
+
+
+def _strings(kv) -> list[bytes]:
+    """The items of a string-array entry read by bench_models.read_kv (from its raw bytes:
+    gguf's own reader takes a minute for a 262K-token vocabulary on two busy cores)."""
+    raw, out = kv.raw, []
+    off = 8 + len(kv.key.encode()) + 4 + 4 + 8  # key, value type, item type, count
+    for _ in range(kv.value):
+        (n,) = struct.unpack_from("<Q", raw, off)
+        out.append(raw[off + 8: off + 8 + n])
+        off += 8 + n
+    return out
 
 
 def _add_tokenizer(w: gguf.GGUFWriter, family: TemplateFamily) -> int:
     """The family's tokenizer and template; returns the vocabulary size."""
-    fields = gguf.GGUFReader(family.vocab()).fields
-    tokens = list(fields["tokenizer.ggml.tokens"].contents())
-    types = list(fields["tokenizer.ggml.token_type"].contents())
-    scores = list(fields["tokenizer.ggml.scores"].contents()) if "tokenizer.ggml.scores" in fields else None
+    fields = read_kv(family.vocab())
+    tokens = _strings(fields["tokenizer.ggml.tokens"])
+    types = [int(t) for t in fields["tokenizer.ggml.token_type"].value]
+    scores = [float(x) for x in fields["tokenizer.ggml.scores"].value] if "tokenizer.ggml.scores" in fields else None
     for text, kind in family.specials:
-        if text not in tokens:
-            tokens.append(text)
+        if text.encode() not in tokens:
+            tokens.append(text.encode())
             types.append(kind)
             if scores is not None:
                 scores.append(0.0)
@@ -125,11 +146,14 @@ def _add_tokenizer(w: gguf.GGUFWriter, family: TemplateFamily) -> int:
     w.add_token_types(types)
     if scores is not None:
         w.add_token_scores(scores)
+    if "tokenizer.ggml.merges" in fields:
+        w.add_token_merges(_strings(fields["tokenizer.ggml.merges"]))
     for key, method in _COPIED.items():
         if key in fields:
-            getattr(w, method)(fields[key].contents())
+            value = fields[key].value
+            getattr(w, method)(value.decode() if isinstance(value, bytes) else value)
     if family.eot is not None:
-        w.add_eot_token_id(tokens.index(family.eot))
+        w.add_eot_token_id(tokens.index(family.eot.encode()))
     w.add_chat_template(family.template())
     return len(tokens)
 

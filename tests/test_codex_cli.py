@@ -81,12 +81,12 @@ def resent(item: dict) -> dict:
 
 
 def unpack_turn(blob: str) -> tuple[int, list[int]]:
-    """(prompt length, tokens) of a signed turn, read as the format is documented (the tag
-    is not checked here: the server checks it)."""
+    """(prompt length, reply tokens) of a signed turn, read as the format is documented (the
+    tag is not checked here: the server checks it)."""
     raw = base64.urlsafe_b64decode(blob[4:] + "=" * (-len(blob[4:]) % 4))
     payload = zlib.decompress(raw[16:])
-    _version, prompt_len, _digest, n = struct.unpack_from("<BI16sI", payload)
-    return prompt_len, list(struct.unpack_from(f"<{n}I", payload, struct.calcsize("<BI16sI")))
+    _version, prompt_len, _digest, h, n = struct.unpack_from("<BI16sII", payload)
+    return prompt_len, list(struct.unpack_from(f"<{n}I", payload, struct.calcsize("<BI16sII") + 4 * h))
 
 
 def cached(usage: dict) -> int:

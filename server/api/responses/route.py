@@ -74,9 +74,11 @@ async def create_response(request: Request) -> Response:
     with_logprobs = params.gen.logprobs is not None
     prompt = generation.prompts[0]
     digest = prompt_digest(prompt)
+    at = generation.prompt.generation_start if generation.prompt is not None else None
+    head = tuple(prompt[at:]) if at is not None else ()  # the generation prompt that ends it
 
     def turn(tokens: list[int]) -> ExactTurn:  # the reply as generated, after this prompt
-        return ExactTurn(len(prompt), digest, tuple(tokens))
+        return ExactTurn(len(prompt), digest, tuple(tokens), head)
 
     def keep(body: dict, items: list[dict], tokens: list[int]) -> None:
         if params.store:

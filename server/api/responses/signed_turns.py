@@ -9,7 +9,8 @@ history, and the server puts the turn back into the prompt as those exact tokens
 
 The blob is signed, not encrypted: it holds token ids of text the client already has. Its
 form is `ws1.` + base64url(HMAC-SHA256 tag (16 bytes) + zlib(payload)), the payload
-`version | prompt_len | prompt digest | n | n token ids` (little-endian uint32). The key is
+`version (u8) | prompt_len | prompt digest (16 bytes) | h | n | h token ids (the generation
+prompt that ended the prompt) | n token ids (the reply)`, integers little-endian uint32. The key is
 derived from the server's secret (`--responses-secret`, else random per process) and the
 model's identity (architecture, vocabulary size, parameter count), so a blob is accepted only
 by a server with the same secret and model. A blob that does not verify (another server's, one
@@ -32,7 +33,7 @@ from ...exact_turns import DIGEST_BYTES, ExactTurn, token_bytes
 PREFIX = "ws1."
 VERSION = 1
 TAG_BYTES = 16
-_HEAD = struct.Struct(f"<BI{DIGEST_BYTES}sI")  # version, prompt_len, digest, n tokens
+_HEAD = struct.Struct(f"<BI{DIGEST_BYTES}sII")  # version, prompt_len, digest, h head tokens, n tokens
 MAX_TOKENS = 1 << 22  # a turn longer than any context: refused before it is unpacked
 
 
@@ -46,7 +47,8 @@ class TurnSigner:
         return hmac.new(self._key, packed, hashlib.sha256).digest()[:TAG_BYTES]
 
     def sign(self, turn: ExactTurn) -> str:
-        payload = _HEAD.pack(VERSION, turn.prompt_len, turn.prompt_digest, len(turn.tokens)) + token_bytes(turn.tokens)
+        head = _HEAD.pack(VERSION, turn.prompt_len, turn.prompt_digest, len(turn.head), len(turn.tokens))
+        payload = head + token_bytes(turn.head + turn.tokens)
         packed = zlib.compress(payload, 6)
         return PREFIX + base64.urlsafe_b64encode(self._tag(packed) + packed).decode("ascii").rstrip("=")
 
@@ -65,12 +67,12 @@ class TurnSigner:
             return None
         unpacker = zlib.decompressobj()
         payload = unpacker.decompress(packed, _HEAD.size + 4 * MAX_TOKENS)
-        version, prompt_len, digest, n = _HEAD.unpack_from(payload)
+        version, prompt_len, digest, h, n = _HEAD.unpack_from(payload)
         body = payload[_HEAD.size:]
-        if version != VERSION or prompt_len < 1 or len(body) != 4 * n:
+        if version != VERSION or not 0 <= h <= prompt_len or len(body) != 4 * (h + n):
             return None
-        tokens = struct.unpack(f"<{n}I", body)
-        return ExactTurn(prompt_len, digest, tokens)
+        tokens = struct.unpack(f"<{h + n}I", body)
+        return ExactTurn(prompt_len, digest, tokens[h:], tokens[:h])
 
 
 def model_identity(arch: str, n_vocab: int, n_params: int) -> str:
