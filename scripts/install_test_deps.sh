@@ -4,12 +4,16 @@
 # - Debian's chromium, the headless browser tests/test_webui.py drives the web page with
 #   (through Playwright, launched on this executable, so Playwright downloads no browser);
 # - the Claude Code CLI (npm's @anthropic-ai/claude-code, and Node.js for it), which
-#   tests/test_messages_api.py runs headless against the server.
+#   tests/test_messages_api.py runs headless against the server;
+# - the OpenAI Codex CLI, pinned (npm's @openai/codex@$CODEX_VERSION: tests/data/codex holds
+#   the requests this version sends), which tests/test_codex_cli.py runs against the server.
 #
 # As root on Debian (CI), installs what is missing (apt-get, then npm). Elsewhere it says what
 # to install and goes on: those tests then skip with the same message, except under CI
 # (CI set), where they fail. Always exits 0, so the README's test command carries on to pytest.
 set -u
+
+CODEX_VERSION=0.171.0
 
 as_root_with_apt() {
     [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
@@ -54,6 +58,23 @@ install_claude_code() {
     fi
 }
 
+install_codex() {
+    [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] && return
+    if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
+        apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
+    fi
+    if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
+        if npm install -g --silent "@openai/codex@$CODEX_VERSION" >/dev/null 2>&1 && command -v codex >/dev/null 2>&1; then
+            echo "install_test_deps: installed $(codex --version 2>/dev/null)" >&2
+            return
+        fi
+        echo "install_test_deps: npm could not install @openai/codex@$CODEX_VERSION" >&2
+    else
+        echo "install_test_deps: the Codex CLI $CODEX_VERSION is not installed; 'npm install -g @openai/codex@$CODEX_VERSION' lets tests/test_codex_cli.py run it" >&2
+    fi
+}
+
 install_debian_packages
 install_claude_code
+install_codex
 exit 0

@@ -68,8 +68,8 @@ def parse_responses(
         if body.get(name):
             raise InvalidRequest(f"'{name}' is not supported; send 'input' (and 'previous_response_id')", param=name)
     include = body.get("include") or []
-    if not isinstance(include, list):
-        raise InvalidRequest("'include' must be an array", param="include")
+    if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+        raise InvalidRequest("'include' must be an array of strings", param="include")
     chat_body = {k: v for k, v in body.items() if k not in ("n", "logprobs", "top_logprobs", "max_tokens", "echo")}
     chat_body["max_tokens"] = body.get("max_output_tokens")
     chat_body["max_completion_tokens"] = None

@@ -67,7 +67,7 @@ def parse_tools(value: Any) -> ResponsesTools:
     if not isinstance(value, list):
         raise InvalidRequest("'tools' must be an array", param="tools")
     out = ResponsesTools([])
-    spaced: list[tuple[str, str, dict, str]] = []  # (namespace, its description, function tool, where)
+    spaced: list[tuple[str, str, dict]] = []  # (namespace, its description, function tool)
     for i, tool in enumerate(value):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if not isinstance(kind, str):
@@ -79,8 +79,8 @@ def parse_tools(value: Any) -> ResponsesTools:
         else:
             out.left_out.append({"index": i, "type": kind})
     taken = {t["function"].get("name") for t in out.chat}
-    inner_names = [f.get("name") for _, _, f, _ in spaced]
-    for space, head, function, where in spaced:
+    inner_names = [f.get("name") for _, _, f in spaced]
+    for space, head, function in spaced:
         name = function.get("name")
         unique = name not in taken and inner_names.count(name) == 1
         offered = name if unique else f"{space}__{name}"
@@ -91,7 +91,7 @@ def parse_tools(value: Any) -> ResponsesTools:
     return out
 
 
-def _namespace_functions(tool: dict, where: str) -> list[tuple[str, str, dict, str]]:
+def _namespace_functions(tool: dict, where: str) -> list[tuple[str, str, dict]]:
     space, inner = tool.get("name"), tool.get("tools")
     if not isinstance(space, str) or not space:
         raise InvalidRequest("a namespace tool needs a 'name'", param=f"{where}.name")
@@ -106,7 +106,7 @@ def _namespace_functions(tool: dict, where: str) -> list[tuple[str, str, dict, s
             raise InvalidRequest(f"a namespace holds function tools here, not {kind!r}", param=f"{at}.type")
         if not isinstance(function.get("name"), str):
             raise InvalidRequest("a function needs a 'name'", param=f"{at}.name")
-        out.append((space, head, function, at))
+        out.append((space, head, function))
     return out
 
 
