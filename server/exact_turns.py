@@ -44,8 +44,9 @@ DIGEST_BYTES = 16
 
 
 def token_bytes(tokens: Sequence[int]) -> bytes:
-    """Token ids as little-endian uint32 (what digests and signed blobs are made of)."""
-    data = array.array("I", tokens)
+    """Token ids as little-endian int32 (what digests and signed blobs are made of): a
+    prompt's image placeholders are negative ids (media_spans.py)."""
+    data = array.array("i", tokens)
     assert data.itemsize == 4
     if sys.byteorder == "big":
         data.byteswap()

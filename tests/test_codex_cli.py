@@ -86,7 +86,7 @@ def unpack_turn(blob: str) -> tuple[int, list[int]]:
     raw = base64.urlsafe_b64decode(blob[4:] + "=" * (-len(blob[4:]) % 4))
     payload = zlib.decompress(raw[16:])
     _version, prompt_len, _digest, h, n = struct.unpack_from("<BI16sII", payload)
-    return prompt_len, list(struct.unpack_from(f"<{n}I", payload, struct.calcsize("<BI16sII") + 4 * h))
+    return prompt_len, list(struct.unpack_from(f"<{n}i", payload, struct.calcsize("<BI16sII") + 4 * h))
 
 
 def cached(usage: dict) -> int:

@@ -121,3 +121,13 @@ def test_namespace_functions_are_offered_by_their_names_and_hosted_tools_left_ou
         with pytest.raises(InvalidRequest) as info:
             parse_tools(bad)
         assert info.value.param == param
+
+
+def test_a_prompt_with_image_placeholders_digests_and_splices():
+    """Images are runs of negative placeholder ids in a prompt's tokens (media_spans.py)."""
+    image = [-7, -7, -7]
+    previous = rendered(SYSTEM, [3, *image, EOT], [HEADER])
+    tokens = rendered(SYSTEM, [3, *image, EOT], [HEADER], TURN, TOOL, [HEADER])
+    spans = [("system", 0, 0), ("user", 2, 2), ("assistant", 6, 8), ("tool", 10, 11)]
+    spliced, report = splice_turns(prompt_of(tokens, spans), {2: ExactTurn(len(previous), prompt_digest(previous), (60,), (HEADER,))}, is_eog)
+    assert report.spliced == [2] and spliced.tokens == previous + [60, EOT] + TOOL + [HEADER]

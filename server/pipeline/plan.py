@@ -135,8 +135,10 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
 def _splice(server: Warmslot, prompt: Prompt, turns: dict, media: tuple[MediaSpan, ...]) -> tuple[Prompt, tuple[MediaSpan, ...]]:
     """Earlier assistant turns as the model generated them (see exact_turns.py)."""
     spliced, report = splice_turns(prompt, turns, server.engine.vocab.is_eog)
-    for index, reason in report.skipped.items():
-        log.info("message %d is rendered by the template, not spliced as generated: %s", index, reason)
+    if report.skipped:  # one line per request: a long history may hold many such turns
+        first, reason = next(iter(report.skipped.items()))
+        log.info("%d of %d turns rendered by the template, not as generated (from message %d: %s)",
+                 len(report.skipped), len(turns), first, reason)
     media = tuple(dataclasses.replace(m, start=report.moved(m.start)) for m in media)
     return spliced, media
 

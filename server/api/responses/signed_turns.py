@@ -10,7 +10,8 @@ history, and the server puts the turn back into the prompt as those exact tokens
 The blob is signed, not encrypted: it holds token ids of text the client already has. Its
 form is `ws1.` + base64url(HMAC-SHA256 tag (16 bytes) + zlib(payload)), the payload
 `version (u8) | prompt_len | prompt digest (16 bytes) | h | n | h token ids (the generation
-prompt that ended the prompt) | n token ids (the reply)`, integers little-endian uint32. The key is
+prompt that ended the prompt) | n token ids (the reply)`, counts little-endian uint32, token
+ids little-endian int32. The key is
 derived from the server's secret (`--responses-secret`, else random per process) and the
 model's identity (architecture, vocabulary size, parameter count), so a blob is accepted only
 by a server with the same secret and model. A blob that does not verify (another server's, one
@@ -71,7 +72,7 @@ class TurnSigner:
         body = payload[_HEAD.size:]
         if version != VERSION or not 0 <= h <= prompt_len or len(body) != 4 * (h + n):
             return None
-        tokens = struct.unpack(f"<{h + n}I", body)
+        tokens = struct.unpack(f"<{h + n}i", body)
         return ExactTurn(prompt_len, digest, tokens[h:], tokens[:h])
 
 
