@@ -10,9 +10,9 @@ against it with a custom model provider (a temporary CODEX_HOME holding
    the `multi_agent_v1` namespace tool (`{"type": "function_call", "namespace":
    "multi_agent_v1", "name": "spawn_agent", ...}`), the subagent's request with a message, and
    the main agent's next request with its final message;
-2. `codex exec resume <session id> "<follow-up>"`: a second turn of the same session, which resends
-   the whole history, reasoning items included (Codex sends `store: false` and asks for
-   `reasoning.encrypted_content`).
+2. `codex exec resume <session id> "<follow-up>"`: a second turn of the same session, which
+   resends the whole history, reasoning items included (Codex sends `store: false` and asks
+   for `reasoning.encrypted_content`).
 
 The stub's reasoning items carry a fake `encrypted_content`: what Codex resends of them is what
 the fixtures test. Re-capture (Node.js and the pinned Codex CLI installed, as

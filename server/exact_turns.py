@@ -31,14 +31,11 @@ import array
 import bisect
 import dataclasses
 import hashlib
-import logging
 import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .chat import Prompt
-
-log = logging.getLogger("warmslot.server")
 
 DIGEST_BYTES = 16
 

@@ -127,7 +127,7 @@ def test_codex_requests_replay_on_every_template_family(family, tmp_path_factory
     most the reply's last token, which was sampled but never evaluated)."""
     started = time.monotonic()
     path = write_family_model(family, tmp_path_factory.mktemp("family") / f"{family}.gguf")
-    server = warmslot_server(path, "-np", "1", "-c", "16384", "--temp", "0")
+    server = warmslot_server(path, "-np", "1", "-c", "16384", "--temp", "0", "-fa", "on")
     try:
         results = replay(server.url)
     finally:
