@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ... import pipeline
+from ...exact_turns import ExactTurn, prompt_digest
 from ...limits import check_conversation
 from ...logprobs import chat_content
 from ...protocol import ChatParams, parse_messages
-from ...exact_turns import ExactTurn, prompt_digest
 from ...state import open_request, server_of
 from .items import EXACT_KEY, chat_messages, items_message, output_items, parse_responses, response_body, usage_body
 from .signed_turns import TurnSigner, model_identity
