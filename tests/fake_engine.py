@@ -101,7 +101,7 @@ class FakeEngine:
         self.vocab = FakeVocab()
         self.info = SimpleNamespace(
             n_vocab=FakeVocab.n_vocab, n_ctx_slot=n_ctx_slot, chat_template=None, arch="fake", fingerprint="f" * 16,
-            capacity=None, model_name="fake", n_slots=4,
+            capacity=None, model_name="fake", n_slots=4, n_params=0,
         )
         self.started = False
         self.submitted: list[GenerateRequest] = []

@@ -6,7 +6,9 @@
 # - the Claude Code CLI (npm's @anthropic-ai/claude-code, and Node.js for it), which
 #   tests/test_messages_api.py runs headless against the server, pinned: tests/data/claude_code
 #   holds this version's own requests (scripts/capture_claude_code.py captures them again when
-#   the pin moves).
+#   the pin moves);
+# - the OpenAI Codex CLI, pinned (npm's @openai/codex@$CODEX_VERSION: tests/data/codex holds
+#   the requests this version sends), which tests/test_codex_cli.py runs against the server.
 #
 # As root on Debian (CI), installs what is missing (apt-get, then npm). Elsewhere it says what
 # to install and goes on: those tests then skip with the same message, except under CI
@@ -14,6 +16,7 @@
 set -u
 
 CLAUDE_CODE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
 
 as_root_with_apt() {
     [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1
@@ -59,6 +62,23 @@ install_claude_code() {
     fi
 }
 
+install_codex() {
+    [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] && return
+    if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
+        apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
+    fi
+    if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
+        if npm install -g --silent "@openai/codex@$CODEX_VERSION" >/dev/null 2>&1 && command -v codex >/dev/null 2>&1; then
+            echo "install_test_deps: installed $(codex --version 2>/dev/null)" >&2
+            return
+        fi
+        echo "install_test_deps: npm could not install @openai/codex@$CODEX_VERSION" >&2
+    else
+        echo "install_test_deps: the Codex CLI $CODEX_VERSION is not installed; 'npm install -g @openai/codex@$CODEX_VERSION' lets tests/test_codex_cli.py run it" >&2
+    fi
+}
+
 install_debian_packages
 install_claude_code
+install_codex
 exit 0

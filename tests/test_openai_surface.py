@@ -139,8 +139,8 @@ def test_responses_errors_are_openai_shaped(server, client):
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="x", input=[{"type": "web_search_call"}])
     assert info.value.body["param"] == "input[0].type"
-    r = httpx.post(server.url + "/v1/responses", json={"input": "hi", "tools": [{"type": "web_search"}]})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].type"
+    r = httpx.post(server.url + "/v1/responses", json={"input": "hi", "tools": [{"name": "no type"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0]"
 
 
 def test_agents_sdk_default_model_runs_a_two_turn_tool_loop(server):

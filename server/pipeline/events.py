@@ -77,6 +77,7 @@ class ChoiceEnd:
     truncated: bool = False  # the token limit ended it (also after whole tool calls)
     cut_call: int | None = None  # the index of a tool call max_tokens cut (never sent whole)
     stop_sequence: str | None = None  # the stop string that ended it, if one did
+    tokens: list[int] = field(default_factory=list)  # every token it generated (not the end-of-generation token)
 
 
 @dataclass(slots=True)
@@ -103,6 +104,7 @@ class ChoiceReply:
     truncated: bool = False  # the token limit ended it (also after whole tool calls)
     cut_call: int | None = None
     stop_sequence: str | None = None  # the stop string that ended it, if one did
+    tokens: list[int] = field(default_factory=list)  # every token it generated (not the end-of-generation token)
 
 
 @dataclass(slots=True)

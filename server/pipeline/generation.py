@@ -76,12 +76,14 @@ class Generation:
         its ApiError; the adapter's stream turns it into the API's terminal event."""
         n = self.n_choices
         pending: list[list] = [[] for _ in range(n)]  # logprobs of text a parser still holds back
+        generated: list[list[int]] = [[] for _ in range(n)]
         has_calls = [False] * n
         usages = [None] * n
         reasoning: list[str] = []
         live = [_Live(len(self.prompts[i // self.gen.n])) for i in range(n)]
         async for i, ev in self.sub.events():
             live[i].add(ev)
+            generated[i] += ev.tokens
             if ev.progress is not None:
                 yield live[i].progress(i, ev.progress, self.gen.timings_per_token)
             pending[i] += ev.logprobs
@@ -96,7 +98,7 @@ class Generation:
                 usages[i] = ev.usage
                 finish = finish_of(ev.finish, has_calls[i], self._cut(i))
                 truncated = ev.finish is FinishReason.LENGTH
-                yield ChoiceEnd(i, finish, ev.usage, pending[i], truncated, self._cut_call(i), ev.stop_sequence)
+                yield ChoiceEnd(i, finish, ev.usage, pending[i], truncated, self._cut_call(i), ev.stop_sequence, generated[i])
                 pending[i] = []
         usage = total_usage(usages, self.gen.n)
         self._log(usage)
@@ -121,11 +123,13 @@ class Generation:
         n = self.n_choices
         texts: list[list[str]] = [[] for _ in range(n)]
         logprobs: list[list] = [[] for _ in range(n)]
+        tokens: list[list[int]] = [[] for _ in range(n)]
         ends: list[Event | None] = [None] * n
         try:
             async for i, ev in self.sub.events(request.receive):
                 texts[i].append(ev.text)
                 logprobs[i] += ev.logprobs
+                tokens[i] += ev.tokens
                 if ev.finish is not None:
                     ends[i] = ev
         except ClientClosed:
@@ -137,7 +141,9 @@ class Generation:
             parsed = parse_reply(self.parsers[i], text, end.finish) if self.parsers is not None else None
             finish = finish_of(end.finish, bool(parsed and parsed.tool_calls), self._cut(i))
             truncated = end.finish is FinishReason.LENGTH
-            choices.append(ChoiceReply(i, text, parsed, logprobs[i], finish, end.usage, truncated, self._cut_call(i), end.stop_sequence))
+            choices.append(ChoiceReply(
+                i, text, parsed, logprobs[i], finish, end.usage, truncated, self._cut_call(i), end.stop_sequence, tokens[i],
+            ))
         usage = total_usage([c.usage for c in choices], self.gen.n)
         self._log(usage)
         reasoning = "".join(c.parsed.reasoning_content or "" for c in choices if c.parsed is not None)

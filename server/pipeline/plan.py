@@ -10,7 +10,9 @@ schema conversion, template rendering and grammar checks can take a while.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -20,6 +22,7 @@ from warmslot.slots import GrammarSpec, MediaSpan, ReasoningBudget
 from ..prompt.builder import Prompt
 from ..prompt.template import prompt_opens_reasoning
 from ..errors import InvalidRequest
+from ..prompt.exact_turns import splice_turns
 from ..gbnf.response_format import json_schema_grammar
 from ..gbnf.tools import tool_call_grammar
 from ..prompt.media import MEDIA_MARKER, attach_images, message_images
@@ -34,6 +37,8 @@ from warmslot.server.request.constraints import (
 from ..request.protocol import ChatParams
 from ..request.reasoning import budget_spec
 from ..state import Warmslot
+
+log = logging.getLogger("warmslot.server")
 
 
 @dataclass(slots=True)
@@ -128,12 +133,25 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
             prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels, media_path=config.media_path,
             fetch_timeout=config.image_fetch_timeout if config.image_fetch else None,
         )
+    if params.exact_turns:
+        prompt, media = _splice(server, prompt, params.exact_turns, media)
     # a request that turns thinking off gets no think block in its grammar either
     reasoning = server.reasoning[0] and params.template_kwargs.get("enable_thinking") is not False
     opens = prompt_opens_reasoning(prompt.text)
     grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens, key)
     spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
     return ChatPlan(prompt, offered, reasoning and opens, grammar, spec, media, params.breakpoints)
+
+
+def _splice(server: Warmslot, prompt: Prompt, turns: dict, media: tuple[MediaSpan, ...]) -> tuple[Prompt, tuple[MediaSpan, ...]]:
+    """Earlier assistant turns as the model generated them (see exact_turns.py)."""
+    spliced, report = splice_turns(prompt, turns, server.engine.vocab.is_eog)
+    if report.skipped:  # one line per request: a long history may hold many such turns
+        first, reason = next(iter(report.skipped.items()))
+        log.info("%d of %d turns rendered by the template, not as generated (from message %d: %s)",
+                 len(report.skipped), len(turns), first, reason)
+    media = tuple(dataclasses.replace(m, start=report.moved(m.start)) for m in media)
+    return spliced, media
 
 
 def _grammar(

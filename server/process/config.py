@@ -43,6 +43,7 @@ class ServerConfig:
     log_level: str = "info"
     max_n: int = 8  # choices per request (n)
     responses_store: int = 256  # responses kept per tenant for previous_response_id
+    responses_secret: str | None = None  # signs /v1/responses reasoning items' encrypted_content (None: random per process)
     keep_billing_header: bool = False  # /v1/messages: keep Claude Code's per-request billing header in the prompt
     aliases: list[str] = field(default_factory=list)  # every name of the model, alias first
     hf_repo: str | None = None  # USER/REPO[:QUANT] to download

@@ -256,6 +256,10 @@ FLAGS = [
               "vector per token: /embeddings only, /v1/embeddings refuses it)"),
     Flag(("--responses-store",), "responses_store", int, 256, sets="responses_store",
          help="responses kept per tenant for previous_response_id (/v1/responses); older ones are evicted"),
+    Flag(("--responses-secret",), "responses_secret", str, None, sets="responses_secret", default_text="random",
+         help="the secret that signs the turn in a /v1/responses reasoning item's encrypted_content; the same "
+              "secret on every replica, or across restarts, keeps clients' histories reusable (default: a random "
+              "one per process: after a restart old blobs are ignored)"),
     Flag(("--keep-billing-header",), "keep_billing_header", bool, False, sets="keep_billing_header",
          help="/v1/messages: keep Claude Code's x-anthropic-billing-header system block in the prompt (it changes "
               "on every request, so every request then recomputes the whole prompt; dropped by default)"),

@@ -21,6 +21,7 @@ from .cache_hints import parse_cache_hints
 from .chat_messages import ROLES, continues_final, parse_messages  # noqa: F401  (ROLES: importable from here)
 from .json_body import parse_body  # noqa: F401  (importable from here)
 from ..errors import InvalidRequest
+from ..prompt.exact_turns import ExactTurn
 
 MAX_STOP = 16
 INT32_MAX = 2**31 - 1  # integers that reach llama.cpp as a C int
@@ -257,6 +258,7 @@ class ChatParams:
     json_schema: dict | None = None  # a schema the reply is one JSON value of
     schema_param: str = "json_schema"  # the request field that holds `json_schema` (named in errors)
     hidden_tools: frozenset[str] = frozenset()  # tools the model may call that the prompt does not list
+    exact_turns: dict[int, ExactTurn] = field(default_factory=dict)  # message index -> the turn as generated (exact_turns.py)
 
 
 def parse_chat(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> ChatParams:

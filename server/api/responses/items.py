@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
+from ...prompt.exact_turns import ExactTurn
 from ...prompt.media import PARAM_KEY
 from ...output.parsed import ParsedMessage
 from ...request.protocol import GenerationParams, parse_generation
+from .tools import ResponsesTools, parse_tools, tool_choice
 
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
+EXACT_KEY = "_exact_turn"  # a chat message's ExactTurn (the turn as generated), never sent to a template
+Verify = Callable[[object], "ExactTurn | None"]  # a reasoning item's encrypted_content -> its turn
 
 
 def new_id(prefix: str) -> str:
@@ -36,13 +41,15 @@ class ResponsesParams:
     messages: list[dict]  # chat-form messages of `input` (raw, as a chat client would send them)
     instructions: str | None
     gen: GenerationParams
-    tools: list[dict] | None  # chat-form function tools
+    tools: ResponsesTools  # chat-form function tools, namespaced ones and those left out
     tool_choice: Any  # chat-form tool_choice
     parallel_tool_calls: bool
     response_format: dict | None  # chat-form response_format
     previous_response_id: str | None
     store: bool
     echo: dict[str, Any] = field(default_factory=dict)  # request fields the response repeats
+    encrypted_reasoning: bool = False  # include: reasoning.encrypted_content
+    ignored_blobs: list[str] = field(default_factory=list)  # reasoning items whose encrypted_content did not verify
 
 
 def _string(body: dict, name: str) -> str | None:
@@ -52,20 +59,24 @@ def _string(body: dict, name: str) -> str | None:
     return value
 
 
-def parse_responses(body: dict, n_vocab: int, defaults: SamplingParams | None = None) -> ResponsesParams:
+def parse_responses(
+    body: dict, n_vocab: int, defaults: SamplingParams | None = None, verify: Verify | None = None,
+) -> ResponsesParams:
+    """A /v1/responses body; `verify` reads reasoning items' encrypted_content (None: ignored).
+    Unknown fields (Codex's `client_metadata`, ...) are ignored, as chat ignores them."""
     for name in ("conversation", "prompt", "background"):
         if body.get(name):
             raise InvalidRequest(f"'{name}' is not supported; send 'input' (and 'previous_response_id')", param=name)
     include = body.get("include") or []
-    if not isinstance(include, list):
-        raise InvalidRequest("'include' must be an array", param="include")
+    if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+        raise InvalidRequest("'include' must be an array of strings", param="include")
     chat_body = {k: v for k, v in body.items() if k not in ("n", "logprobs", "top_logprobs", "max_tokens", "echo")}
     chat_body["max_tokens"] = body.get("max_output_tokens")
     chat_body["max_completion_tokens"] = None
     if LOGPROBS_INCLUDE in include or body.get("top_logprobs"):
         chat_body.update(logprobs=True, top_logprobs=body.get("top_logprobs"))
     gen = parse_generation(chat_body, n_vocab, defaults)
-    tools = _tools(body.get("tools"))
+    tools = parse_tools(body.get("tools"))
     text = body.get("text")
     if text is not None and not isinstance(text, dict):
         raise InvalidRequest("'text' must be an object", param="text")
@@ -86,7 +97,7 @@ def parse_responses(body: dict, n_vocab: int, defaults: SamplingParams | None = 
         "reasoning": body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {"effort": None, "summary": None},
         "temperature": gen.sampling.temperature,
         "text": {"format": (text or {}).get("format") or {"type": "text"}},
-        "tool_choice": body.get("tool_choice") or ("auto" if tools else "none"),
+        "tool_choice": body.get("tool_choice") or ("auto" if tools.chat else "none"),
         "tools": body.get("tools") or [],
         "top_logprobs": body.get("top_logprobs"),
         "top_p": gen.sampling.top_p,
@@ -94,17 +105,25 @@ def parse_responses(body: dict, n_vocab: int, defaults: SamplingParams | None = 
         "user": _string(body, "user"),
         "store": store,
     }
+    if tools.left_out:
+        echo["warmslot"] = {"tools_left_out": tools.left_out}
+    ignored: list[str] = []
+    messages = input_messages(body.get("input"), tools, verify, ignored)
+    if ignored:
+        echo.setdefault("warmslot", {})["encrypted_content_ignored"] = ignored
     return ResponsesParams(
-        messages=input_messages(body.get("input")),
+        messages=messages,
         instructions=echo["instructions"],
         gen=gen,
         tools=tools,
-        tool_choice=_tool_choice(body.get("tool_choice")),
+        tool_choice=tool_choice(body.get("tool_choice"), tools),
         parallel_tool_calls=parallel,
         response_format=_response_format(text),
         previous_response_id=_string(body, "previous_response_id"),
         store=store,
         echo=echo,
+        encrypted_reasoning=ENCRYPTED_INCLUDE in include,
+        ignored_blobs=ignored,
     )
 
 
@@ -154,14 +173,38 @@ def _content(content: Any, at: str, images: bool) -> Any:
     return parts
 
 
-def input_messages(value: Any) -> list[dict]:
-    """`input` as chat messages."""
+class _Reasoning:
+    """Reasoning items waiting for the assistant message they open: their text, and the turn
+    an encrypted_content carries (the whole turn as generated)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.turn: ExactTurn | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.texts) or self.turn is not None
+
+    def attach(self, message: dict) -> None:
+        if self.texts:
+            message["reasoning_content"] = "\n".join(self.texts)
+        if self.turn is not None:
+            message[EXACT_KEY] = self.turn
+        self.texts, self.turn = [], None
+
+
+def input_messages(
+    value: Any, tools: ResponsesTools | None = None, verify: Verify | None = None, ignored: list[str] | None = None,
+) -> list[dict]:
+    """`input` as chat messages. A reasoning item's encrypted_content that `verify` reads puts
+    its turn on the assistant message it opens (`EXACT_KEY`); one it cannot read is named in
+    `ignored`."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise InvalidRequest("'input' must be a string or a non-empty array of items", param="input")
+    tools = tools or ResponsesTools(None)
     out: list[dict] = []
-    reasoning: list[str] = []  # reasoning items wait for the assistant message they precede
+    reasoning = _Reasoning()
     for i, item in enumerate(value):
         at = f"input[{i}]"
         if not isinstance(item, dict):
@@ -173,13 +216,19 @@ def input_messages(value: Any) -> list[dict]:
                 raise InvalidRequest("'role' must be user, system, developer or assistant", param=f"{at}.role")
             message = {"role": role, "content": _content(item.get("content"), at, images=role == "user")}
             if role == "assistant":
-                _attach_reasoning(message, reasoning)
+                reasoning.attach(message)
             out.append(message)
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
-            reasoning.append(_text(parts, at))
+            reasoning.texts.append(_text(parts, at))
+            blob = item.get("encrypted_content")
+            if blob is not None:
+                turn = verify(blob) if verify is not None else None
+                if turn is None and ignored is not None:
+                    ignored.append(at)
+                reasoning.turn = turn or reasoning.turn
         elif kind == "function_call":
-            out.append(_function_call(item, at, out, reasoning))
+            out.append(_function_call(item, at, out, reasoning, tools))
         elif kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
             if not isinstance(call_id, str):
@@ -190,51 +239,23 @@ def input_messages(value: Any) -> list[dict]:
     return [m for m in out if m is not None]
 
 
-def _attach_reasoning(message: dict, reasoning: list[str]) -> None:
-    if reasoning:
-        message["reasoning_content"] = "\n".join(reasoning)
-        reasoning.clear()
-
-
-def _function_call(item: dict, at: str, out: list[dict], reasoning: list[str]) -> dict | None:
+def _function_call(item: dict, at: str, out: list[dict], reasoning: _Reasoning, tools: ResponsesTools) -> dict | None:
     """A function_call item: a tool call of the assistant message just before it (the same
-    turn), or a new assistant message. Returns the message to append, None if merged."""
+    turn), or a new assistant message. Returns the message to append, None if merged. A call
+    of a namespaced function names it as the model was offered it."""
     name, call_id, arguments = item.get("name"), item.get("call_id"), item.get("arguments", "{}")
     if not isinstance(name, str) or not isinstance(call_id, str) or not isinstance(arguments, str):
         raise InvalidRequest("a function_call needs 'name', 'call_id' and 'arguments' (a JSON string)", param=at)
+    namespace = item.get("namespace")
+    name = tools.offered_name(name, namespace if isinstance(namespace, str) else None)
     call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
     last = out[-1] if out else None
     if last is not None and last["role"] == "assistant" and not reasoning:
         last.setdefault("tool_calls", []).append(call)
         return None
     message = {"role": "assistant", "content": None, "tool_calls": [call]}
-    _attach_reasoning(message, reasoning)
+    reasoning.attach(message)
     return message
-
-
-def _tools(value: Any) -> list[dict] | None:
-    """Responses function tools (`{"type": "function", "name", ...}`) in chat's form."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
-    out = []
-    for i, tool in enumerate(value):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise InvalidRequest(f"only function tools are supported, not {kind!r}", param=f"tools[{i}].type")
-        if isinstance(tool.get("function"), dict):  # already in chat's form
-            out.append(tool)
-            continue
-        function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def _tool_choice(value: Any) -> Any:
-    if isinstance(value, dict) and value.get("type") == "function" and "function" not in value:
-        return {"type": "function", "function": {"name": value.get("name")}}
-    return value
 
 
 def _response_format(text: dict | None) -> dict | None:
@@ -259,8 +280,13 @@ def chat_messages(instructions: str | None, history: list[dict], messages: list[
 # -- output to items ----------------------------------------------------------------------
 
 
-def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "reasoning", "id": item_id, "summary": [], "content": [{"type": "reasoning_text", "text": text}], "status": status}
+def reasoning_item(item_id: str, text: str, status: str = "completed", encrypted: str | None = None) -> dict[str, Any]:
+    """A reasoning item; one with no text (only a signed turn) has no content parts."""
+    content = [{"type": "reasoning_text", "text": text}] if text else []
+    item = {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
+    if encrypted is not None:
+        item["encrypted_content"] = encrypted
+    return item
 
 
 def text_part(text: str, logprobs: list | None) -> dict[str, Any]:
@@ -275,35 +301,43 @@ def message_item(item_id: str, text: str, logprobs: list | None, status: str = "
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
 
 
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments, "status": status}
+def call_item(item_id: str, call_id: str, name: dict[str, str], arguments: str, status: str = "completed") -> dict[str, Any]:
+    """A function_call item; `name`: its `name` (and `namespace`), from ResponsesTools.call_fields."""
+    return {"type": "function_call", "id": item_id, "call_id": call_id, **name, "arguments": arguments, "status": status}
 
 
-def output_items(parsed: ParsedMessage, logprobs: list | None) -> list[dict[str, Any]]:
-    """A whole answer's output items: reasoning, the message, then the function calls."""
+def output_items(
+    parsed: ParsedMessage, logprobs: list | None, tools: ResponsesTools, encrypted: str | None = None,
+) -> list[dict[str, Any]]:
+    """A whole answer's output items: reasoning (always, carrying the signed turn, when
+    `encrypted` is given), the message, then the function calls."""
     items = []
-    if parsed.reasoning_content:
-        items.append(reasoning_item(new_id("rs"), parsed.reasoning_content))
+    if parsed.reasoning_content or encrypted is not None:
+        items.append(reasoning_item(new_id("rs"), parsed.reasoning_content or "", encrypted=encrypted))
     if parsed.content or not parsed.tool_calls:
         items.append(message_item(new_id("msg"), parsed.content or "", logprobs))
-    items += [call_item(new_id("fc"), c.id, c.name, c.arguments) for c in parsed.tool_calls]
+    items += [call_item(new_id("fc"), c.id, tools.call_fields(c.name), c.arguments) for c in parsed.tool_calls]
     return items
 
 
-def items_message(items: list[dict]) -> dict:
+def items_message(items: list[dict], tools: ResponsesTools, turn: ExactTurn | None = None) -> dict:
     """The chat assistant message that output items stand for (what a chat client sends
-    back): the inverse of `output_items`."""
+    back): the inverse of `output_items`, with the turn as generated (`EXACT_KEY`)."""
     message: dict[str, Any] = {"role": "assistant", "content": None}
     for item in items:
         if item["type"] == "reasoning":
-            message["reasoning_content"] = item["content"][0]["text"]
+            if item["content"]:
+                message["reasoning_content"] = item["content"][0]["text"]
         elif item["type"] == "message":
             message["content"] = "".join(p["text"] for p in item["content"])
         else:
-            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
+            name = tools.offered_name(item["name"], item.get("namespace"))
+            call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": item["arguments"]}}
             message.setdefault("tool_calls", []).append(call)
     if message["content"] is None and not message.get("tool_calls"):
         message["content"] = ""
+    if turn is not None:
+        message[EXACT_KEY] = turn
     return message
 
 

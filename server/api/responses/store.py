@@ -10,6 +10,7 @@ nor learn of another's ids. Used on the event loop only.
 from __future__ import annotations
 
 import collections
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +76,11 @@ class ResponseStore:
 
 
 def attach_store(server: Warmslot) -> None:
-    """Give the server its store of responses (--responses-store per tenant)."""
+    """Give the server its store of responses (--responses-store per tenant) and the secret
+    that signs the turns in reasoning items (--responses-secret, else a new one per process)."""
     server.api_state["responses"] = ResponseStore(server.config.responses_store)
+    secret = server.config.responses_secret
+    server.api_state["turn_secret"] = secret.encode() if secret else secrets.token_bytes(32)
 
 
 def store_of(server: Warmslot) -> ResponseStore:
