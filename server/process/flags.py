@@ -360,7 +360,7 @@ FLAGS = [
     Flag(("--fit-print",), "fit_print", bool, False, default_text="",
          help="load the model, print the capacity table and what the server can hold (largest context per slot, "
               "most slots, prompt cache RAM), and exit without serving"),
-    # Speculative decoding (llama-server's names; see slots/speculation/speculator.py).
+    # Speculative decoding (llama-server's names; see slots/speculation/spec_config.py).
     Flag(("--spec-type",), "spec_type", str, "none", feeds="engine.spec.type", choices=SPEC_TYPES,
          help="speculative decoding: none; ngram-simple (drafts from the slot's own prompt and output: the tokens "
               "that followed the last earlier occurrence of the last --spec-ngram-size-n tokens); draft or "
