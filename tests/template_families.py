@@ -40,6 +40,9 @@ class Family:
     layers: int
     vocab: str  # a file of llama.cpp's models/ folder, or "default_model" / "chat_model"
     template: str | None  # a file of llama.cpp's models/ folder, "builtin:NAME", or None: the vocab's own
+    # the template writes the tool list right before the last user message (as Mistral's own
+    # tokenizer does): a new user turn moves it, and only the system prompt stays in place
+    tools_before_last_user: bool = False
 
 
 SDIST_SHA256 = {
@@ -57,7 +60,8 @@ SPECS = {
     "qwen3": Family("qwen3-8b", 1, "ggml-vocab-qwen35.gguf", "templates/Qwen-Qwen3-0.6B.jinja"),
     "gemma3": Family("gemma3-4b", 2, "default_model", "builtin:gemma"),
     "llama3": Family("qwen3-8b", 1, "ggml-vocab-llama-bpe.gguf", "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
-    "mistral": Family("qwen3-8b", 1, "ggml-vocab-llama-spm.gguf", "templates/Mistral-Small-3.2-24B-Instruct-2506.jinja"),
+    "mistral": Family("qwen3-8b", 1, "ggml-vocab-llama-spm.gguf", "templates/Mistral-Small-3.2-24B-Instruct-2506.jinja",
+                      tools_before_last_user=True),
     "smollm2": Family("qwen3-8b", 1, "chat_model", None),
 }
 

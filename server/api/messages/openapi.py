@@ -11,10 +11,14 @@ INT32_MAX = 2**31 - 1
 _TEXT_BLOCK = {"type": "object", "required": ["type", "text"], "properties": {
     "type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}, "cache_control": {"type": "object"},
 }}
+_TOOL_REFERENCE = {"type": "object", "required": ["type", "tool_name"], "description": "shows a deferred tool's definition", "properties": {
+    "type": {"type": "string", "enum": ["tool_reference"]}, "tool_name": {"type": "string"},
+}}
 _BLOCK = {"type": "object", "required": ["type"], "properties": {
     "type": {"type": "string", "enum": ["text", "tool_use", "tool_result", "thinking", "redacted_thinking"]},
     "text": {"type": "string"}, "id": {"type": "string"}, "name": {"type": "string"}, "input": {"type": "object"},
-    "tool_use_id": {"type": "string"}, "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": _TEXT_BLOCK}]},
+    "tool_use_id": {"type": "string"},
+    "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"oneOf": [_TEXT_BLOCK, _TOOL_REFERENCE]}}]},
     "is_error": {"type": "boolean"}, "thinking": {"type": "string"}, "signature": {"type": "string"},
     "cache_control": {"type": "object"},
 }}
@@ -22,9 +26,14 @@ _MESSAGE = {"type": "object", "required": ["role", "content"], "properties": {
     "role": {"type": "string", "enum": ["user", "assistant", "system"]},
     "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": _BLOCK}]},
 }}
-_TOOL = {"type": "object", "required": ["name", "input_schema"], "properties": {
+_TOOL = {"type": "object", "required": ["name"], "properties": {
     "name": {"type": "string"}, "description": {"type": "string"}, "input_schema": {"type": "object"},
     "cache_control": {"type": "object"},
+    "type": {"type": "string", "description": "custom; a server tool's type (web_search_20250305, ...) leaves it out"},
+    "defer_loading": {"type": "boolean", "description": "callable, but listed only where a tool_reference shows it"},
+}}
+_FORMAT = {"type": "object", "required": ["type", "schema"], "properties": {
+    "type": {"type": "string", "enum": ["json_schema"]}, "schema": {"type": "object"},
 }}
 _PROMPT = {
     "model": {"type": "string", "minLength": 1, "description": "any name: the loaded model answers"},
@@ -39,6 +48,12 @@ _PROMPT = {
         "type": {"type": "string", "enum": ["enabled", "disabled", "adaptive"]},
         "budget_tokens": {"type": "integer", "minimum": 0, "maximum": INT32_MAX},
     }},
+    "output_config": {"type": "object", "properties": {
+        "effort": {"type": "string", "description": "low, medium, high: the reasoning budget with adaptive thinking"},
+        "format": _FORMAT,
+    }},
+    "output_format": _FORMAT,
+    "context_management": {"type": "object", "description": "accepted, changes nothing"},
 }
 _REQUEST = {"type": "object", "required": ["model", "max_tokens", "messages"], "properties": {
     **_PROMPT,
