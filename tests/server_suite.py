@@ -17,6 +17,10 @@ wrapper, the same models and the same arguments.
 `check` runs every test that the committed table lists as passing on warmslot and fails if
 one of them fails now, twice (the failures run once more on their own).
 Building llama-server (scripts/build_llama_server.sh) stays out of `check`.
+
+The suite starts a server per test. warmslot's are forked from one process that has imported
+warmslot already (tests/server_forks.py; `--no-forks` starts each with `python -m` instead):
+each is still a new process that has served nothing, and starts in a fraction of the time.
 """
 
 from __future__ import annotations
@@ -25,15 +29,19 @@ import argparse
 import json
 import os
 import pathlib
+import runpy
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
 
+_PATH_AS_STARTED = list(sys.path)  # what a forked server's sys.path is made of (see serve_forks)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
+from tests import server_forks  # noqa: E402
 from scripts.vocab import EXTRACTED_DIRS, LLAMA_CPP_PYTHON_VERSION, SDIST_GLOBS, cache_dir  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -201,6 +209,54 @@ def exec_server(server: str, args: list[str]) -> None:
     os.execv(argv[0], argv)
 
 
+def serve_forks(path: str) -> int:
+    """`forks`: the process the suite's warmslot servers are forked from. It imports what
+    `python -m warmslot.server` imports before it loads a model, and nothing runs: no
+    model, no thread, no logging set up (a child sets up its own, as a new process would)."""
+    import importlib
+
+    import warmslot.slots  # noqa: F401  (llama.cpp's bindings before numpy, as the server does)
+    from warmslot.server import app, cli, config, drain  # noqa: F401
+
+    # and what a server imports later, as it starts: uvicorn's protocol modules, numpy's random
+    for name in ("uvicorn", "uvicorn.lifespan.on", "uvicorn.loops.asyncio", "uvicorn.protocols.http.h11_impl",
+                 "uvicorn.protocols.http.httptools_impl", "uvicorn.protocols.websockets.auto", "numpy.random",
+                 "encodings.idna"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    request = server_forks.serve(path)
+    if request is None:
+        return 0
+    # a child: what `exec_server` would exec, run in this interpreter (sys.path as -m has it)
+    args = rewrite(request.args, json.loads(request.env["SERVER_SUITE_MODELS"]))
+    sys.path[:] = [request.cwd, *_PATH_AS_STARTED[1:]]
+    sys.argv = ["warmslot", *args]
+    runpy.run_module("warmslot.server", run_name="__main__", alter_sys=True)
+    return 0  # not reached: the server ends its process itself
+
+
+FORKS_PLUGIN = '''
+"""The suite's warmslot servers are forked by the fork server at $SERVER_SUITE_FORKS
+instead of started through the wrapper (tests/server_suite.py, tests/server_forks.py)."""
+import os, subprocess, types
+import utils
+from server_forks import ForkClient
+
+_client = ForkClient(os.environ["SERVER_SUITE_FORKS"])
+_wrapper = os.environ["LLAMA_SERVER_BIN_PATH"]
+
+def _popen(args, **kwargs):
+    if args and str(args[0]) == _wrapper and set(kwargs) <= {"creationflags", "stdout", "stderr", "env"}:
+        return _client.spawn([str(a) for a in args[1:]], env=kwargs.get("env"), stdout=kwargs.get("stdout"),
+                             stderr=kwargs.get("stderr"))
+    return subprocess.Popen(args, **kwargs)
+
+utils.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": _popen})
+'''
+
+
 REPORT_PLUGIN = '''
 import json, os
 _outcomes = {}
@@ -232,6 +288,8 @@ def prepare(work: pathlib.Path, server: str) -> pathlib.Path:
         raise SystemExit(f"server_suite: {conftest} no longer calls {PATCHED}; update the harness")
     conftest.write_text(text.replace(PATCHED, "pass  # models are local: nothing to download"))
     (tests / "server_suite_report.py").write_text(REPORT_PLUGIN)
+    (tests / "server_suite_forks.py").write_text(FORKS_PLUGIN)
+    shutil.copy(pathlib.Path(server_forks.__file__), tests / "server_forks.py")
     wrapper = work / "server"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {pathlib.Path(__file__).resolve()} exec {server} \"$@\"\n")
     wrapper.chmod(0o755)
@@ -239,7 +297,7 @@ def prepare(work: pathlib.Path, server: str) -> pathlib.Path:
 
 
 def run_suite(server: str, work: pathlib.Path, select: list[str], llama_server: str | None,
-              timeout: int, extra_pytest: list[str]) -> dict[str, str]:
+              timeout: int, extra_pytest: list[str], forks: bool = True) -> dict[str, str]:
     tests = prepare(work, server)
     report = work / "report.json"
     env = dict(os.environ)
@@ -249,6 +307,9 @@ def run_suite(server: str, work: pathlib.Path, select: list[str], llama_server: 
         SERVER_SUITE_REPORT=str(report),
         PYTHONPATH=os.pathsep.join([str(tests), env.get("PYTHONPATH", "")]),
     )
+    # the suite's servers listen on $PORT (8080 unless set): a free one, so that a server
+    # someone else runs on 8080 does not answer the suite's requests
+    env.setdefault("PORT", str(free_port()))
     if server == "llama-server":
         if not llama_server:
             raise SystemExit("--llama-server PATH is needed (scripts/build_llama_server.sh builds it)")
@@ -257,8 +318,9 @@ def run_suite(server: str, work: pathlib.Path, select: list[str], llama_server: 
 
         if amx_in_vm():  # llama.cpp's AMX weight repacking faults there (warmslot turns it off alike)
             env["SERVER_SUITE_EXTRA"] = "--no-repack"
-    cmd = [sys.executable, "-m", "pytest", "-p", "server_suite_report", "-p", "no:cacheprovider",
-           "-o", "addopts=", "-q", *extra_pytest]
+    forks = forks and server == "warmslot"
+    cmd = [sys.executable, "-m", "pytest", "-p", "server_suite_report", *(["-p", "server_suite_forks"] if forks else []),
+           "-p", "no:cacheprovider", "-o", "addopts=", "-q", *extra_pytest]
     try:
         import pytest_timeout  # noqa: F401
 
@@ -272,7 +334,17 @@ def run_suite(server: str, work: pathlib.Path, select: list[str], llama_server: 
     else:
         cmd.append("unit")
     started = time.monotonic()
-    subprocess.run(cmd, cwd=tests, env=env)
+    fork_server = None
+    if forks:  # a short path: a Unix socket's must stay under 108 bytes
+        env["SERVER_SUITE_FORKS"] = os.path.join(tempfile.mkdtemp(prefix="server-suite-"), "forks.sock")
+        fork_server = server_forks.start_fork_server(
+            [sys.executable, str(pathlib.Path(__file__).resolve()), "forks", env["SERVER_SUITE_FORKS"]], env=env, cwd=tests)
+    try:
+        subprocess.run(cmd, cwd=tests, env=env)
+    finally:
+        if fork_server is not None:
+            server_forks.stop_fork_server(fork_server)
+            shutil.rmtree(os.path.dirname(env["SERVER_SUITE_FORKS"]), ignore_errors=True)
     outcomes = json.loads(report.read_text()) if report.exists() else {}
     print(f"server_suite: {server}: {sum(v == 'passed' for v in outcomes.values())} of {len(outcomes)} passed "
           f"in {time.monotonic() - started:.0f} s", file=sys.stderr)
@@ -339,15 +411,21 @@ def write_markdown(table: dict, path: pathlib.Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def check(work: pathlib.Path, timeout: int, workers: int) -> int:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(work: pathlib.Path, timeout: int, workers: int, forks: bool = True) -> int:
     table = json.loads(TABLE_JSON.read_text())
     expected = [r["test"] for r in table["tests"] if r["warmslot"] == "passed" and "unstable" not in r]
     # several servers at once (pytest-xdist; the suite gives each worker its own port)
     parallel = ["-n", str(workers)] if workers > 1 else []
-    outcomes = run_suite("warmslot", work, expected, None, timeout, parallel)
+    outcomes = run_suite("warmslot", work, expected, None, timeout, parallel, forks)
     broken = [t for t in expected if outcomes.get(t) != "passed"]
     if broken:  # once more, alone: a test that passes then failed only under load
-        again = run_suite("warmslot", work, broken, None, timeout, [])
+        again = run_suite("warmslot", work, broken, None, timeout, [], forks)
         outcomes.update(again)
         broken = [t for t in broken if again.get(t) != "passed"]
     for test in broken:
@@ -361,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["exec"]:
         exec_server(argv[1], argv[2:])
+    if argv[:1] == ["forks"]:
+        return serve_forks(argv[1])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the suite against one server and write its outcomes")
@@ -369,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--work", default=None, help="working copy of the suite (default: build/server-suite-SERVER)")
     r.add_argument("--timeout", type=int, default=180, help="seconds per test (with pytest-timeout)")
+    r.add_argument("--no-forks", action="store_true", help="start each warmslot with `python -m`, not as a fork")
     r.add_argument("tests", nargs="*", help="test ids or files under unit/ (default: all)")
     t = sub.add_parser("table", help="merge two outcome files into the committed table")
     t.add_argument("warmslot")
@@ -381,10 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--work", default=str(REPO_ROOT / "build" / "server-suite-check"))
     c.add_argument("--timeout", type=int, default=180)
     c.add_argument("--workers", type=int, default=1, help="tests run at once (pytest-xdist, if installed)")
+    c.add_argument("--no-forks", action="store_true", help="start each warmslot with `python -m`, not as a fork")
     a = ap.parse_args(argv)
     if a.cmd == "run":
         work = pathlib.Path(a.work or REPO_ROOT / "build" / f"server-suite-{a.server}")
-        outcomes = run_suite(a.server, work, a.tests, a.llama_server, a.timeout, [])
+        outcomes = run_suite(a.server, work, a.tests, a.llama_server, a.timeout, [], not a.no_forks)
         pathlib.Path(a.out).write_text(json.dumps(outcomes, indent=1, sort_keys=True) + "\n")
         return 0
     if a.cmd in ("table", "update"):
@@ -404,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         write_markdown(table, TABLE_MD)
         print(json.dumps(table["counts"]))
         return 0
-    return check(pathlib.Path(a.work), a.timeout, a.workers)
+    return check(pathlib.Path(a.work), a.timeout, a.workers, not a.no_forks)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 docs/llama-server-suite.json lists as passing on warmslot must still pass.
 
 The suite comes out of the pinned llama-cpp-python sdist and runs unchanged against a real
-warmslot process per test (tests/server_suite.py starts it through a wrapper, on the
-embedded default model and the tiny vision model); building and running llama-server for the
-other half of the table is left to `tests/server_suite.py run --server llama-server`.
+warmslot process per test (tests/server_suite.py starts each as a fork of one process that
+has imported warmslot, on the embedded default model and the tiny vision model); building and
+running llama-server for the other half of the table is left to
+`tests/server_suite.py run --server llama-server`.
 """
 
 from __future__ import annotations
