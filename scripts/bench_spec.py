@@ -51,7 +51,7 @@ if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` p
 import llama_cpp  # noqa: E402,F401,I001  (before numpy, see slots/llama_api)
 
 from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, SamplingParams, SpecConfig  # noqa: E402
-from warmslot.slots import speculative  # noqa: E402
+from warmslot.slots.speculation import speculator as speculative  # noqa: E402
 
 from scripts import bench_common as bc  # noqa: E402
 

@@ -216,7 +216,8 @@ def serve_forks(path: str) -> int:
     import importlib
 
     import warmslot.slots  # noqa: F401  (llama.cpp's bindings before numpy, as the server does)
-    from warmslot.server import app, cli, config, drain  # noqa: F401
+    from warmslot.server import app  # noqa: F401
+    from warmslot.server.process import cli, config, drain  # noqa: F401
 
     # and what a server imports later, as it starts: uvicorn's protocol modules, numpy's random
     for name in ("uvicorn", "uvicorn.lifespan.on", "uvicorn.loops.asyncio", "uvicorn.protocols.http.h11_impl",
