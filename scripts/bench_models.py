@@ -75,7 +75,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 import gguf
 import numpy as np
@@ -558,6 +558,30 @@ def with_template(vocab: Vocab, template: str) -> Vocab:
     return replace(vocab, entries=[*entries, entry], chat_template=template, sha256=sha)
 
 
+def with_control_tokens(vocab: Vocab, texts: Sequence[str]) -> Vocab:
+    """`vocab` with `texts` as control tokens, in place of its last normal tokens: a template
+    family whose markers (Mistral's ``[INST]``, ``[TOOL_CALLS]``) are single special tokens
+    in the model it stands for, though not in the vocabulary file it borrows. Text around a
+    marker then tokenizes apart from it, as with the real model."""
+    reader = gguf.GGUFReader(vocab.path)
+    field = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(field.parts[i]) for i in field.data]
+    scores_field = reader.fields.get("tokenizer.ggml.scores")
+    scores = [float(scores_field.parts[i][0]) for i in scores_field.data] if scores_field else [0.0] * len(tokens)
+    types = vocab.token_types.copy()
+    normal = np.flatnonzero(types == int(gguf.TokenType.NORMAL))
+    for at, text in zip(normal[-len(texts):], texts):
+        tokens[at], scores[at], types[at] = text.encode("utf-8"), 0.0, int(gguf.TokenType.CONTROL)
+    rewritten = {
+        "tokenizer.ggml.tokens": struct.pack("<IIQ", _T.ARRAY, _T.STRING, len(tokens)) + b"".join(_str(t) for t in tokens),
+        "tokenizer.ggml.scores": struct.pack("<IIQ", _T.ARRAY, _T.FLOAT32, len(scores)) + np.asarray(scores, dtype="<f4").tobytes(),
+        "tokenizer.ggml.token_type": struct.pack("<IIQ", _T.ARRAY, _T.INT32, len(types)) + np.asarray(types, dtype="<i4").tobytes(),
+    }
+    entries = [KV(e.key, e.vtype, e.value, _str(e.key) + rewritten[e.key]) if e.key in rewritten else e for e in vocab.entries]
+    sha = hashlib.sha256((vocab.sha256 + "\0".join(texts)).encode()).hexdigest()
+    return replace(vocab, entries=entries, token_types=types, sha256=sha)
+
+
 def spec_string(s: Shape, vocab: Vocab, scale: str) -> str:
     """What the file is: recorded under SPEC_KEY, compared to decide whether to rewrite it."""
     return json.dumps(
@@ -739,9 +763,11 @@ def dry_run(name: str, vocab: str | os.PathLike | None = None, scale: str = "rea
 
 def write_bench_model(name: str, out: str | os.PathLike, vocab: str | os.PathLike | None = None,
                       scale: str = "real", layers: int | None = None, *, force: bool = False,
-                      quiet: bool = False, mtp: bool = False, chat_template: str | None = None) -> pathlib.Path:
+                      quiet: bool = False, mtp: bool = False, chat_template: str | None = None,
+                      control_tokens: Sequence[str] = ()) -> pathlib.Path:
     """Write benchmark model `name` at `scale` to `out` and return its path. `chat_template`
-    replaces the vocab file's template (the tests' template families).
+    replaces the vocab file's template and `control_tokens` are added to its vocabulary (the
+    tests' template families).
 
     An existing `out` recording the same parameters (SPEC_KEY) is kept unless `force`."""
     t0 = time.perf_counter()
@@ -750,6 +776,8 @@ def write_bench_model(name: str, out: str | os.PathLike, vocab: str | os.PathLik
     v = read_vocab(find_vocab(vocab))
     if chat_template is not None:
         v = with_template(v, chat_template)
+    if control_tokens:
+        v = with_control_tokens(v, control_tokens)
     spec = spec_string(s, v, scale)
     if out.is_file() and not force and read_spec(out) == spec:
         if not quiet:

@@ -7,8 +7,10 @@ families, for tests of what agents send through each template.
 - gemma3: warmslot's built-in ``gemma`` template (what Gemma 3 270M gets: its GGUF has none),
   Gemma 3 270M's tokenizer (the default model's); gemma3, 2 sliding-window layers;
 - llama3: Llama-3.1-8B-Instruct's template, llama.cpp's ggml-vocab-llama-bpe; qwen3, 1 layer;
-- mistral: Mistral-Small-3.2-24B-Instruct-2506's template, llama.cpp's ggml-vocab-llama-spm;
-  qwen3, 1 layer;
+- mistral: Mistral-Small-3.2-24B-Instruct-2506's template, llama.cpp's ggml-vocab-llama-spm
+  with the template's markers (``[INST]``, ``[TOOL_CALLS]``, ...) made control tokens, as they
+  are in Mistral's own tokenizer (in the borrowed vocabulary they are text, and text next to
+  them would merge with their brackets); qwen3, 1 layer;
 - smollm2: SmolLM2-135M-Instruct's template and tokenizer (the run command's default model's);
   qwen3, 1 layer.
 
@@ -43,6 +45,7 @@ class Family:
     # the template writes the tool list right before the last user message (as Mistral's own
     # tokenizer does): a new user turn moves it, and only the system prompt stays in place
     tools_before_last_user: bool = False
+    control_tokens: tuple[str, ...] = ()  # markers that are special tokens in the real model
 
 
 SDIST_SHA256 = {
@@ -55,13 +58,18 @@ SDIST_SHA256 = {
     "templates/Mistral-Small-3.2-24B-Instruct-2506.jinja": "5b8f31f11198696548d544dbe424a3c1ef244d00a475f4e1bffb351fda085608",
 }
 
+MISTRAL_MARKERS = (
+    "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CONTENT]", "[TOOL_CALLS]", "[CALL_ID]", "[ARGS]", "[IMG]",
+)
+
 SPECS = {
     "qwen35": Family("qwen35-9b", 4, "ggml-vocab-qwen35.gguf", "templates/Qwen3.5-4B.jinja"),
     "qwen3": Family("qwen3-8b", 1, "ggml-vocab-qwen35.gguf", "templates/Qwen-Qwen3-0.6B.jinja"),
     "gemma3": Family("gemma3-4b", 2, "default_model", "builtin:gemma"),
     "llama3": Family("qwen3-8b", 1, "ggml-vocab-llama-bpe.gguf", "templates/meta-llama-Llama-3.1-8B-Instruct.jinja"),
     "mistral": Family("qwen3-8b", 1, "ggml-vocab-llama-spm.gguf", "templates/Mistral-Small-3.2-24B-Instruct-2506.jinja",
-                      tools_before_last_user=True),
+                      tools_before_last_user=True, control_tokens=MISTRAL_MARKERS),
     "smollm2": Family("qwen3-8b", 1, "chat_model", None),
 }
 
@@ -111,5 +119,5 @@ def write_family_model(family: str, folder: pathlib.Path) -> pathlib.Path:
     spec = SPECS[family]
     return bench_models.write_bench_model(
         spec.shape, folder / f"{family}.gguf", vocab_path(family), scale="micro", layers=spec.layers,
-        quiet=True, chat_template=template_source(family),
+        quiet=True, chat_template=template_source(family), control_tokens=spec.control_tokens,
     )
