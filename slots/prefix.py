@@ -19,7 +19,7 @@ from .memory import SlotMemory
 from .multimodal.spans import Positions, placeholder_ids
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
-from .router import Fork, FromDisk, KeepSlot, Load, Route
+from .router import Fork, FromDisk, KeepSlot, Load, Route, held_elsewhere
 from .slot import Slot
 from .stats import CopyCause, EngineStats
 
@@ -145,8 +145,8 @@ class Prefixes:
             if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
                 memory.save(slot, CopyCause.OVERWRITE)
             return memory.apply(slot, plan), plan
-        if slot.tokens:
-            memory.save(slot, CopyCause.OVERWRITE)
+        if slot.tokens and not (self.ctx.memory_kind.truncatable and held_elsewhere(slot, self.slots, None)):
+            memory.save(slot, CopyCause.OVERWRITE)  # (a cache entry that covers it is checked there)
         if isinstance(route, Fork):
             memory.fork(route.donor, slot, route.usable)
         elif isinstance(route, (Load, FromDisk)):

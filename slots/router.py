@@ -168,6 +168,9 @@ class Router:
         if best is None or best.usable == 0:
             return Fresh(self._receiver(idle, None, req), seen)
         if isinstance(best, KeepSlot):
+            closer = self._closer(best.target, idle)
+            if closer is not None:  # a device copy next to the busy streams beats a gap in them
+                return Fork(closer, best.target, best.plan.keep, seen)
             return KeepSlot(best.target, best.plan, seen)
         if isinstance(best, Fork):
             return Fork(self._receiver(idle, best.donor, req), best.donor, best.usable, seen)
@@ -273,6 +276,28 @@ class Router:
                 return Wait(slot, shared)
         return None
 
+    def _closer(self, home: Slot, idle: list[Slot]) -> Slot | None:
+        """With a stream per sequence: an idle stream inside or next to the run of busy ones,
+        free to take the conversation `home` holds, where `home` itself lies apart from them.
+
+        NOTE: llama.cpp decodes a batch over streams in micro-batches of consecutive ids, so
+        a conversation that comes back to a spare stream away from the busy ones would cost
+        every step a micro-batch more (or filler tokens) for as long as it runs. A fork
+        between streams copies the whole stream on the device once instead (milliseconds on
+        a GPU); the stream it leaves keeps its copy until it is needed. A receiver is free
+        when it is empty or all it holds is held elsewhere (`held_elsewhere`): nothing
+        crosses to RAM."""
+        if not (self.contiguous and self.truncatable and self.can_fork):
+            return None
+        busy = [s.id for s in self.slots if s.active is not None]
+        if not busy:
+            return None
+        lo, hi = min(busy) - 1, max(busy) + 1
+        if lo <= home.id <= hi:
+            return None
+        free = [s for s in idle if lo <= s.id <= hi and (not s.tokens or held_elsewhere(s, self.slots, self.cache))]
+        return min(free, key=lambda s: (s.n_past, s.id)) if free else None
+
     def _receiver(self, idle: list[Slot], exclude: Slot | None, req: GenerateRequest) -> Slot:
         """The idle slot that last served the request's prompt_cache_key, else an empty one,
         else the least recently used one (not the donor, if possible); among equals, the one
@@ -294,6 +319,18 @@ class Router:
         if empty:
             return min(empty, key=lambda s: (distance(s), s.id))
         return min(pool, key=lambda s: (distance(s), s.last_used))
+
+
+def held_elsewhere(slot: Slot, slots: Sequence[Slot], cache: PromptCache | None) -> bool:
+    """Everything the slot holds is also held by another slot of its tenant (whose tokens
+    start with all of its own), or by a prompt-cache entry: on memory that can be cut
+    back anywhere, its contents can go without a save."""
+    tokens = slot.tokens
+    for other in slots:
+        if other is not slot and other.tenant == slot.tenant and len(other.tokens) >= len(tokens) \
+                and other.tokens[: len(tokens)] == tokens:
+            return True
+    return cache is not None and cache.find_covering(tokens, slot.tenant) is not None
 
 
 def _score(route) -> float:

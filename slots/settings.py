@@ -30,7 +30,7 @@ class EngineConfig:
     cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
-    cache_vram: int | None = 0  # device memory for spare sequences (see layout.py); None: auto
+    cache_vram: int | None = None  # device memory for spare sequences (see layout.py); None: auto
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
     reranking: bool = False  # a context with rank pooling for relevance scores (`reranker`)

@@ -231,3 +231,45 @@ def test_a_new_conversation_goes_next_to_the_busy_streams():
     unified = Router(slots, None, lambda slot: (lambda n: True), True)
     slots[0].tokens = [1]
     assert unified._receiver(idle, None, req).id == 5  # one pool: least recently used
+
+
+@pytest.mark.model
+def test_a_conversation_back_in_a_stream_apart_from_the_busy_ones_is_copied_next_to_them(tiny_models):
+    """Four conversations in two slots and two spare streams, stream 1 emptied. While
+    stream 0 decodes, the conversation in stream 3 comes back: it is copied on the device
+    into stream 1, next to the busy one (no filler tokens, nothing to or from RAM), reuses
+    all it held, and answers as a cold run does."""
+    path = tiny_models["attention"]
+    convs = [random_tokens(90 + i, 50 + 10 * i) for i in range(4)]
+    engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
+    try:
+        for c in convs:
+            generate(engine, c, max_tokens=4)
+        held = {s.id: list(s.tokens) for s in engine.slots}
+        assert all(held[i][: len(c)] == c for i, c in enumerate(convs))
+        engine.call(lambda e: e.memory.clear(e.slots[1])).result(10)
+        long_sink, back_sink = QueueSink(), QueueSink()
+        prompt = held[3] + random_tokens(95, 10)
+        engine.submit(GenerateRequest("busy", held[0] + random_tokens(96, 5), long_sink, SamplingParams(temperature=0),
+                                      max_tokens=300, ignore_eos=True))
+        engine.submit(GenerateRequest("back", prompt, back_sink, SamplingParams(temperature=0), max_tokens=16,
+                                      return_prompt_logits=True))
+        back, busy = back_sink.collect(), long_sink.collect()
+        assert busy.reuse.slot == 0
+        assert (back.reuse.source, back.reuse.slot, back.usage.cached_tokens) == ("fork", 1, len(held[3]))
+        assert engine.stats.filler_tokens == 0 and engine.stats.copy_bytes == {}
+        assert engine.slots[3].tokens == held[3]  # the stream it left keeps its copy
+    finally:
+        engine.stop()
+    assert_same_answer(back, cold_run(path, prompt))
+
+
+def test_a_slot_whose_tokens_another_holds_is_held_elsewhere():
+    from warmslot.slots.router import held_elsewhere
+
+    slots = [Slot(i, CheckpointList(4, 1 << 20)) for i in range(3)]
+    slots[0].tokens, slots[1].tokens, slots[2].tokens = [1, 2, 3, 4], [1, 2, 3], [1, 2, 5]
+    assert held_elsewhere(slots[1], slots, None)  # slot 0 holds all of it and more
+    assert not held_elsewhere(slots[2], slots, None) and not held_elsewhere(slots[0], slots, None)
+    slots[0].tenant = "other"
+    assert not held_elsewhere(slots[1], slots, None)  # another tenant's memory is not its own

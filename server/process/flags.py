@@ -195,11 +195,11 @@ FLAGS = [
          help="memory for checkpoints per slot; " + SIZE_HELP),
     Flag(("-cram", "--cache-ram"), "cache_ram", SIZE, "auto", sets="engine.cache_ram",
          help="RAM for the prompt cache (0: off; auto: a quarter of the RAM, at most 32GiB); " + SIZE_HELP),
-    Flag(("--cache-vram",), "cache_vram", VRAM, "0", sets="engine.cache_vram",
+    Flag(("--cache-vram",), "cache_vram", VRAM, "auto", sets="engine.cache_vram",
          help="device memory for spare sequences that keep idle conversations on the GPU, a size ("
               + SIZE_HELP + ") or auto (0: none). With a stream per slot (attention models) each spare is a "
-              "stream; auto: up to one per slot in free device memory. Recurrent and hybrid models get two spare "
-              "sequences per slot in their one pool"),
+              "stream; auto: as many as free device memory holds after a margin (at most 16 per slot and 64 in "
+              "all; none on the CPU). Recurrent and hybrid models get two spare sequences per slot in their one pool"),
     Flag(("--cache-disk",), "cache_disk", str, None, sets="engine.cache_disk", default_text="off",
          help="directory of the disk tier: prompt-cache entries evicted from RAM, and those worth keeping at "
               "shutdown, are written there and survive restarts (created owner-only; default: off)"),

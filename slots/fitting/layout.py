@@ -25,6 +25,11 @@ DEFAULT_MAX_CTX = 32768
 # device memory left free when sizing spare streams: compute buffers, fragmentation, others
 RESERVE_FRACTION = 0.10
 RESERVE_BYTES = 1 << 30
+# auto: spare streams at most, per slot and in all. An idle stream costs device memory only
+# (the router keeps the busy ones together, see router.py); the caps keep the engine's
+# per-step walk over its sequences short (llama.cpp allows 256 in one context)
+MAX_SPARE_PER_SLOT = 16
+MAX_SPARE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +75,9 @@ def plan_layout(
 ) -> KvLayout:
     """The layout for a model. `n_ctx` is the slots' cells in all (0: the model's training
     context, at most DEFAULT_MAX_CTX); `cache_vram` the device memory for spare sequences
-    (None: auto, up to one spare stream per slot in free device memory; two spare
-    sequences per slot in one pool for recurrent and hybrid models on a GPU)."""
+    (None: auto, as many spare streams as free device memory holds after a margin, at
+    most MAX_SPARE_PER_SLOT per slot; two spare sequences per slot in one pool for
+    recurrent and hybrid models on a GPU; none on the CPU)."""
     n_ctx = n_ctx or min(model.info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
     unified = kv_unified(kv_unified_setting, kind, n_parallel)
     if unified:
@@ -107,4 +113,4 @@ def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v
     total = sum(d.total for d in devices)
     slots_bytes = stream_bytes * n_parallel
     budget = free - slots_bytes - int(total * RESERVE_FRACTION) - RESERVE_BYTES
-    return max(0, min(n_parallel, budget // stream_bytes))
+    return max(0, min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, budget // stream_bytes))
