@@ -29,7 +29,9 @@ Per run and server:
   at once, computed once while the others wait for it; no server can compute less. The
   shared prefix is measured on the server itself: the token ids of two sessions' first
   requests of an agent, rendered as chat requests (system, tools, the task), up to where they
-  part (`shared_prefix_tokens`; `ideal_per_agent_total` counts it per session instead);
+  part (`shared_prefix_tokens`; `ideal_per_agent_total` counts it per session instead).
+  The prompts of different agents also share the chat template's first few tokens, which
+  the ideal counts as new: a server may compute a few tokens per agent less than the ideal;
 - the main agent's TTFT p50 over its requests with fewer than 500 new tokens (what those
   wait for is mostly the session's state, not the prefill of what is new);
 - warmslot: the deltas of its /metrics state counters over the run
