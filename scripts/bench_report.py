@@ -6,7 +6,8 @@ Usage:
     python scripts/bench_report.py RESULT.json [RESULT.json ...] [--out docs/benchmarks/REPORT.md]
 
 Results are grouped by model (the `--shape` name given to bench_gpu.py, else the file name);
-when several files hold the same workload for the same model, the most recent one wins. The
+when several files hold the same workload for the same model, the most recent one wins (for
+the sessions workload, per server and S:P, so its runs may come from several calls). The
 report has, per model and workload, the two servers side by side with warmslot/llama-server
 ratios, and a section that checks the targets. Plots go next to the report: TTFT per turn of
 the agent replay (one panel per mode) and TTFT per request of the alternating workload
@@ -29,7 +30,7 @@ if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` p
 
 from scripts.gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
 from scripts.gpu_bench.report_multiagent import multiagent_section  # noqa: E402
-from scripts.gpu_bench.report_sessions import sessions_section  # noqa: E402
+from scripts.gpu_bench.report_sessions import merge_sessions, sessions_section  # noqa: E402
 from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
 
 WARMSLOT = "warmslot"
@@ -92,6 +93,8 @@ def load(paths: list[str]) -> dict[str, dict[str, Any]]:
         entry["runs"].append(r)
         for wname, w in (r.get("workloads") or {}).items():
             if isinstance(w, dict) and w.get("servers"):
+                if wname == "sessions" and wname in entry["workloads"]:  # its runs may be split over calls
+                    w = merge_sessions(entry["workloads"][wname][0], w)
                 entry["workloads"][wname] = (w, r)
     return models
 

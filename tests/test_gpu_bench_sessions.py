@@ -6,7 +6,7 @@ import pytest
 from scripts.gpu_bench import LLAMA_SERVER, WARMSLOT
 from scripts.gpu_bench.claude_code_sessions import UserSession, chat_form, session_schedule
 from scripts.gpu_bench.cli import parse_args
-from scripts.gpu_bench.report_sessions import sessions_section
+from scripts.gpu_bench.report_sessions import merge_sessions, sessions_section
 from scripts.gpu_bench.text import TextFactory
 from scripts.gpu_bench.workload_sessions import compare, copy_bytes, summarise
 
@@ -91,3 +91,17 @@ def test_comparison_and_report_give_the_ratios_per_run():
     assert c["4:2"]["computed_over_ideal"] == {WARMSLOT: 1.1, LLAMA_SERVER: 3.0}
     text = sessions_section(w)
     assert "| 4:2 | warmslot | 2/2 |" in text and "wall warmslot / llama-server 0.50x" in text and "2.00" in text
+
+
+def test_runs_split_over_calls_merge_into_one_comparison():
+    def res(wall):
+        return {"summary": {"wall_s": wall}}
+    first = {"settings": {"runs": ["4:2"]}, "servers": {WARMSLOT: {"runs": {"4:2": res(10.0)}},
+                                                       LLAMA_SERVER: {"runs": {"4:2": res(20.0)}}}}
+    warmslot_only = {"settings": {"runs": ["16:4"]}, "servers": {WARMSLOT: {"runs": {"16:4": res(30.0)}}}}
+    later = {"settings": {"runs": ["16:4", "4:2"]},
+             "servers": {LLAMA_SERVER: {"runs": {"16:4": res(90.0), "4:2": {"skipped": "time budget spent"}}}}}
+    w = merge_sessions(merge_sessions(first, warmslot_only), later)
+    assert w["settings"]["runs"] == ["16:4", "4:2"]
+    assert w["comparison"]["16:4"]["wall_ratio_warmslot_over_llama_server"] == round(30 / 90, 4)
+    assert w["comparison"]["4:2"]["wall_ratio_warmslot_over_llama_server"] == 0.5  # the skipped run does not win

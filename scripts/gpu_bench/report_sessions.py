@@ -6,8 +6,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import copy
+
 from . import LLAMA_SERVER, SERVERS, WARMSLOT
 from .markdown import counters_table, fmt, ms, ratio, rx, table
+from .workload_sessions import compare
+
+
+def merge_sessions(older: dict[str, Any], newer: dict[str, Any]) -> dict[str, Any]:
+    """One `sessions` workload from two result files' (runs split over several calls, e.g.
+    one S:P or one server per call): per server and S:P the newer run wins, unless only the
+    older one measured anything (the newer skipped or failed); the comparison is made again."""
+    out = copy.deepcopy(newer)
+    servers = out.setdefault("servers", {})
+    for server, res in (older.get("servers") or {}).items():
+        runs = servers.setdefault(server, {"runs": {}}).setdefault("runs", {})
+        for label, run in (res.get("runs") or {}).items():
+            if label not in runs or (run.get("summary") and not runs[label].get("summary")):
+                runs[label] = run
+    settings = out.setdefault("settings", {})
+    labels = (older.get("settings") or {}).get("runs") or []
+    settings["runs"] = [x for x in labels if x not in (settings.get("runs") or [])] + list(settings.get("runs") or [])
+    out["comparison"] = compare(out)
+    return out
 
 
 def runs_table(w: dict[str, Any]) -> str:
