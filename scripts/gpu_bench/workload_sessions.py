@@ -37,8 +37,8 @@ Per run and server:
 - warmslot: the deltas of its /metrics state counters over the run
   (`warmslot_state_copy_bytes_total` by cause: load is RAM -> device, the others device ->
   RAM), and those bytes over the KV bytes of the tokens computed (state copy bytes /
-  (computed tokens x kv_bytes_per_token of /get_server_info)): how many bytes a token that
-  was not computed again cost in copies, per byte it would have taken on the device.
+  (computed tokens x kv_bytes_per_token of /get_server_info)): the bytes moved between the
+  device and RAM per KV byte the server computed (0: the states never moved).
 
 The comparison gives, per S:P, the wall ratio warmslot / llama-server, both servers'
 computed tokens against the ideal, the TTFT p50s and warmslot's bytes ratio.
