@@ -6,13 +6,15 @@ Usage:
     python scripts/bench_report.py RESULT.json [RESULT.json ...] [--out docs/benchmarks/REPORT.md]
 
 Results are grouped by model (the `--shape` name given to bench_gpu.py, else the file name);
-when several files hold the same workload for the same model, the most recent one wins. The
+when several files hold the same workload for the same model, the most recent one wins (for
+the sessions workload, per server and S:P, so its runs may come from several calls). The
 report has, per model and workload, the two servers side by side with warmslot/llama-server
 ratios, and a section that checks the targets. Plots go next to the report: TTFT per turn of
 the agent replay (one panel per mode) and TTFT per request of the alternating workload
 (matplotlib, if installed), and generated tokens/s against -np of the throughput workload
-(a PNG with matplotlib, else an SVG). The throughput and multiagent sections are in
-gpu_bench/report_throughput.py and gpu_bench/report_multiagent.py.
+(a PNG with matplotlib, else an SVG). The throughput, multiagent and sessions sections are
+in gpu_bench/report_throughput.py, gpu_bench/report_multiagent.py and
+gpu_bench/report_sessions.py.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` p
 
 from scripts.gpu_bench.markdown import fmt, ms, ratio, rx, table, verdict  # noqa: E402
 from scripts.gpu_bench.report_multiagent import multiagent_section  # noqa: E402
+from scripts.gpu_bench.report_sessions import merge_sessions, sessions_section  # noqa: E402
 from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section  # noqa: E402
 
 WARMSLOT = "warmslot"
@@ -90,6 +93,8 @@ def load(paths: list[str]) -> dict[str, dict[str, Any]]:
         entry["runs"].append(r)
         for wname, w in (r.get("workloads") or {}).items():
             if isinstance(w, dict) and w.get("servers"):
+                if wname == "sessions" and wname in entry["workloads"]:  # its runs may be split over calls
+                    w = merge_sessions(entry["workloads"][wname][0], w)
                 entry["workloads"][wname] = (w, r)
     return models
 
@@ -529,6 +534,9 @@ def build_report(models: dict[str, dict[str, Any]], out_dir: Path, plots: bool) 
         if "multiagent" in wl:
             w, _ = wl["multiagent"]
             body += ["### Agents sharing slots", "", multiagent_section(w), ""]
+        if "sessions" in wl:
+            w, _ = wl["sessions"]
+            body += ["### Claude Code sessions sharing slots", "", sessions_section(w), ""]
         errors = [e for r in entry["runs"] for e in r.get("errors") or []]
         server_errors = []
         for wname, (w, _) in wl.items():

@@ -4,7 +4,7 @@
 #
 # Usage: scripts/run_gpu_bench.sh MODEL_NAME WORKLOAD... [-- EXTRA_BENCH_GPU_ARGS...]
 #   MODEL_NAME  qwen3-8b | qwen35-27b | qwen35-9b | gemma3-4b
-#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk messages codex (words
+#   WORKLOAD    agent alternating concurrent decode restore throughput multiagent disk messages codex sessions (words
 #               or comma lists; default: the first five)
 #     throughput  distinct requests from 32 clients, -np 1,4,8,16 (--tp-* flags, --profile-warmslot S)
 #     multiagent  8 agents looping at once on -np 4 (--ma-* flags)
@@ -18,6 +18,9 @@
 #     codex       a Codex-shaped session through /v1/responses: ~10K tokens of developer messages,
 #                 the CLI's tools, turns that resend the whole history (--codex-* flags;
 #                 --codex-scale 0.05 for a CPU run)
+#     sessions    more Claude-Code-shaped sessions than slots at once through /v1/messages: 4 on
+#                 -np 2, then 16 on -np 4 (--sess-runs 4:2,16:4; --sess-* flags); wall time,
+#                 computed tokens vs ideal, TTFT, warmslot's state copies per KV byte computed
 # e.g. scripts/run_gpu_bench.sh qwen35-27b agent -- --nocache-turns 8
 #      scripts/run_gpu_bench.sh qwen35-27b messages codex -- --msg-np 1 --codex-turns 6
 #      scripts/run_gpu_bench.sh qwen3-8b throughput multiagent -- --profile-warmslot 12

@@ -67,6 +67,15 @@ Workloads (`--workloads`, comma-separated):
                status, error, TTFT, input and cached tokens; TTFT p50 per server and the
                ratio, computed tokens against the ideal, errors (--codex-* flags;
                --codex-scale 0.05 for a CPU run).
+  sessions     More Claude-Code-shaped sessions than slots, all at once through /v1/messages
+               (streamed): each S:P of --sess-runs is a server run with S sessions on -np P,
+               each a main agent (its ~20K-token system prompt and tools the same bytes in
+               every session), a background sub-agent (~6K) and a session-title request,
+               tool results of 2K-9K or 60-400 tokens, --sess-requests requests in turn. Wall
+               time, computed tokens against the ideal (the shared prefix once per run), the
+               main agent's TTFT p50 over requests adding < 500 tokens, warmslot's state
+               copies over the KV bytes of what it computed (--sess-* flags; --sess-scale 0.03
+               for a CPU run).
 
 Typical use (GPU machine, binaries on PATH):
 
@@ -85,6 +94,11 @@ The agents' sessions on CPU (warmslot alone; a tiny qwen35 from bench_models.py 
     python scripts/bench_gpu.py -m tiny.gguf -ngl 0 -t 2 --servers warmslot --workloads messages,codex \\
         --msg-scale 0.05 --msg-np 1 --msg-main-turns 3 --msg-sub-turns 1 --msg-gen-tokens 8 \\
         --codex-scale 0.05 --codex-turns 4 --codex-gen-tokens 8 --out /tmp/agents.json
+
+Sessions sharing slots on CPU (a micro qwen3-8b from bench_models.py --scale micro):
+
+    python scripts/bench_gpu.py -m micro.gguf -ngl 0 -t 2 --workloads sessions --sess-runs 3:2 \\
+        --sess-scale 0.03 --sess-requests 4 --sess-gen-tokens 4 --out /tmp/sessions.json
 """
 
 from __future__ import annotations
@@ -111,14 +125,16 @@ from .workload_decode import workload_decode
 from .workload_disk import add_disk_arguments, workload_disk
 from .workload_messages import add_messages_arguments, parse_messages_np, workload_messages
 from .workload_multiagent import workload_multiagent
+from .workload_sessions import add_sessions_arguments, parse_sessions_runs, workload_sessions
 from .workload_throughput import VariantError, parse_variants, workload_throughput
 
 WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent", "disk",
-             "messages", "codex")
+             "messages", "codex", "sessions")
 DEFAULT_WORKLOADS = "agent,alternating,concurrent,decode,restore"
 RUNNERS = {"agent": workload_agent, "alternating": workload_alternating, "concurrent": workload_concurrent,
            "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent,
-           "disk": workload_disk, "messages": workload_messages, "codex": workload_codex}
+           "disk": workload_disk, "messages": workload_messages, "codex": workload_codex,
+           "sessions": workload_sessions}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -186,6 +202,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_disk_arguments(p)
     add_messages_arguments(p)
     add_codex_arguments(p)
+    add_sessions_arguments(p)
     # robustness
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for a server to load")
@@ -215,6 +232,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(exc))
     a.ma_tools = max(0, min(a.ma_tools, len(TOOLS)))
     parse_messages_np(a)
+    try:
+        parse_sessions_runs(a)
+    except ValueError as exc:
+        p.error(str(exc))
     return a
 
 

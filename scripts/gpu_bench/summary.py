@@ -60,6 +60,7 @@ def print_summary(result: dict[str, Any]) -> None:
     print_disk(w.get("disk") or {})
     print_messages(w.get("messages") or {})
     print_codex(w.get("codex") or {})
+    print_sessions(w.get("sessions") or {})
 
 
 def print_throughput(w: dict[str, Any]) -> None:
@@ -141,3 +142,27 @@ def print_codex(w: dict[str, Any]) -> None:
     if c:
         print(f"  TTFT p50 warmslot / llama-server = {c.get('ttft_ratio_warmslot_over_llama_server')}; "
               f"errors {c.get('errors')}")
+
+
+def print_sessions(w: dict[str, Any]) -> None:
+    rows = []
+    for label in (w.get("settings") or {}).get("runs") or []:
+        for server, res in (w.get("servers") or {}).items():
+            r = (res.get("runs") or {}).get(label) or {}
+            s = r.get("summary") or {}
+            copies = (s.get("state_copy_bytes") or {}).get("total")
+            rows.append([label, server, f"{s.get('ok')}/{s.get('requests')}" if s else r.get("skipped") or "error",
+                         s.get("wall_s"), s.get("computed_tokens_total"), s.get("ideal_computed_total"),
+                         s.get("computed_over_ideal"),
+                         f"{(s.get('main_ttft_s_p50') or 0) * 1000:.0f} ({s.get('main_ttft_n')})" if s else None,
+                         None if copies is None else round(copies / 1e6, 1), s.get("copy_bytes_over_computed_kv"),
+                         " ".join(f"{k}:{v}" for k, v in (s.get("errors_by_agent") or {}).items() if v) or "-"])
+    if rows:
+        print("\nsessions (Claude-Code-shaped sessions at once, more than slots, through /v1/messages)")
+        print(bc.format_table(["S:P", "server", "requests", "wall s", "computed", "ideal", "computed/ideal",
+                               "main TTFT p50 ms (n)", "copies MB", "copies/KV computed", "errors"], rows))
+    for label, c in (w.get("comparison") or {}).items():
+        print(f"  {label}: wall warmslot / llama-server = {c.get('wall_ratio_warmslot_over_llama_server')}; main "
+              f"TTFT p50 ratio {c.get('ttft_ratio_warmslot_over_llama_server')}; computed/ideal "
+              f"{c.get('computed_over_ideal')}; warmslot copies / KV of computed "
+              f"{c.get('warmslot_copy_bytes_over_computed_kv')}")
