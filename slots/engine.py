@@ -85,6 +85,8 @@ class Engine(EngineThread, EngineStep, EngineAdmit, EngineSleep, EngineViews):
         self.embedder: Embedder | None = None  # with config.embeddings: embeddings on a context of their own
         self.reranker: Reranker | None = None  # with config.reranking: relevance scores, likewise
         self._published: EngineSnapshot | None = None
+        self._published_shape: tuple = ()  # each slot's (request id, prefill done) when last published
+        self._published_at = 0.0
         # the engine thread's parts, built by `load_parts` once the model is loaded
         self.model: Model | None = None
         self.ctx: Context | None = None

@@ -55,7 +55,7 @@ class EngineStep:
         if not self._has_work():
             self.outbox.flush(self.slots)  # nothing will run next: do not hold events back
         self.stats.step_seconds += time.monotonic() - t0
-        self._publish()
+        self._publish(force=False)
 
     def _run_call(self, call: tuple[Callable[[Any], Any], concurrent.futures.Future]) -> None:
         fn, fut = call

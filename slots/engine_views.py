@@ -4,9 +4,15 @@ prompt cache's and disk tier's counters. Part of `Engine` (engine.py)."""
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from .snapshot import EngineSnapshot, take_snapshot
+
+# a step publishes the light snapshot when a slot's request or phase changed, else at most
+# this often: describing every sequence after every decode step cost a few percent of a
+# one-stream decode with dozens of spare sequences
+PUBLISH_EVERY_S = 0.05
 
 
 class EngineViews:
@@ -40,6 +46,13 @@ class EngineViews:
             self.slots, self.cache, self.ctx or self._asleep, self.queue_depth, detail=detail, visible=visible, stats=self.stats,
         )
 
-    def _publish(self) -> None:
-        """Replace the light snapshot that /metrics reads (one reference swap)."""
+    def _publish(self, *, force: bool = True) -> None:
+        """Replace the light snapshot that /metrics reads (one reference swap). Unforced (after
+        a step): only when a slot took, finished or advanced a request's phase, or
+        PUBLISH_EVERY_S after the last one."""
+        now = time.monotonic()
+        shape = tuple((s.active.req.id, s.active.prefill_done) if s.active is not None else None for s in self.slots)
+        if not force and shape == self._published_shape and now - self._published_at < PUBLISH_EVERY_S:
+            return
         self._published = self._take_snapshot(detail=False)
+        self._published_shape, self._published_at = shape, now
