@@ -34,6 +34,11 @@ from .slot import Slot
 
 # a prefix this long, being computed by another slot right now, is worth waiting for
 MIN_SHARED_TO_WAIT = 32
+# an idle stream apart from the busy ones is used for a shorter prefix only when no stream
+# next to them can take the request (see Router._apart): recomputing 256 tokens of an 8B
+# model on a GPU costs about what ten steps' extra micro-batches cost, and a request runs
+# for more steps than that
+APART_MIN_KEEP = 256
 
 _RANK = {Source.SLOT: 3, Source.FORK: 2, Source.RAM: 1, Source.DISK: 0}
 
@@ -168,9 +173,14 @@ class Router:
         if best is None or best.usable == 0:
             return Fresh(self._receiver(idle, None, req), seen)
         if isinstance(best, KeepSlot):
-            closer = self._closer(best.target, idle)
-            if closer is not None:  # a device copy next to the busy streams beats a gap in them
-                return Fork(closer, best.target, best.plan.keep, seen)
+            if self._apart(best.target):
+                closer = self._closer(idle)
+                if closer is not None:  # a device copy next to the busy streams beats a gap in them
+                    return Fork(closer, best.target, best.plan.keep, seen)
+                if best.plan.keep < APART_MIN_KEEP:  # a few shared tokens are not worth a gap
+                    receiver = self._receiver(idle, None, req)
+                    if receiver is not best.target:
+                        return Fresh(receiver, seen)
             return KeepSlot(best.target, best.plan, seen)
         if isinstance(best, Fork):
             return Fork(self._receiver(idle, best.donor, req), best.donor, best.usable, seen)
@@ -276,26 +286,34 @@ class Router:
                 return Wait(slot, shared)
         return None
 
-    def _closer(self, home: Slot, idle: list[Slot]) -> Slot | None:
-        """With a stream per sequence: an idle stream inside or next to the run of busy ones,
-        free to take the conversation `home` holds, where `home` itself lies apart from them.
+    def _run(self) -> tuple[int, int] | None:
+        """The ids from just before the first busy stream to just after the last (None: no
+        busy stream, or one pool)."""
+        busy = [s.id for s in self.slots if s.active is not None] if self.contiguous else []
+        return (min(busy) - 1, max(busy) + 1) if busy else None
+
+    def _apart(self, slot: Slot) -> bool:
+        """With a stream per sequence: running a request in `slot` would leave a gap among
+        the busy streams.
 
         NOTE: llama.cpp decodes a batch over streams in micro-batches of consecutive ids, so
-        a conversation that comes back to a spare stream away from the busy ones would cost
-        every step a micro-batch more (or filler tokens) for as long as it runs. A fork
-        between streams copies the whole stream on the device once instead (milliseconds on
-        a GPU); the stream it leaves keeps its copy until it is needed. A receiver is free
-        when it is empty or all it holds is held elsewhere (`held_elsewhere`): nothing
-        crosses to RAM."""
-        if not (self.contiguous and self.truncatable and self.can_fork):
+        a request in a stream away from the busy ones costs every step a micro-batch more
+        (another pass over the weights) or filler tokens, for as long as it runs. On an H200
+        with 16 slots, a run whose busy streams scattered that way (895 filler tokens against
+        none) spent three times as long in decode calls for the same tokens."""
+        run = self._run()
+        return run is not None and not run[0] <= slot.id <= run[1]
+
+    def _closer(self, idle: list[Slot]) -> Slot | None:
+        """An idle stream inside or next to the run of busy ones that is free to take a
+        conversation from a stream apart from them: empty, or all it holds is held elsewhere
+        (`held_elsewhere`), so nothing crosses to RAM. A fork between streams copies the
+        whole stream on the device (milliseconds on a GPU); the stream left keeps its copy
+        until it is needed."""
+        run = self._run()
+        if run is None or not (self.truncatable and self.can_fork):
             return None
-        busy = [s.id for s in self.slots if s.active is not None]
-        if not busy:
-            return None
-        lo, hi = min(busy) - 1, max(busy) + 1
-        if lo <= home.id <= hi:
-            return None
-        free = [s for s in idle if lo <= s.id <= hi and (not s.tokens or held_elsewhere(s, self.slots, self.cache))]
+        free = [s for s in idle if run[0] <= s.id <= run[1] and (not s.tokens or held_elsewhere(s, self.slots, self.cache))]
         return min(free, key=lambda s: (s.n_past, s.id)) if free else None
 
     def _receiver(self, idle: list[Slot], exclude: Slot | None, req: GenerateRequest) -> Slot:

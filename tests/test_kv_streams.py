@@ -159,7 +159,7 @@ def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_model
     stream with every token reused and nothing copied to or from RAM, even while the slots
     around it decode (filler tokens in its stream are cut off again)."""
     path = tiny_models["attention"]
-    convs = [random_tokens(40 + i, 60 + 10 * i) for i in range(4)]
+    convs = [random_tokens(40 + i, 260 + 10 * i) for i in range(4)]  # long enough to keep apart (APART_MIN_KEEP)
     engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
     try:
         for c in convs:
@@ -273,3 +273,21 @@ def test_a_slot_whose_tokens_another_holds_is_held_elsewhere():
     assert not held_elsewhere(slots[2], slots, None) and not held_elsewhere(slots[0], slots, None)
     slots[0].tenant = "other"
     assert not held_elsewhere(slots[1], slots, None)  # another tenant's memory is not its own
+
+
+def test_a_short_prefix_in_a_stream_apart_from_the_busy_ones_is_computed_next_to_them():
+    """Streams 2 and 3 are busy. A request sharing three tokens with stream 5 starts fresh
+    next to the busy ones rather than leave a gap; one sharing a long prefix with it keeps
+    its stream there (no stream next to them is free to take a copy)."""
+    from warmslot.slots.router import APART_MIN_KEEP, Fresh, KeepSlot, Router
+
+    slots = [Slot(i, CheckpointList(4, 1 << 20)) for i in range(6)]
+    for i, slot in enumerate(slots):
+        slot.tokens, slot.last_used = [100 + i] * 4, float(i)
+    slots[5].tokens = list(range(1, APART_MIN_KEEP + 11))
+    slots[2], slots[3] = _slot(2, 5, 4, True), _slot(3, 5, 4, True)
+    router = Router(slots, None, lambda slot: (lambda n: True), True, contiguous=True)
+    short = router.route(GenerateRequest("short", [1, 2, 3, 99, 99], QueueSink(), SamplingParams()))
+    assert isinstance(short, Fresh) and short.target.id == 1  # next to the run, least recently used of those
+    long = router.route(GenerateRequest("long", slots[5].tokens + [99], QueueSink(), SamplingParams()))
+    assert isinstance(long, KeepSlot) and long.target.id == 5
