@@ -51,6 +51,8 @@ def explanation(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> di
         "reused_logits": reuse.used_logits,
         "divergence": divergence(reuse, n_prompt, prompt),
         "reason": reuse.reason,
+        "state_bytes": {"device_to_ram": reuse.state_bytes.get("device_to_ram", 0),
+                        "ram_to_device": reuse.state_bytes.get("ram_to_device", 0)},
     }
 
 
@@ -80,6 +82,9 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
     )
     if reuse.restored_checkpoint is not None:
         line += f", restored checkpoint {reuse.restored_checkpoint}"
+    if reuse.state_bytes:
+        moved = [f"{n / 1e6:.1f} MB {way.replace('_', ' ')}" for way, n in sorted(reuse.state_bytes.items())]
+        line += ", state copied " + " and ".join(moved)
     if usage.draft_tokens:
         line += (
             f", drafted {usage.draft_tokens} accepted {usage.draft_accepted} "

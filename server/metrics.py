@@ -125,6 +125,10 @@ class EngineCollector:
         for state in ("idle", "prefill", "decode"):
             family.add_metric([state], states.get(state, 0))
         yield family
+        idle = [s for s in snap.slots if s.state == "idle" and s.n_tokens]
+        yield GaugeMetricFamily("warmslot_idle_conversations",
+                                "Sequences that hold a conversation and run nothing: it comes back with no copy", value=len(idle))
+        yield GaugeMetricFamily("warmslot_idle_conversation_tokens", "Tokens those sequences hold", value=sum(s.n_tokens for s in idle))
         used = sum(s.n_tokens for s in snap.slots)
         yield GaugeMetricFamily("warmslot_kv_cells_used", "KV cells held by the slots' contents (a prefix shared between slots counts once per slot)", value=used)
         yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=snap.n_ctx)

@@ -13,9 +13,21 @@ from .llama_api import GrammarError, Sampler
 from .requests import EngineError, ErrorKind, GenerateRequest, Reuse
 from .router import Fetch, Fork, Route, Wait
 from .slot import Active, Slot
+from .stats import CopyCause
 from .text import TextStream
 
 log = logging.getLogger("warmslot.engine")
+
+
+def moved_bytes(before: dict, after: dict) -> dict[str, int]:
+    """State bytes copied between two readings of the engine's copy counters, by direction."""
+    out: dict[str, int] = {}
+    for cause, n in after.items():
+        delta = n - before.get(cause, 0)
+        if delta:
+            way = "ram_to_device" if cause is CopyCause.LOAD else "device_to_ram"
+            out[way] = out.get(way, 0) + int(delta)
+    return out
 
 
 class EngineAdmit:
@@ -70,12 +82,14 @@ class EngineAdmit:
         except GrammarError as exc:
             self.admission.reject(req, EngineError(ErrorKind.INVALID, str(exc)))
             return
+        before = dict(self.stats.copy_bytes)
         try:
             reuse, plan = self.prefixes.take(route, req)
             self._activate(route.target, req, sampler, reuse)
         except BaseException:
             sampler.close()  # the request never became active
             raise
+        reuse.state_bytes = moved_bytes(before, self.stats.copy_bytes)
         if reuse.cached == len(req.tokens):
             self.post.prompt_done_from_logits(route.target, plan.logits)
 

@@ -131,6 +131,9 @@ class Reuse:
     new_text: str = ""  # the prompt's text from there
     old_quoted: bool = False  # the candidate's text is the requester's own conversation's
     reason: str = ""
+    # sequence state this request's start moved between the device and RAM, by direction:
+    # "device_to_ram" (slots saved to take a slot, or parked), "ram_to_device" (a cache load)
+    state_bytes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

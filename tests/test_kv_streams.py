@@ -258,6 +258,7 @@ def test_a_conversation_back_in_a_stream_apart_from_the_busy_ones_is_copied_next
         assert busy.reuse.slot == 0
         assert (back.reuse.source, back.reuse.slot, back.usage.cached_tokens) == ("fork", 1, len(held[3]))
         assert engine.stats.filler_tokens == 0 and engine.stats.copy_bytes == {}
+        assert back.reuse.state_bytes == {}  # and the request says so
         assert engine.slots[3].tokens == held[3]  # the stream it left keeps its copy
     finally:
         engine.stop()

@@ -139,6 +139,15 @@ def test_prompt_tokens_by_source(scraped):
     assert by_source["ram"] > 0  # each replica's first conversation came back from its prompt cache
 
 
+def test_idle_conversations_are_the_idle_sequences_that_hold_tokens(scraped):
+    _, replicas = scraped
+    for replica in replicas:
+        held = [s["n_tokens"] for s in httpx.get(replica.url + "/slots", timeout=10).json() if not s["is_processing"] and s["n_tokens"]]
+        direct = replica_metrics([replica])
+        assert held and direct["warmslot_idle_conversations"] == len(held)
+        assert direct["warmslot_idle_conversation_tokens"] == sum(held)
+
+
 def test_time_to_first_token_quantile(scraped):
     prometheus, _ = scraped
     result = prometheus.query(

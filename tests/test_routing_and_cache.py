@@ -35,6 +35,8 @@ def test_alternating_conversations_share_prefix(tiny_models, kind):
         again = generate(engine, A, return_prompt_logits=True)
         assert again.usage.cached_tokens == len(A)  # the whole prompt, with its saved logits
         assert again.reuse.source == "ram"
+        # what it moved: C saved to take the slot (unless the cache held it), A loaded
+        assert again.reuse.state_bytes.get("ram_to_device", 0) > 0
         assert engine.cache.stats.hits == hits + 1
         # loading A took nothing out of the cache (C was saved into it, A is still there)
         assert engine.cache.n_entries >= entries and engine.cache.nbytes >= nbytes

@@ -143,6 +143,12 @@ def test_chat_streams_and_the_second_turn_comes_from_the_slot(browser, server):
     assert page.locator("#requests tbody tr").count() == 2
     assert "slot" in page.locator("#requests tbody tr").first.inner_text()
     assert page.locator("#tiers [data-tier='RAM prompt cache']").count() == 1
+    # the device tier: the conversation its slot holds, idle between turns
+    device = page.locator("#tiers [data-tier='device (idle conversations)']")
+    deadline = time.monotonic() + 10
+    while "1 of" not in device.inner_text() and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert "1 of" in device.inner_text(), device.inner_text()
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "chat.png"))

@@ -328,6 +328,13 @@ function renderSlots(view) {
 
 function renderTiers(view, m) {
   const rows = [];
+  // the device tier: sequences (slots and spare streams) holding a conversation that runs nothing
+  const idle = view.slots.filter((s) => s.state === "idle" && s.n_tokens > 0);
+  if (capacity && capacity.kv_bytes_per_token) {
+    const per = capacity.kv_bytes_per_token, held = idle.reduce((a, s) => a + s.n_tokens, 0);
+    rows.push(["device (idle conversations)", held * per, capacity.n_seq * capacity.n_ctx_slot * per,
+      `${idle.length} of ${capacity.n_seq} sequences (${capacity.n_seq - capacity.n_slots} spare)`]);
+  }
   if (view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes, `${view.cache.n_entries} entries`]);
   const diskBudget = m["warmslot_disk_cache_budget_bytes"];
   if (diskBudget) rows.push(["disk", m["warmslot_disk_cache_bytes"] || 0, diskBudget, `${m["warmslot_disk_cache_entries"] || 0} entries`]);
