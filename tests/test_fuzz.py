@@ -2,8 +2,12 @@
 
 schemathesis turns the document into Hypothesis strategies: requests that follow the
 schemas (positive) and requests that break them (negative: wrong types, missing fields,
-values out of range). At least 2,000 of them go to the real server on the default model,
-and every response is checked:
+values out of range). 2,000 distinct requests go to the real server on the default model,
+spread over the routes by tests/fuzz_plan.py: routes that take the same request share its
+generated cases (a chat completion and its /input_tokens count get the same bodies; aliases
+such as the four rerank paths take turns), a group gets cases in proportion to the size of
+what its requests can vary, a route with nothing to vary gets one request per path, and no
+request is sent twice. Every response is checked:
 
 - no 5xx;
 - the status, content type and body are the ones the document declares for the route
@@ -11,8 +15,9 @@ and every response is checked:
   Messages routes);
 - afterwards /health answers 200 and no slot is left busy, nothing left queued.
 
-Generation is kept cheap so that 2,000 requests fit in CI: a max_tokens (or n_predict) above 2 becomes 2,
-the server's default is 2 (-n 2), the context is small and --request-timeout bounds the rest.
+Generation is kept cheap so that 2,000 requests fit in CI: a max_tokens (max_completion_tokens,
+max_output_tokens, n_predict) above 2 becomes 2, the server's default is 2 (-n 2), the context
+is small and --request-timeout bounds the rest.
 The run is derandomized (the same requests every time, so CI is reproducible); set
 WARMSLOT_FUZZ_RANDOM=1 to explore new ones.
 """
@@ -27,17 +32,20 @@ import time
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance, status_code_conformance
 
+from tests.fuzz_plan import Group, plan, request_key
 from tests.helpers import warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
 N_REQUESTS = 2000
+FLOOR = 20  # requests for a route whose requests can vary, before its share by size
 MAX_TOKENS = 2
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
@@ -57,7 +65,7 @@ def server(default_model, tmp_path_factory):
 def cheap(case) -> None:
     """Bound what a generated request may cost: at most MAX_TOKENS generated tokens."""
     if isinstance(case.body, dict):
-        for name in ("max_tokens", "max_completion_tokens", "n_predict"):
+        for name in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict"):
             value = case.body.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TOKENS:
                 case.body[name] = MAX_TOKENS
@@ -88,29 +96,67 @@ def anthropic_error_shape(response) -> str | None:
     return None
 
 
-def fuzz(url: str, n: int, record) -> None:
+def fuzz(url: str, total: int, record) -> list[Group]:
+    """About `total` distinct requests by the plan (tests/fuzz_plan.py): per lane of a group,
+    half of its cases break the schema (where something can), the rest follow it; each case
+    goes to every route of the group. Returns the plan."""
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
-    strategy = st.one_of(schema.as_strategy(GenerationMode.POSITIVE), schema.as_strategy(GenerationMode.NEGATIVE))
+    groups = plan(schema.raw_schema, total, FLOOR)
+    sent: set[str] = set()
+    for group in groups:
+        for paths, cases in group.lanes():
+            operations = [schema[path][group.method] for path in paths]
+            broken = send(url, operations, GenerationMode.NEGATIVE, cases // 2, sent, record)
+            send(url, operations, GenerationMode.POSITIVE, cases - broken, sent, record)
+    return groups
+
+
+def send(url: str, operations: list, mode: GenerationMode, n: int, sent: set[str], record) -> int:
+    """Up to `n` cases generated for the first of `operations` (which all take the same
+    request), each sent to every one of them unless sent before; how many cases went."""
+    if n <= 0:
+        return 0
+    count = [0]
 
     @settings(
         max_examples=n, deadline=None, database=None, phases=[Phase.generate],
         derandomize=not os.environ.get("WARMSLOT_FUZZ_RANDOM"), suppress_health_check=list(HealthCheck),
     )
-    @given(case=strategy)
+    @given(case=operations[0].as_strategy(generation_mode=mode))
     def one(case):
         cheap(case)
-        response = case.call(base_url=url, timeout=120)
-        problem = None
-        try:
-            case.validate_response(response, checks=CHECKS)
-        except Exception as exc:  # noqa: BLE001 - every failure is collected, the run goes on
-            problem = str(exc)[:1500]
-        if problem is None and 400 <= response.status_code < 500:
-            anthropic = case.path.startswith(("/v1/messages", "/messages"))
-            problem = anthropic_error_shape(response) if anthropic else openai_error_shape(response)
-        record(case, response, problem)
+        cases = [case] + [
+            operation.Case(path_parameters=case.path_parameters, headers=case.headers, cookies=case.cookies, query=case.query,
+                           body=case.body, media_type=case.media_type)
+            for operation in operations[1:]
+        ]
+        keys = [request_key(c) for c in cases]
+        assume(any(key not in sent for key in keys))  # a repeat teaches nothing: Hypothesis draws another instead
+        count[0] += 1
+        for c, key in zip(cases, keys):
+            if key not in sent:
+                sent.add(key)
+                check(url, c, record)
 
-    one()
+    try:
+        one()
+    except Unsatisfiable:  # nothing to break (a route without parameters), or nothing new left
+        pass
+    return count[0]
+
+
+def check(url: str, case, record) -> None:
+    """Send one request and record what is wrong with its answer (None: nothing)."""
+    response = case.call(base_url=url, timeout=120)
+    problem = None
+    try:
+        case.validate_response(response, checks=CHECKS)
+    except Exception as exc:  # noqa: BLE001 - every failure is collected, the run goes on
+        problem = str(exc)[:1500]
+    if problem is None and 400 <= response.status_code < 500:
+        anthropic = case.path.startswith(("/v1/messages", "/messages"))
+        problem = anthropic_error_shape(response) if anthropic else openai_error_shape(response)
+    record(case, response, problem)
 
 
 def test_generated_requests_get_no_5xx_and_only_declared_openai_shaped_answers(server):
@@ -124,14 +170,17 @@ def test_generated_requests_get_no_5xx_and_only_declared_openai_shaped_answers(s
             failures.append(f"{case.operation.label} -> {response.status_code}: {problem}\nbody: {json.dumps(body, default=repr)[:500]}")
 
     t0 = time.monotonic()
-    while sum(statuses.values()) < N_REQUESTS:
-        fuzz(server.url, N_REQUESTS - sum(statuses.values()), record)
+    groups = fuzz(server.url, N_REQUESTS, record)
     elapsed = time.monotonic() - t0
     print(f"\n{sum(statuses.values())} requests in {elapsed:.0f} s:")
     for (label, status), n in sorted(statuses.items()):
         print(f"  {label} {status}: {n}")
     assert not failures, "\n\n".join(failures)
     assert not any(status >= 500 for _, status in statuses)
+    # every path was reached, and repeats left out did not thin the plan out
+    reached = {label for label, _ in statuses}
+    assert not [label for group in groups for label in group.labels if label not in reached]
+    assert sum(statuses.values()) >= 0.9 * sum(group.requests for group in groups), sum(statuses.values())
     # the routes that generate: chat and text completions (OpenAI's and llama-server's), Messages
     generating = ("completion", "/messages")
     ok = sum(n for (label, status), n in statuses.items()
@@ -221,6 +270,24 @@ def test_the_server_is_healthy_and_idle_after_the_fuzzing(server):
     assert view["queue_depth"] == 0
     r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=60)
     assert r.status_code == 200
+
+
+def test_the_plan_reaches_every_path_and_shares_cases_among_routes_that_take_the_same_request():
+    from warmslot.server.openapi import openapi_document
+
+    document = openapi_document()
+    groups = plan(document, N_REQUESTS, FLOOR)
+    paths = {f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item}
+    assert {f"{group.method} {path}" for group in groups for lane, _ in group.lanes() for path in lane} == paths
+    assert abs(sum(group.requests for group in groups) - N_REQUESTS) <= 2 * len(groups)  # rounding
+    group_of = {label: group for group in groups for label in group.labels}
+    assert group_of["POST /v1/chat/completions"] is group_of["POST /chat/completions/input_tokens"]
+    assert group_of["POST /tokenize"] is group_of["POST /apply-template"]
+    assert group_of["POST /rerank"] is group_of["POST /v1/reranking"]
+    assert group_of["GET /health"] is group_of["GET /v1/health"] and group_of["GET /health"].requests == 2
+    assert group_of["GET /health"] is not group_of["GET /version"]  # nothing to vary: not one request for all
+    # by size: the chat request (~90 schema nodes) gets more cases than the slot action (7)
+    assert group_of["POST /v1/chat/completions"].cases > 3 * group_of["POST /slots/{id_slot}"].cases
 
 
 def test_the_document_describes_every_route_of_the_app(tmp_path):
