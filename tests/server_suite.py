@@ -91,18 +91,16 @@ DELIBERATE: dict[str, str] = {
         "one progress report (processed == total) where llama-server evaluates the last token again and reports twice"),
     "unit/test_compat_anthropic.py::test_anthropic_empty_messages": (
         "an empty 'messages' is refused with 400, as Anthropic's API refuses it, not answered from nothing"),
+    "unit/test_completion.py::test_completion_unified[": (
+        "when a shared KV pool runs out, the request holding more than its share of it ends with what it generated "
+        "(200, stop_type limit, fewer than n_predict tokens) and the others run on; llama-server answers every "
+        "request in the pool with a 500 instead, and the test holds a 200 to the whole n_predict. (On the local "
+        "model at --seed 42 each reply also ends at EOS after 38 tokens, short of n_predict, so no case passes.)"),
 }
 
 # Tests whose outcome depends on timing on any server: test-id prefix -> reason. The table records
 # them as run; check does not hold warmslot to them.
-UNSTABLE: dict[str, str] = {
-    "unit/test_completion.py::test_completion_unified[": (
-        "four requests sampled at temperature 0.8 must each run to n_predict without EOS; which decode steps "
-        "share a batch changes the logits' last bits, so whether one reaches EOS first varies run to run "
-        "(each server has passed and failed different cases of it)"
-    ),
-}
-
+UNSTABLE: dict[str, str] = {}
 
 def suite_root() -> pathlib.Path:
     """llama.cpp's tree with the suite and templates, extracted once into the cache folder."""
