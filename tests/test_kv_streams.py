@@ -136,7 +136,9 @@ def test_spare_streams_are_sized_from_the_memory_given():
     assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=0, **dict(kw, on_gpu=True)).n_spare == 0
     hybrid = plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **dict(kw, on_gpu=True))
     assert hybrid.unified and (hybrid.n_seq, hybrid.n_ctx) == (12, 4096)  # spares share the pool
-    assert plan_layout(FakeModel(), MemoryKind.SWA, cache_vram=1 << 30, **kw).n_spare == 0
+    assert plan_layout(FakeModel(), MemoryKind.SWA, cache_vram=2 * 1024 * 1000, **kw).n_spare == 2  # streams too
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=1 << 40, **kw).n_spare == 256 - 4  # llama.cpp's most
+    assert plan_layout(FakeModel(), MemoryKind.RECURRENT, cache_vram=1 << 30, **dict(kw, kv_unified_setting="off")).n_spare == 0
 
 
 def test_a_gap_in_the_sequence_ids_gets_a_filler_token():
@@ -154,11 +156,13 @@ def test_a_gap_in_the_sequence_ids_gets_a_filler_token():
 
 
 @pytest.mark.model
-def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_models):
+@pytest.mark.parametrize("kind", ["attention", "swa"])
+def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_models, kind):
     """Two slots and two spare streams hold four conversations: each comes back to its own
     stream with every token reused and nothing copied to or from RAM, even while the slots
-    around it decode (filler tokens in its stream are cut off again)."""
-    path = tiny_models["attention"]
+    around it decode (attention memory: filler tokens in its stream are cut off again;
+    sliding-window memory gets none, and the step takes a micro-batch more)."""
+    path = tiny_models[kind]
     convs = [random_tokens(40 + i, 260 + 10 * i) for i in range(4)]  # long enough to keep apart (APART_MIN_KEEP)
     engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
     try:
@@ -173,7 +177,7 @@ def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_model
             prompt = held[i] + random_tokens(60 + i, 10)
             engine.submit(GenerateRequest(f"c{i}", prompt, sink, SamplingParams(temperature=0), max_tokens=12))
         both = [sink.collect() for sink in sinks]
-        assert engine.stats.filler_tokens > 0  # stream 1 sat between the two busy ones
+        assert (engine.stats.filler_tokens > 0) == (kind == "attention")  # stream 1 sat between the two busy ones
         assert all(r.reuse.source == "slot" and r.usage.cached_tokens == len(held[i]) for r, i in zip(both, (0, 2)))
         again = generate(engine, held[1] + random_tokens(70, 10), return_prompt_logits=True)
         assert again.reuse.source == "slot" and again.reuse.slot == 1 and again.usage.cached_tokens == len(held[1])
@@ -292,3 +296,28 @@ def test_a_short_prefix_in_a_stream_apart_from_the_busy_ones_is_computed_next_to
     assert isinstance(short, Fresh) and short.target.id == 1  # next to the run, least recently used of those
     long = router.route(GenerateRequest("long", slots[5].tokens + [99], QueueSink(), SamplingParams()))
     assert isinstance(long, KeepSlot) and long.target.id == 5
+
+
+@pytest.mark.model
+def test_no_slot_is_available_when_parallel_requests_run_though_spare_streams_are_idle(default_model):
+    """GET /slots lists the spare streams too; fail_on_no_slot answers 503 once --parallel
+    requests run, whatever the idle spares."""
+    import httpx
+
+    from tests.helpers import warmslot_server
+
+    server = warmslot_server(default_model, "-np", "2", "-c", "2048", "-no-kvu", "--cache-vram", "64MiB")
+    client = httpx.Client(timeout=60)
+    try:
+        slots = client.get(server.url + "/slots").json()
+        assert len(slots) > 2 and client.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200
+        body = {"prompt": "a b c", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+        running = [client.send(client.build_request("POST", server.url + "/v1/completions", json=body), stream=True) for _ in range(2)]
+        lines = [r.iter_lines() for r in running]  # kept: a stream closed ends its request
+        for it in lines:
+            next(it)  # it runs
+        assert sum(s["is_processing"] for s in client.get(server.url + "/slots").json()) == 2
+        assert client.get(server.url + "/slots?fail_on_no_slot=1").status_code == 503
+    finally:
+        client.close()
+        server.stop()

@@ -5,8 +5,9 @@ The device can hold more conversations than there are slots: **spare sequences**
 still filled and continues there with no copy at all. Without spares, an idle conversation
 must be copied to RAM before its slot can serve another one, and back again when it returns.
 
-- With a stream per sequence (attention models), a slot's attention spans only its own
-  cells, so an idle stream costs the others nothing but device memory (`--cache-vram`).
+- With a stream per sequence (attention and sliding-window models), a slot's attention
+  spans only its own cells, so an idle stream costs the others nothing but device memory
+  (`--cache-vram`).
 - In one pool (recurrent and hybrid models), a spare costs one recurrent state; its
   attention cells share the pool, and the least recently used idle sequence moves to RAM
   when the pool is full.
@@ -30,6 +31,7 @@ RESERVE_BYTES = 1 << 30
 # per-step walk over its sequences short (llama.cpp allows 256 in one context)
 MAX_SPARE_PER_SLOT = 16
 MAX_SPARE = 64
+LLAMA_MAX_SEQ = 256  # sequences one llama.cpp context takes, spares included
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,18 +96,19 @@ def plan_layout(
 def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu) -> int:
     if cache_vram == 0:
         return 0
-    if kind is not MemoryKind.ATTENTION:
-        # NOTE: spares ride along in micro-batches as one-token fillers (see scheduler), which
-        # only memory that can be cut back to any position can undo
+    if kind not in (MemoryKind.ATTENTION, MemoryKind.SWA):
         if cache_vram:
-            log.warning("--cache-vram keeps idle conversations only on attention models; ignored")
+            log.warning("--cache-vram keeps idle conversations in streams only on attention and sliding-window models; ignored")
         return 0
+    # NOTE: on attention memory an idle stream between busy ones may get a one-token filler
+    # that is cut off after the step (see scheduler); sliding-window memory cannot be cut
+    # back anywhere, so it gets none (the engine computes no filler budget for it)
     per_token = model.kv_bytes_per_token(type_k, type_v)
     if not per_token:
         return 0
     stream_bytes = per_token * per_slot
     if cache_vram is not None:
-        return cache_vram // stream_bytes
+        return min(cache_vram // stream_bytes, LLAMA_MAX_SEQ - n_parallel)
     devices = gpu_memory() if on_gpu else []
     if not devices:
         return 0
