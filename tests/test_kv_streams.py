@@ -321,3 +321,29 @@ def test_no_slot_is_available_when_parallel_requests_run_though_spare_streams_ar
     finally:
         client.close()
         server.stop()
+
+
+@pytest.mark.model
+def test_when_every_stream_holds_a_conversation_the_least_recently_used_one_goes_to_ram(tiny_models):
+    """Four streams (two slots, two spares) hold conversations A-D; E takes the stream of the
+    least recently used one (A, after B-D and a return of B), which is saved to the prompt
+    cache first and comes back from RAM whole; the others stay where they are."""
+    path = tiny_models["attention"]
+    convs = [random_tokens(120 + i, 300) for i in range(5)]
+    engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
+    try:
+        for c in convs[:4]:
+            generate(engine, c, max_tokens=4)
+        home = {i: next(s.id for s in engine.slots if s.tokens[: len(c)] == c) for i, c in enumerate(convs[:4])}
+        back_b = generate(engine, engine.slots[home[1]].tokens + random_tokens(130, 5), max_tokens=4)
+        assert back_b.reuse.source == "slot"
+        assert engine.stats.copy_bytes == {}  # four conversations, four streams: nothing moved yet
+        new = generate(engine, convs[4], max_tokens=4)
+        assert new.reuse.slot == home[0]  # A's stream, the least recently used
+        assert new.reuse.state_bytes.get("device_to_ram", 0) > 0  # A saved before it was overwritten
+        assert all(engine.slots[home[i]].tokens[: len(convs[i])] == convs[i] for i in (1, 2, 3))
+        again = generate(engine, convs[0], return_prompt_logits=True)
+        assert again.reuse.source == "ram" and again.usage.cached_tokens == len(convs[0])
+    finally:
+        engine.stop()
+    assert_same_answer(again, cold_run(path, convs[0]))
