@@ -21,6 +21,7 @@ carries exactly what applying it needs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
@@ -180,7 +181,8 @@ class Router:
                 if best.plan.keep < APART_MIN_KEEP:  # a few shared tokens are not worth a gap
                     receiver = self._receiver(idle, None, req)
                     if receiver is not best.target:
-                        return Fresh(receiver, seen)
+                        why = f"{best.plan.keep} shared tokens in stream {best.target.id}, apart from the busy streams: computed next to them instead"
+                        return Fresh(receiver, dataclasses.replace(seen, reason=why) if seen is not None else None)
             return KeepSlot(best.target, best.plan, seen)
         if isinstance(best, Fork):
             return Fork(self._receiver(idle, best.donor, req), best.donor, best.usable, seen)

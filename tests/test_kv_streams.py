@@ -294,6 +294,7 @@ def test_a_short_prefix_in_a_stream_apart_from_the_busy_ones_is_computed_next_to
     router = Router(slots, None, lambda slot: (lambda n: True), True, contiguous=True)
     short = router.route(GenerateRequest("short", [1, 2, 3, 99, 99], QueueSink(), SamplingParams()))
     assert isinstance(short, Fresh) and short.target.id == 1  # next to the run, least recently used of those
+    assert "apart from the busy streams" in short.seen.reason  # the miss explanation says why
     long = router.route(GenerateRequest("long", slots[5].tokens + [99], QueueSink(), SamplingParams()))
     assert isinstance(long, KeepSlot) and long.target.id == 5
 
