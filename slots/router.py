@@ -326,11 +326,10 @@ class Router:
         NOTE: with a KV stream per sequence, busy sequences whose ids form one run decode in
         one micro-batch; a gap costs a micro-batch more or filler tokens (see scheduler)."""
         pool = [s for s in idle if s is not exclude] or idle
-        busy = [s.id for s in self.slots if s.active is not None] if self.contiguous else []
-        lo, hi = (min(busy), max(busy)) if busy else (0, 0)
+        run = self._run()
 
         def distance(slot: Slot) -> int:
-            return 0 if not busy else max(lo - 1 - slot.id, slot.id - hi - 1, 0)
+            return 0 if run is None else max(run[0] - slot.id, slot.id - run[1], 0)
 
         affine = [s for s in pool if _affine(s, req)]
         if affine:
