@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-from typing import Any
+import threading
+import time
+from typing import Any, Callable
 
 import httpx
 
@@ -104,3 +106,22 @@ def sampling_body(a: argparse.Namespace, max_tokens: int) -> dict[str, Any]:
     if a.template_kwargs:
         body["chat_template_kwargs"] = a.template_kwargs
     return body
+
+
+def at_once(n: int, work: Callable[[int, float], None], join_s: float) -> None:
+    """work(k, t0) for k in range(n), each on a thread of its own, all released together;
+    t0 is time.perf_counter() at the release. Waits up to join_s for each thread."""
+    barrier = threading.Barrier(n + 1)
+    t0 = [0.0]
+
+    def go(k: int) -> None:
+        barrier.wait()
+        work(k, t0[0])
+
+    threads = [threading.Thread(target=go, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    t0[0] = time.perf_counter()
+    barrier.wait()
+    for t in threads:
+        t.join(join_s)

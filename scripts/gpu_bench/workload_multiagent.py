@@ -10,14 +10,12 @@ or computes its prompt again; the computed prompt tokens and the state copies te
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from scripts import bench_common as bc
 
 from .agent import Agent
-from .client import request_record, sampling_body, stream
+from .client import at_once, request_record, sampling_body, stream
 from .servers import Run, Served, counters_delta, round_up
 
 # Tokens an agent's prompt holds beyond the system prompt and its turns: the task, the
@@ -72,20 +70,7 @@ def agent_loop(run: Run, srv: Served, agent: Agent, index: int, t0: float, rows:
 def run_agents(run: Run, srv: Served, agents: list[Agent]) -> list[dict[str, Any]]:
     """All agents at once (released together by a barrier); every request's row."""
     per_agent: list[list[dict]] = [[] for _ in agents]
-    barrier = threading.Barrier(len(agents) + 1)
-    t0 = [0.0]
-
-    def go(i: int) -> None:
-        barrier.wait()
-        agent_loop(run, srv, agents[i], i, t0[0], per_agent[i])
-
-    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(agents))]
-    for t in threads:
-        t.start()
-    t0[0] = time.perf_counter()
-    barrier.wait()
-    for t in threads:
-        t.join(run.timeout() * run.a.ma_turns + 30)
+    at_once(len(agents), lambda i, t0: agent_loop(run, srv, agents[i], i, t0, per_agent[i]), run.timeout() * run.a.ma_turns + 30)
     return [row for rows in per_agent for row in rows]
 
 

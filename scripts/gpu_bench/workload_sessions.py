@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import threading
 import time
 from typing import Any
 
@@ -58,7 +57,7 @@ from scripts.bench_client import get_json
 from . import LLAMA_SERVER, WARMSLOT
 from .claude_code_sessions import UserSession, chat_form, longest_prompt, session_schedule
 from .claude_code_shapes import SHAPES
-from .client import common_prefix, render_tokens
+from .client import at_once, common_prefix, render_tokens
 from .servers import Run, Served, counters_delta, round_up
 from .workload_messages import add_ideal, request_row, stream_messages
 
@@ -130,7 +129,7 @@ def shared_prefixes(run: Run, srv: Served, bodies: list[list[dict]], steps: list
     return out
 
 
-def session_client(run: Run, srv: Served, session: UserSession, bodies: list[dict], t0: list[float],
+def session_client(run: Run, srv: Served, session: UserSession, bodies: list[dict], t0: float,
                    rows: list[dict]) -> None:
     """One session's requests, one after another; a refused one is recorded and the next sent."""
     steps = session_schedule(run.a.sess_requests, session.current)
@@ -143,7 +142,7 @@ def session_client(run: Run, srv: Served, session: UserSession, bodies: list[dic
         start = time.perf_counter()
         r = stream_messages(srv.url, body, timeout=run.timeout(), path=session.path(), headers=session.headers(step))
         end = time.perf_counter()
-        rows.append({**head, "t_start_s": round(start - t0[0], 4), "t_end_s": round(end - t0[0], 4),
+        rows.append({**head, "t_start_s": round(start - t0, 4), "t_end_s": round(end - t0, 4),
                      **request_row(r)})
         row = rows[-1]
         run.log(f"  {srv.server:12s} session {session.index:2d} #{i:2d} {step.agent:5s}: HTTP {row['status']} prompt "
@@ -155,20 +154,8 @@ def run_sessions(run: Run, srv: Served, sessions: list[UserSession], bodies: lis
     """All sessions at once (released together by a barrier); every request's row, with its
     new tokens (the prompt less the same agent's previous prompt in the session)."""
     per_session: list[list[dict]] = [[] for _ in sessions]
-    barrier = threading.Barrier(len(sessions) + 1)
-    t0 = [0.0]
-
-    def go(k: int) -> None:
-        barrier.wait()
-        session_client(run, srv, sessions[k], bodies[k], t0, per_session[k])
-
-    threads = [threading.Thread(target=go, args=(k,), daemon=True) for k in range(len(sessions))]
-    for t in threads:
-        t.start()
-    t0[0] = time.perf_counter()
-    barrier.wait()
-    for t in threads:
-        t.join(run.timeout() * run.a.sess_requests + 30)
+    at_once(len(sessions), lambda k, t0: session_client(run, srv, sessions[k], bodies[k], t0, per_session[k]),
+            run.timeout() * run.a.sess_requests + 30)
     out = []
     for rows in per_session:
         add_ideal(rows)
@@ -291,7 +278,8 @@ def compare(out: dict[str, Any]) -> dict[str, Any]:
     """Per S:P: wall warmslot / llama-server, computed against the ideal, the main agent's
     TTFT p50, and warmslot's copy bytes over the KV bytes of what it computed."""
     def ratio(x: float | None, y: float | None) -> float | None:
-        return round(x / y, 4) if x is not None and y else None
+        r = bc.ratio(x, y)
+        return None if r is None else round(r, 4)
 
     cmp: dict[str, Any] = {}
     servers = out.get("servers") or {}
