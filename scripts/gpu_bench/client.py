@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -125,3 +126,28 @@ def at_once(n: int, work: Callable[[int, float], None], join_s: float) -> None:
     barrier.wait()
     for t in threads:
         t.join(join_s)
+
+
+def sse_events(url: str, path: str, body: dict, *, headers: dict[str, str], timeout: float, t0: float,
+               out: dict[str, Any], error_chars: int = 1500) -> Iterator[tuple[float, dict]]:
+    """POST `body` with `stream: true` and yield (seconds since t0, event) for each JSON
+    `data:` line. Sets out["status"]; sets out["error"] and stops on a status other than 200
+    or once the stream runs past `timeout`. httpx errors reach the caller."""
+    with httpx.stream("POST", url.rstrip("/") + path, json={**body, "stream": True}, headers=headers,
+                      timeout=httpx.Timeout(timeout, connect=10.0)) as r:
+        out["status"] = r.status_code
+        if r.status_code != 200:
+            r.read()
+            out["error"] = f"HTTP {r.status_code}: {r.text[:error_chars]}"
+            return
+        for line in r.iter_lines():
+            now = time.perf_counter() - t0
+            if now > timeout:
+                out["error"] = f"timed out after {timeout:.0f}s"
+                return
+            if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                continue
+            try:
+                yield now, json.loads(line[5:].strip())
+            except json.JSONDecodeError:
+                continue

@@ -27,6 +27,7 @@ from scripts import bench_common as bc
 
 from . import LLAMA_SERVER, WARMSLOT
 from .codex import TOOL_MODES, CodexSession
+from .client import sse_events
 from .servers import Run, Served, counters_delta, round_up
 
 ERROR_CHARS = 1500
@@ -56,46 +57,29 @@ def stream_responses(url: str, body: dict, *, timeout: float) -> dict[str, Any]:
     done_items: list[dict] = []
     t0 = time.perf_counter()
     try:
-        with httpx.stream("POST", url.rstrip("/") + "/v1/responses", json={**body, "stream": True},
-                          headers={"authorization": "Bearer bench", "content-type": "application/json"},
-                          timeout=httpx.Timeout(timeout, connect=10.0)) as r:
-            out["status"] = r.status_code
-            if r.status_code != 200:
-                r.read()
-                out["error"] = f"HTTP {r.status_code}: {r.text[:ERROR_CHARS]}"
-                return out
-            for line in r.iter_lines():
-                now = time.perf_counter() - t0
-                if now > timeout:
-                    out["error"] = f"timed out after {timeout:.0f}s"
-                    return out
-                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
-                    continue
-                try:
-                    ev = json.loads(line[5:].strip())
-                except json.JSONDecodeError:
-                    continue
-                out["events"] += 1
-                kind = ev.get("type")
-                if ev.get("timings"):
-                    out["timings"] = ev["timings"]
-                if kind in ANSWER_DELTAS or kind in REASONING_DELTAS:
-                    if out["first_delta_s"] is None:
-                        out["first_delta_s"] = now
-                    if kind in ANSWER_DELTAS and out["ttft_s"] is None:
-                        out["ttft_s"] = now
-                elif kind == "response.output_item.done":
-                    done_items.append(ev.get("item") or {})
-                elif kind in ("error", "response.failed"):
-                    err = ev.get("error") or (ev.get("response") or {}).get("error") or ev
-                    out["error"] = out["error"] or json.dumps(err)[:ERROR_CHARS]
-                elif kind in ("response.completed", "response.incomplete"):
-                    resp = ev.get("response") or {}
-                    out["usage"] = resp.get("usage") or {}
-                    out["output"] = resp.get("output") or done_items
-                    out["response_status"] = resp.get("status")
-                    out["warmslot"] = resp.get("warmslot")
-                    break
+        for now, ev in sse_events(url, "/v1/responses", body, timeout=timeout, t0=t0, out=out, error_chars=ERROR_CHARS,
+                                  headers={"authorization": "Bearer bench", "content-type": "application/json"}):
+            out["events"] += 1
+            kind = ev.get("type")
+            if ev.get("timings"):
+                out["timings"] = ev["timings"]
+            if kind in ANSWER_DELTAS or kind in REASONING_DELTAS:
+                if out["first_delta_s"] is None:
+                    out["first_delta_s"] = now
+                if kind in ANSWER_DELTAS and out["ttft_s"] is None:
+                    out["ttft_s"] = now
+            elif kind == "response.output_item.done":
+                done_items.append(ev.get("item") or {})
+            elif kind in ("error", "response.failed"):
+                err = ev.get("error") or (ev.get("response") or {}).get("error") or ev
+                out["error"] = out["error"] or json.dumps(err)[:ERROR_CHARS]
+            elif kind in ("response.completed", "response.incomplete"):
+                resp = ev.get("response") or {}
+                out["usage"] = resp.get("usage") or {}
+                out["output"] = resp.get("output") or done_items
+                out["response_status"] = resp.get("status")
+                out["warmslot"] = resp.get("warmslot")
+                break
     except httpx.HTTPError as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out

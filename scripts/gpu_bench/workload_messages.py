@@ -32,6 +32,7 @@ from scripts import bench_common as bc
 from . import LLAMA_SERVER, WARMSLOT
 from .claude_code import Session
 from .claude_code_shapes import SHAPES, title_matches_schema
+from .client import sse_events
 from .servers import Run, Served, counters_delta, round_up
 
 ERROR_CHARS = 1500
@@ -75,48 +76,33 @@ def stream_messages(url: str, body: dict, *, timeout: float, path: str = "/v1/me
     reply: list[str] = []
     t0 = time.perf_counter()
     try:
-        with httpx.stream("POST", url.rstrip("/") + path, json={**body, "stream": True}, headers=headers,
-                          timeout=httpx.Timeout(timeout, connect=10.0)) as r:
-            out["status"] = r.status_code
-            if r.status_code != 200:
-                r.read()
-                out["error"] = f"HTTP {r.status_code}: {r.text[:ERROR_CHARS]}"
+        for now, ev in sse_events(url, path, body, headers=headers, timeout=timeout, t0=t0, out=out, error_chars=ERROR_CHARS):
+            kind = ev.get("type")
+            if kind == "error":
+                out["error"] = json.dumps(ev.get("error"))[:ERROR_CHARS]
                 return out
-            for line in r.iter_lines():
-                now = time.perf_counter() - t0
-                if now > timeout:
-                    out["error"] = f"timed out after {timeout:.0f}s"
-                    return out
-                if not line.startswith("data:"):
-                    continue
-                try:
-                    ev = json.loads(line[5:].strip())
-                except json.JSONDecodeError:
-                    continue
-                kind = ev.get("type")
-                if kind == "error":
-                    out["error"] = json.dumps(ev.get("error"))[:ERROR_CHARS]
-                    return out
-                if kind == "message_start":
-                    out["message_start_s"] = now
-                    out["usage"].update((ev.get("message") or {}).get("usage") or {})
-                elif kind == "content_block_delta":
-                    out["deltas"] += 1
-                    if out["ttft_s"] is None:
-                        out["ttft_s"] = now
-                    d = ev.get("delta") or {}
-                    text.append(d.get("text") or d.get("thinking") or d.get("partial_json") or "")
-                    if d.get("type") == "text_delta":
-                        reply.append(d.get("text") or "")
-                elif kind == "message_delta":
-                    out["stop_reason"] = (ev.get("delta") or {}).get("stop_reason")
-                    out["usage"].update(ev.get("usage") or {})
-                    if out["ttft_s"] is None:
-                        out["ttft_s"], out["ttft_fallback"] = now, True
-                elif kind == "message_stop":
-                    break
+            if kind == "message_start":
+                out["message_start_s"] = now
+                out["usage"].update((ev.get("message") or {}).get("usage") or {})
+            elif kind == "content_block_delta":
+                out["deltas"] += 1
+                if out["ttft_s"] is None:
+                    out["ttft_s"] = now
+                d = ev.get("delta") or {}
+                text.append(d.get("text") or d.get("thinking") or d.get("partial_json") or "")
+                if d.get("type") == "text_delta":
+                    reply.append(d.get("text") or "")
+            elif kind == "message_delta":
+                out["stop_reason"] = (ev.get("delta") or {}).get("stop_reason")
+                out["usage"].update(ev.get("usage") or {})
+                if out["ttft_s"] is None:
+                    out["ttft_s"], out["ttft_fallback"] = now, True
+            elif kind == "message_stop":
+                break
     except httpx.HTTPError as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    if out["error"]:  # an HTTP error status, or past the timeout
         return out
     out["total_s"] = time.perf_counter() - t0
     out["ok"] = True
