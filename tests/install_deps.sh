@@ -45,40 +45,34 @@ install_debian_packages() {
     fi
 }
 
-install_claude_code() {
-    local package="@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
-    claude --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION " && return
+# npm_install PACKAGE COMMAND TEST: PACKAGE installed globally with npm (nodejs and npm from
+# apt-get where npm is missing), or a line saying what TEST needs
+npm_install() {
+    local package=$1 command=$2 test=$3
     if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
         apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
     fi
     if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
-        if npm install -g --silent "$package" >/dev/null 2>&1 && command -v claude >/dev/null 2>&1; then
-            echo "install_test_deps: installed Claude Code $(claude --version 2>/dev/null)" >&2
+        if npm install -g --silent "$package" >/dev/null 2>&1 && command -v "$command" >/dev/null 2>&1; then
+            echo "install_test_deps: installed $package ($("$command" --version 2>/dev/null))" >&2
             return
         fi
         echo "install_test_deps: npm could not install $package" >&2
     else
-        echo "install_test_deps: Claude Code $CLAUDE_CODE_VERSION is not installed; 'npm install -g $package' lets tests/test_messages_api.py run it" >&2
+        echo "install_test_deps: $package is not installed; 'npm install -g $package' lets $test run it" >&2
     fi
+}
+
+install_claude_code() {
+    claude --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION " && return
+    npm_install "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" claude tests/test_messages_api.py
 }
 
 install_codex() {
     [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] && return
-    if ! command -v npm >/dev/null 2>&1 && as_root_with_apt; then
-        apt_install nodejs npm || echo "install_test_deps: apt-get could not install nodejs and npm" >&2
-    fi
-    if command -v npm >/dev/null 2>&1 && [ -w "$(npm prefix -g 2>/dev/null || echo /nonexistent)" ]; then
-        if npm install -g --silent "@openai/codex@$CODEX_VERSION" >/dev/null 2>&1 && command -v codex >/dev/null 2>&1; then
-            echo "install_test_deps: installed $(codex --version 2>/dev/null)" >&2
-            return
-        fi
-        echo "install_test_deps: npm could not install @openai/codex@$CODEX_VERSION" >&2
-    else
-        echo "install_test_deps: the Codex CLI $CODEX_VERSION is not installed; 'npm install -g @openai/codex@$CODEX_VERSION' lets tests/test_codex_cli.py run it" >&2
-    fi
+    npm_install "@openai/codex@$CODEX_VERSION" codex tests/test_codex_cli.py
 }
 
-install_debian_packages
 install_claude_code
 install_codex
 exit 0
