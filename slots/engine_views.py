@@ -10,8 +10,8 @@ from typing import Callable
 from .snapshot import EngineSnapshot, take_snapshot
 
 # a step publishes the light snapshot when a slot's request or phase changed, else at most
-# this often: describing every sequence after every decode step cost a few percent of a
-# one-stream decode with dozens of spare sequences
+# this often: describing every sequence is work that grows with the spare sequences, and a
+# decode step of one stream need not pay for dozens of idle ones each time
 PUBLISH_EVERY_S = 0.05
 
 

@@ -36,9 +36,9 @@ from .slot import Slot
 # a prefix this long, being computed by another slot right now, is worth waiting for
 MIN_SHARED_TO_WAIT = 32
 # an idle stream apart from the busy ones is used for a shorter prefix only when no stream
-# next to them can take the request (see Router._apart): recomputing 256 tokens of an 8B
-# model on a GPU costs about what ten steps' extra micro-batches cost, and a request runs
-# for more steps than that
+# next to them can take the request (see Router._apart). An estimate, not a measurement:
+# an 8B model on a GPU prefills 256 tokens in about the time of ten steps' extra
+# micro-batches, and a request runs for more steps than that
 APART_MIN_KEEP = 256
 
 _RANK = {Source.SLOT: 3, Source.FORK: 2, Source.RAM: 1, Source.DISK: 0}
