@@ -140,6 +140,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         *(Route(path, rerank.rerank, methods=["POST"]) for path in rerank.PATHS),
         Route("/slots", service.slots_view),
         Route("/engine", service.engine_view),
+        Route("/engine/requests", service.recent_requests),
         Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),

@@ -5,7 +5,7 @@ shared the longest prefix, the first token where it and the new prompt differ wi
 around it: the prompt's own text, and the candidate's only where it is the reply to a prompt
 the new one contains whole (never another conversation's text). This module places that token in the conversation (which message, which role) and
 words it three ways: the `X-Warmslot-Cache` header, the opt-in `warmslot` body field, and one
-log line per request.
+log line per request; the admin's list of recent requests gets it without the text.
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ def explanation(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> di
         "state_bytes": {"device_to_ram": reuse.state_bytes.get("device_to_ram", 0),
                         "ram_to_device": reuse.state_bytes.get("ram_to_device", 0)},
     }
+
+
+def redacted(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> dict[str, Any]:
+    """The explanation without any text: the positions and counts, for a view of every
+    tenant's requests (the admin's), as /slots shows other tenants' slots by hash only."""
+    out = explanation(reuse, n_prompt, prompt)
+    where = out.get("divergence")
+    if where is not None:
+        out["divergence"] = {k: v for k, v in where.items() if k in ("token", "message", "role")}
+    return out
 
 
 def header(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> dict[str, str]:

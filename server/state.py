@@ -23,6 +23,7 @@ from .process.config import ServerConfig
 from .errors import ServerError, Unauthorized, Unavailable, shutting_down
 from .request.limits import check_body_limits
 from .request.protocol import parse_body
+from .recent_requests import RecentRequests
 from .work_queue import WorkQueue
 from .request.reasoning import reasoning_mode, thinking_default, thinks
 from .process.sleep import Sleeper
@@ -47,6 +48,7 @@ class Warmslot:
             engine, config.sleep_idle_s, ready=lambda: self.ready, rebuild=self.finish_loading,
         ) if config.sleep_idle_s > 0 else None
         self.draining = False  # shutting down: no new requests (see drain.py)
+        self.recent = RecentRequests()  # the last requests' summaries, for the admin (/engine/requests)
         self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
         self.tokenize_queue = WorkQueue("tokenize pool", lambda: self.config.engine.max_queue)

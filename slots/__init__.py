@@ -24,7 +24,7 @@ from .requests import (
     Reuse, ShuttingDown, Source, Usage,
 )
 from .sampling import DraftLimits, SamplingParams
-from .snapshot import EngineInfo, EngineSnapshot
+from .snapshot import EngineInfo, EngineSnapshot, tenant_hash
 from .speculation.spec_config import SPEC_TYPES, SpecConfig
 from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab, VocabClosed
@@ -81,4 +81,5 @@ __all__ = [
     "report_crashes",
     "placement",
     "slot_files",
+    "tenant_hash",
 ]

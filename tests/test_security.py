@@ -1,6 +1,7 @@
 """What one client can learn about another's: the miss explanation quotes no other
-conversation's text, /slots and /engine show a key only its own tenants (the admin key sees all), and
-/metrics needs a key when the server has keys. The real server on the default model."""
+conversation's text, /slots and /engine show a key only its own tenants (the admin key sees all),
+/engine/requests is the admin key's and quotes no prompt, and /metrics needs a key when the
+server has keys. The real server on the default model."""
 
 from __future__ import annotations
 
@@ -134,6 +135,27 @@ def test_admin_key_and_metrics_open(default_model):
         assert r.status_code == 200 and "warmslot_model_info" in r.text
     finally:
         proc.stop()
+
+
+def test_recent_requests_are_the_admin_keys_and_quote_no_prompt(keyed):
+    alice = {"Authorization": "Bearer alice-key"}  # the first key: the admin
+    chat(keyed.url, [SYSTEM, {"role": "user", "content": f"Remember this: {SECRET}."}], key="alice-key")
+    own = chat(keyed.url, [SYSTEM, {"role": "user", "content": "Remember this: the vault code is 7Q-LIMA, no more."}], key="alice-key")
+    assert "LIMA" in json.dumps(own.json()["warmslot"])  # the requester's own explanation quotes her text
+    chat(keyed.url, [SYSTEM, {"role": "user", "content": "Bob asks about loans."}], key="bob-key")
+
+    assert httpx.get(keyed.url + "/engine/requests").status_code == 401
+    r = httpx.get(keyed.url + "/engine/requests", headers={"Authorization": "Bearer bob-key"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_key_required"
+    r = httpx.get(keyed.url + "/engine/requests?limit=3", headers=alice)
+    assert r.status_code == 200, r.text
+    bob, alice_second, _ = r.json()["data"]  # newest first
+    assert bob["route"] == "/v1/chat/completions" and bob["tenant"] != alice_second["tenant"]
+    where = alice_second["explanation"]["divergence"]
+    assert where == {"token": where["token"], "message": 1, "role": "user"}  # where, not what
+    for fragment in ("7Q", "LIMA", "vault", "loans", "Remember"):
+        assert fragment not in r.text
+    assert httpx.get(keyed.url + "/engine/requests?limit=0", headers=alice).status_code == 400
 
 
 def test_get_load_shows_kv_cells_and_cache_bytes_to_the_admin_key_only(keyed):

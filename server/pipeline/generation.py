@@ -23,6 +23,7 @@ from warmslot.slots import Event, FinishReason, GenerateRequest, Progress, Sourc
 
 from .. import explain
 from ..prompt.builder import Prompt
+from ..recent_requests import summarize
 from ..errors import ClientClosed, ContextOverflow
 from ..output.parsed import ContentDelta, ReasoningDelta, ToolCallDelta
 from ..output.reply import parse_event, parse_reply
@@ -52,6 +53,7 @@ class Generation:
         self.prompts = prompts
         self.n_choices = len(prompts) * gen.n
         self.prompt: Prompt | None = plan.prompt if plan is not None else None
+        self.media = plan.media if plan is not None else ()
         self.parsers = [plan.parser(server) for _ in range(self.n_choices)] if plan is not None else None
         self.echoes = [""] * self.n_choices  # what `echo` puts before each choice's text
         self.headers = explain.header(self.reuse, len(prompts[0]), self.prompt)
@@ -158,6 +160,8 @@ class Generation:
 
     def _log(self, usage) -> None:
         log.info("%s", explain.log_line(self.endpoint, self.reuse, usage, self.prompt))
+        req = self.sub.req
+        self.server.recent.add(summarize(req.id, req.origin, req.tenant, self.reuse, usage, self.prompt, self.media))
 
     def log_gone(self) -> None:
         slot = f"slot {self.reuse.slot} " if self.reuse is not None else ""

@@ -112,6 +112,23 @@ _SLOT_ARRAY = {
 }
 
 
+_RECENT = {
+    "type": "object", "required": ["object", "data"], "properties": {
+        "object": {"type": "string", "enum": ["list"]},
+        "data": {"type": "array", "description": "newest first", "items": {"type": "object", "required": ["id", "ended", "route", "tenant"], "properties": {
+            "id": {"type": "string"}, "ended": {"type": "number", "description": "Unix seconds"},
+            "route": {"type": "string"}, "tenant": {"type": "string", "description": "a short hash, as /slots shows it"},
+            **{k: {"type": "integer"} for k in ("prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms")},
+            "images": {"type": "array", "items": {"type": "object", "properties": {
+                "hash": {"type": "string"}, "kind": {"type": "string", "enum": ["image", "audio"]},
+                "start": {"type": "integer"}, "n_tokens": {"type": "integer"},
+            }}},
+            "explanation": {"type": "object", "description": "the cache explanation (warmslot_explain) without text: positions, counts and the reason"},
+        }}},
+    },
+}
+
+
 def _slot_action() -> dict[str, Any]:
     return {"post": {
         "summary": "llama-server's slot persistence with --slot-save-path: save, restore or erase a slot (admin key)",
@@ -161,6 +178,11 @@ def paths() -> dict[str, Any]:
         "/detokenize": post(_DETOKENIZE_REQUEST, {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}, "the text of token ids"),
         "/slots": get(_SLOT_ARRAY, "the slots and spare sequences, as llama-server lists slots (own tenants only, unless the admin key); ?fail_on_no_slot=1: 503 when --parallel requests run", 401, 500, 501, 503),
         "/engine": get(_SLOTS, "the slots, the queue, the prompt cache and the capacity (own tenants only, unless the admin key)", 401, 500, 501, 503),
+        "/engine/requests": {"get": {
+            "summary": "the last requests that ended, every tenant's, redacted as /slots is (admin key); ?limit=N: the newest N",
+            "parameters": [{"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}],
+            "responses": {"200": json_body(_RECENT, "newest first"), **errors(400, 401, 403, 501)},
+        }},
         "/slots/{id_slot}": _slot_action(),
         # what a load balancer asks a replica (routes/worker.py)
         "/get_load": get(required_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),

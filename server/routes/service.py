@@ -1,4 +1,5 @@
-"""Service routes: health, tokenize and detokenize, the slots and engine views (the models: `props.py`)."""
+"""Service routes: health, tokenize and detokenize, the slots and engine views and the recent
+requests (the models: `props.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import InvalidRequest, NotSupported, Unavailable, shutting_down
+from ..errors import Forbidden, InvalidRequest, NotSupported, Unavailable, shutting_down
 from ..request.constraints import validate_tools
 from ..request.chat_messages import parse_messages
 from ..request.json_body import parse_body
@@ -140,3 +141,20 @@ async def engine_view(request: Request) -> Response:
     server, snapshot = await _engine_snapshot(request)
     capacity = server.engine.info.capacity
     return JSONResponse({**snapshot.to_json(), "capacity": capacity.to_json() if capacity is not None else None})
+
+
+async def recent_requests(request: Request) -> Response:
+    """GET /engine/requests: the last requests that ended, every tenant's, newest first, for
+    the admin key only (403 for another key); `?limit=N` gives the newest N. Redacted as /slots
+    redacts (see recent_requests.py): what a slot's view shows the admin, and the miss
+    explanation's positions, never a prompt's text or an image."""
+    server = server_of(request)
+    if not server.is_admin(server.authorize(request)):
+        raise Forbidden("/engine/requests shows every tenant's requests: it needs the admin key (--admin-key, else the first --api-key)")
+    if not server.config.slots_endpoint:
+        raise NotSupported("the /slots and /engine endpoints are disabled (--no-slots)")
+    limit = request.query_params.get("limit")
+    if limit is not None and not (limit.isdigit() and int(limit) > 0):
+        raise InvalidRequest("'limit' must be a positive integer", param="limit")
+    items = server.recent.newest_first(int(limit) if limit is not None else None)
+    return JSONResponse({"object": "list", "data": [s.to_json() for s in items]})
