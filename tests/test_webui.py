@@ -1,18 +1,27 @@
 """The web page at `/`, in a real headless browser: Debian's chromium driven by Playwright
 (launched on the system executable, so nothing is downloaded). A streamed chat, the second
 turn served from the slot and the cache view following it, stop freeing the slot, the key
-prompt with --api-key, and `--no-webui`. The real server on the default chat model, with
-short replies. Screenshots of the page go to build/webui/ (the README shows two of them)."""
+prompt with --api-key, the admin's view of every tenant's requests, and `--no-webui`. The
+real server on the default chat model, with short replies; images attached by the file
+picker, a paste and a drop, and an audio clip, go to the tiny model with its tiny projectors. Screenshots of the
+page go to build/webui/ (the README shows two of them)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
+import math
 import os
 import pathlib
 import shutil
+import struct
 import time
+import wave
 
 import httpx
 import pytest
+from PIL import Image
 
 from tests.helpers import warmslot_server
 
@@ -42,7 +51,10 @@ def test_the_page_ships_in_the_package_and_no_webui_turns_it_off(tmp_path):
     client = TestClient(create_app(config))  # no lifespan: the model is never loaded
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "script-src" not in page.headers["content-security-policy"]  # default-src 'self' holds
+    policy = dict(d.strip().split(" ", 1) for d in page.headers["content-security-policy"].split(";"))
+    assert "script-src" not in policy and policy["default-src"] == "'self'"  # the page's own script, nothing inline
+    assert policy["img-src"] == "'self' data:"  # attached images' thumbnails are data: URLs
+    assert policy["object-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
     assert '<script src="/webui/app.js">' in page.text and "http" not in page.text.split("<body>")[1]
     for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
         r = client.get(f"/webui/{name}")
@@ -80,7 +92,15 @@ def server(chat_model):
 
 @pytest.fixture(scope="module")
 def keyed_server(chat_model):
-    proc = warmslot_server(chat_model, "-np", "1", "-c", "1024", "--api-key", "right-key")
+    proc = warmslot_server(chat_model, "-np", "1", "-c", "1024", "--api-key", "right-key,other-key")  # the first is the admin's
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def vision_server(tiny_models, tiny_mmproj):
+    """The tiny model with its tiny projector: 16 tokens an image."""
+    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "1024", "--mmproj", str(tiny_mmproj))
     yield proc
     proc.stop()
 
@@ -196,5 +216,152 @@ def test_the_page_asks_for_the_key(browser, keyed_server):
     page.locator("#slots tbody tr").first.wait_for()
     assert page.locator("#slots tbody tr").count() == len(slots_json(keyed_server.url, "right-key")["slots"])
     assert page.evaluate("sessionStorage.getItem('warmslot.key')") == "right-key"
+    assert not errors, errors
+    page.close()
+
+
+def test_the_admin_key_sees_every_tenants_requests_and_why_they_missed(browser, keyed_server):
+    url, other = keyed_server.url, {"Authorization": "Bearer other-key"}
+    refused = httpx.get(url + "/engine/requests", headers=other, timeout=10)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "admin_key_required", refused.text
+    for text in ("Name a color.", "Name a fruit."):  # the second leaves the first's prefix inside the question
+        body = {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": 2, "temperature": 0}
+        assert httpx.post(url + "/v1/chat/completions", headers=other, json=body, timeout=60).status_code == 200
+    newest = httpx.get(url + "/engine/requests?limit=1", headers={"Authorization": "Bearer right-key"}, timeout=10).json()["data"]
+    assert len(newest) == 1 and set(newest[0]["explanation"]["divergence"]) == {"token", "message", "role"}  # no text
+
+    page, errors = open_page(browser, url, settings=False)
+    page.locator("#key-dialog").wait_for()
+    page.fill("#key-input", "right-key")
+    page.click("#key-submit")
+    row = page.locator("#recent-requests tbody tr").first
+    row.wait_for()
+    text = row.inner_text()
+    assert "diverged at token" in text and "(user)" in text, text
+    assert "fruit" not in text and "color" not in text  # redacted: positions, never the prompt
+    tenant = slots_json(url, "right-key")["slots"][0]["tenant"]  # the other key's tenant, as /slots names it
+    assert tenant and tenant in text
+
+    page.evaluate("sessionStorage.setItem('warmslot.key', 'other-key')")
+    page.reload()
+    page.locator("#slots tbody tr").first.wait_for()
+    page.wait_for_timeout(1200)  # a poll past the refused /engine/requests
+    assert page.locator("#recent").is_hidden()
+    assert not errors, errors
+    page.close()
+
+
+def png(color) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (20, 12), color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+# a file handed to the page as a paste into the message box or a drop on the chat, through
+# a DataTransfer built in the page (as the browser builds one for a real paste or drop)
+HAND_OVER = """([how, name, type, b64]) => {
+  const data = new DataTransfer();
+  data.items.add(new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name, { type }));
+  const event = how === "paste"
+    ? new ClipboardEvent("paste", { clipboardData: data, bubbles: true, cancelable: true })
+    : new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true });
+  document.getElementById(how === "paste" ? "input" : "messages").dispatchEvent(event);
+}"""
+
+
+def hand_over(page, how, name, data, kind="image/png"):
+    page.evaluate(HAND_OVER, [how, name, kind, base64.b64encode(data).decode()])
+
+
+def rendered_widths(page, selector):
+    """The natural width of each image the selector finds (0: not rendered)."""
+    return page.eval_on_selector_all(selector, "imgs => imgs.map((i) => i.complete ? i.naturalWidth : 0)")
+
+
+def test_images_attached_by_picker_paste_and_drop_reach_the_model(browser, vision_server):
+    page, errors = open_page(browser, vision_server.url, max_tokens=4)
+    page.locator("#attach:not([disabled])").wait_for()  # /props: the model takes images
+    red, green, blue = png((200, 10, 30)), png((10, 200, 30)), png((10, 30, 200))
+    page.set_input_files("#file-input", files=[{"name": "red.png", "mimeType": "image/png", "buffer": red}])
+    hand_over(page, "paste", "green.png", green)
+    hand_over(page, "drop", "blue.png", blue)
+    thumbs = page.locator("#attachments img.thumb")
+    thumbs.nth(2).wait_for()
+    assert rendered_widths(page, "#attachments img.thumb") == [20, 20, 20]  # shown under the page's CSP
+    page.click("#attachments figure[title='blue.png'] .remove")
+    assert [thumbs.nth(i).get_attribute("alt") for i in range(thumbs.count())] == ["red.png", "green.png"]
+
+    send(page, "What is this?")
+    line = stats(page, 0).inner_text()
+    assert page.locator("#attachments figure").count() == 0  # sent with the message
+    assert rendered_widths(page, ".msg.user img.thumb") == [20, 20]
+    # the server took both images: two runs of 16 embeddings, named by the hash of the bytes sent
+    hashes = [hashlib.sha256(b).hexdigest()[:16] for b in (red, green)]
+    slot = slots_json(vision_server.url)["slots"][0]
+    assert [(r["hash"], r["kind"], r["n_tokens"]) for r in slot["images"]] == [(h, "image", 16) for h in hashes]
+    assert int(line.split("prompt ")[1].split()[0]) > 32, line
+    # the cache panel names the runs as /slots does, and so does the admin's list (no keys: all see it)
+    for where in ("#slots", "#recent-requests"):
+        for h in hashes:
+            page.locator(f"{where} .run[data-hash='{h}']").wait_for(timeout=5000)
+    assert "none (slot 0)" in page.locator("#recent-requests tbody tr").first.inner_text()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "images.png"))
+    assert not errors, errors
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def audio_server(tiny_models, tmp_path_factory):
+    """The tiny model with a tiny audio projector: 750 tokens a clip."""
+    from tests.tiny_audio import write_tiny_audio_mmproj
+
+    mmproj = write_tiny_audio_mmproj(tmp_path_factory.mktemp("audio") / "audio-mmproj.gguf")
+    proc = warmslot_server(tiny_models["attention"], "-np", "1", "-c", "2048", "--mmproj", str(mmproj))
+    yield proc
+    proc.stop()
+
+
+def tone_wav(freq=440.0, seconds=0.25, rate=16000) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(12000 * math.sin(2 * math.pi * freq * i / rate))) for i in range(int(rate * seconds))))
+    return buf.getvalue()
+
+
+def test_an_audio_clip_reaches_a_model_that_takes_audio_and_an_image_does_not(browser, audio_server):
+    page, errors = open_page(browser, audio_server.url, max_tokens=2)
+    page.locator("#attach:not([disabled])").wait_for()
+    assert "audio" in page.locator("#attach").get_attribute("title")
+    hand_over(page, "drop", "red.png", png((200, 10, 30)))
+    page.locator("#attach-note").wait_for()
+    assert "takes audio only" in page.locator("#attach-note").inner_text()
+    clip = tone_wav()
+    page.set_input_files("#file-input", files=[{"name": "tone.wav", "mimeType": "audio/wav", "buffer": clip}])
+    chip = page.locator("#attachments .attachment.audio .chip")
+    chip.wait_for()
+    assert "tone.wav" in chip.inner_text() and page.locator("#attachments figure").count() == 1
+
+    send(page, "Listen.")
+    stats(page, 0)
+    assert "tone.wav" in page.locator(".msg.user .attachment.audio").inner_text()
+    slot = slots_json(audio_server.url)["slots"][0]
+    assert [(r["hash"], r["kind"], r["n_tokens"]) for r in slot["images"]] == [(hashlib.sha256(clip).hexdigest()[:16], "audio", 750)]
+    assert not errors, errors
+    page.close()
+
+
+def test_a_text_model_takes_no_attachments(browser, server):
+    page, errors = open_page(browser, server.url, settings=False)
+    page.locator("#capacity tr").first.wait_for()  # /props has answered
+    assert page.locator("#attach").is_disabled()
+    assert "text only" in page.locator("#attach").get_attribute("title")
+    hand_over(page, "drop", "red.png", png((200, 10, 30)))
+    page.locator("#attach-note").wait_for()
+    assert "takes text only" in page.locator("#attach-note").inner_text()
+    assert page.locator("#attachments figure").count() == 0
     assert not errors, errors
     page.close()

@@ -3,7 +3,8 @@
 Three static files shipped inside the package (`server/webui/`), plain JavaScript and CSS with
 nothing fetched from elsewhere, so the page works offline and needs no build step. The page
 talks to the server through the public routes only (`/v1/chat/completions`, `/engine`,
-`/metrics`, `/props`), with the key the user types, so it shows exactly what that key may see.
+`/metrics`, `/props`, and `/engine/requests` for the admin key), with the key the user types,
+so it shows exactly what that key may see.
 `--no-webui` leaves these routes out of the table (404).
 """
 
@@ -32,7 +33,8 @@ def read(name: str) -> bytes:
     return importlib.resources.files(__package__.rsplit(".", 1)[0]).joinpath("webui", name).read_bytes()
 
 
-# the page runs its own script only (inline styles: the bars' widths), nothing from elsewhere
+# the page runs its own script only (inline styles: the bars' widths), nothing from elsewhere;
+# images may be data: URLs (the thumbnails of attached images, read in the page)
 PAGE_POLICY = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 
 

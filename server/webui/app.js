@@ -1,6 +1,7 @@
 // warmslot's page: a chat with the model and a live view of the slots and the cache.
 // Plain JavaScript, no dependencies. It uses the server's public routes only, with the key
-// the user gives, so the cache view shows exactly what /engine shows to that key.
+// the user gives, so the cache view shows exactly what /engine shows to that key (and, to
+// the admin key, /engine/requests: every tenant's recent requests).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -35,10 +36,12 @@ function headers(extra) {
 }
 
 class Unauthorized extends Error {}
+class Forbidden extends Error {}  // a valid key, not the admin's
 
 async function get(path, kind) {
   const r = await fetch(path, { headers: headers(), cache: "no-store" });
   if (r.status === 401) throw new Unauthorized(await errorText(r));
+  if (r.status === 403) throw new Forbidden(await errorText(r));
   if (!r.ok) throw new Error(await errorText(r));
   return kind === "text" ? r.text() : r.json();
 }
@@ -111,8 +114,15 @@ function conversation() {
 }
 
 function saveConversations() {
-  store.save("conversations", conversations.slice(0, 50));
+  const kept = conversations.slice(0, 50);
+  try { store.save("conversations", kept); }
+  catch { store.save("conversations", kept.map(withoutMedia)); }  // past the browser's quota: text only
   store.save("current", current);
+}
+
+function withoutMedia(c) {
+  const strip = (m) => m.parts ? Object.assign({}, m, { parts: m.parts.map((p) => Object.assign({}, p, { url: null })) }) : m;
+  return Object.assign({}, c, { messages: c.messages.map(strip) });
 }
 
 function renderConversations() {
@@ -139,6 +149,12 @@ function renderMessage(m) {
   body.className = "content";
   body.innerHTML = m.role === "user" ? `<p>${escapeHtml(m.content).replace(/\n/g, "<br>")}</p>` : renderMarkdown(m.content || "");
   div.append(body);
+  if (m.parts && m.parts.length) {
+    const shelf = document.createElement("div");
+    shelf.className = "attachments";
+    shelf.append(...m.parts.map((p) => attachmentView(p)));
+    div.append(shelf);
+  }
   for (const call of m.tool_calls || []) {
     const pre = document.createElement("pre");
     pre.className = "tool-call";
@@ -172,7 +188,110 @@ function renderMessages() {
 
 function renderAll() { renderConversations(); renderMessages(); }
 
+// -- attachments: images and audio for the next message -------------------------------
+
+let modalities = { vision: false, audio: false };  // what the loaded model takes (/props)
+let pending = [];  // the next message's { kind: "image" | "audio", name, url: a data: URL, format }
+const AUDIO_FORMATS = {  // what the server decodes, by media type
+  "audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
+  "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/flac": "flac", "audio/x-flac": "flac",
+};
+
+function takes() {  // what the model takes besides text, in words ("" for text only)
+  return [modalities.vision && "images", modalities.audio && "audio"].filter(Boolean).join(" and ");
+}
+
+function setModalities(m) {
+  modalities = { vision: Boolean(m && m.vision), audio: Boolean(m && m.audio) };
+  const what = takes();
+  $("attach").disabled = !what;
+  $("attach").title = what ? `attach ${what} (or paste them, or drop them on the page)` : "this model takes text only";
+  $("file-input").accept = [modalities.vision && "image/*", modalities.audio && Object.keys(AUDIO_FORMATS).join(",")]
+    .filter(Boolean).join(",");
+  $("input").placeholder = "Send a message (Enter; Shift+Enter for a new line)" +
+    (what ? `; paste or drop ${what}` : "; this model takes text only");
+}
+
+function attachNote(text) {
+  $("attach-note").textContent = text || "";
+  $("attach-note").hidden = !text;
+}
+
+function readDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+function refusal(file) {  // why a file is not attached, in words
+  const name = file.name || "the file";
+  if (!takes()) return `${name}: this model takes text only (the server runs without a projector, --mmproj).`;
+  if (file.type.startsWith("audio/") && modalities.audio) return `${name}: audio goes as WAV, MP3 or FLAC.`;
+  return `${name}: this model takes ${takes()} only.`;
+}
+
+async function addFiles(files) {
+  const refused = [];
+  for (const file of files) {
+    const format = AUDIO_FORMATS[file.type];
+    const kind = file.type.startsWith("image/") && modalities.vision ? "image" : format && modalities.audio ? "audio" : null;
+    if (kind) pending.push({ kind, name: file.name || kind, format, url: await readDataUrl(file) });
+    else refused.push(refusal(file));
+  }
+  attachNote(refused.join(" "));
+  renderPending();
+}
+
+function renderPending() {
+  const box = $("attachments");
+  box.replaceChildren(...pending.map((a) => attachmentView(a, () => { pending = pending.filter((p) => p !== a); renderPending(); })));
+  box.hidden = !pending.length;
+}
+
+function attachmentView(a, remove) {  // a thumbnail, or a chip for a clip; `remove`: before sending
+  const figure = document.createElement("figure");
+  figure.className = `attachment ${a.kind}`;
+  figure.title = a.name;
+  if (a.kind === "image" && a.url) {
+    const img = document.createElement("img");
+    img.className = "thumb";
+    img.src = a.url;
+    img.alt = a.name;
+    figure.append(img);
+  } else {
+    const chip = document.createElement("span");
+    chip.className = "chip";
+    chip.textContent = `${a.kind} ${a.name}` + (a.url ? "" : " (not kept: past this browser's storage)");
+    figure.append(chip);
+  }
+  if (remove) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "remove";
+    button.textContent = "×";
+    button.setAttribute("aria-label", `remove ${a.name}`);
+    button.addEventListener("click", remove);
+    figure.append(button);
+  }
+  return figure;
+}
+
+function hasFiles(event) {
+  return Boolean(event.dataTransfer) && Array.from(event.dataTransfer.types).includes("Files");
+}
+
 // -- chat --------------------------------------------------------------------------------
+
+function apiContent(m, text) {  // a user message with media: OpenAI content parts
+  const parts = (m.parts || []).filter((p) => p.url);
+  if (!parts.length) return text;
+  return [...(text ? [{ type: "text", text }] : []), ...parts.map((p) => p.kind === "image"
+    ? { type: "image_url", image_url: { url: p.url } }
+    : { type: "input_audio", input_audio: { data: p.url.slice(p.url.indexOf(",") + 1), format: p.format } })];
+}
 
 function apiMessages(c) {
   const out = settings.system ? [{ role: "system", content: settings.system }] : [];
@@ -180,7 +299,7 @@ function apiMessages(c) {
     if (m.role === "assistant" && m.error && !m.content) continue;
     let content = m.content || "";
     if (!content && m.tool_calls) content = m.tool_calls.map((t) => `${t.function.name}(${t.function.arguments})`).join("\n");
-    out.push({ role: m.role, content });
+    out.push({ role: m.role, content: m.role === "user" ? apiContent(m, content) : content });
   }
   return out;
 }
@@ -204,10 +323,10 @@ async function* sseEvents(response) {
   }
 }
 
-async function send(text) {
+async function send(text, parts) {
   const c = conversation();
-  if (c.messages.length === 0) c.title = text.slice(0, 40);
-  c.messages.push({ role: "user", content: text });
+  if (c.messages.length === 0) c.title = text.slice(0, 40) || parts.map((p) => p.name).join(", ");
+  c.messages.push({ role: "user", content: text, parts });
   const reply = { role: "assistant", content: "", reasoning: "", tool_calls: null };
   c.messages.push(reply);
   saveConversations();
@@ -319,11 +438,17 @@ function renderSlots(view) {
       progress = s.state === "prefill" ? `prefill ${r.n_cached}/${r.n_prompt}` : `prompt ${r.n_prompt} (${r.n_cached} cached) + ${r.n_generated}`;
     }
     const tr = row(String(s.id), `<span class="state ${s.state}">${s.state}</span>`,
-      `${s.n_tokens}${bar(s.n_tokens, perSlot)}`, escapeHtml(progress) + (s.tenant ? ` <span class="muted">tenant ${escapeHtml(s.tenant)}</span>` : ""));
+      `${s.n_tokens}${bar(s.n_tokens, perSlot)}`,
+      escapeHtml(progress) + (s.tenant ? ` <span class="muted">tenant ${escapeHtml(s.tenant)}</span>` : "") + runs(s.images));
     tr.dataset.state = s.state;
     tr.dataset.tokens = s.n_tokens;
     return tr;
   }));
+}
+
+function runs(images) {  // image and audio runs by the hash of their bytes, as /slots names them
+  return (images || []).map((r) => `<div class="run" data-hash="${escapeHtml(r.hash)}">${escapeHtml(r.kind)} ` +
+    `<code>${escapeHtml(r.hash)}</code> [${r.start}, ${r.start + r.n_tokens})</div>`).join("");
 }
 
 function renderTiers(view, m) {
@@ -336,11 +461,13 @@ function renderTiers(view, m) {
       `${idle.length} of ${capacity.n_seq} sequences (${capacity.n_seq - capacity.n_slots} spare)`]);
   }
   if (view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes, `${view.cache.n_entries} entries`]);
-  const diskBudget = m["warmslot_disk_cache_budget_bytes"];
-  if (diskBudget) rows.push(["disk", m["warmslot_disk_cache_bytes"] || 0, diskBudget, `${m["warmslot_disk_cache_entries"] || 0} entries`]);
-  else if (m["warmslot_disk_cache_budget_bytes"] !== undefined || view.cache) rows.push(["disk", 0, 0, "off (--cache-disk)"]);
-  const ckpt = m["warmslot_checkpoint_bytes"];
-  if (ckpt !== undefined && capacity) rows.push(["checkpoints", ckpt, capacity.checkpoint_budget_bytes, ""]);
+  if (m) {  // the disk tier and the checkpoints are in /metrics only
+    const diskBudget = m["warmslot_disk_cache_budget_bytes"];
+    if (diskBudget) rows.push(["disk", m["warmslot_disk_cache_bytes"] || 0, diskBudget, `${m["warmslot_disk_cache_entries"] || 0} entries`]);
+    else if (m["warmslot_disk_cache_budget_bytes"] !== undefined || view.cache) rows.push(["disk", 0, 0, "off (--cache-disk)"]);
+    const ckpt = m["warmslot_checkpoint_bytes"];
+    if (ckpt !== undefined && capacity) rows.push(["checkpoints", ckpt, capacity.checkpoint_budget_bytes, ""]);
+  }
   $("tiers").innerHTML = rows.map(([name, used, budget, note]) =>
     `<div class="tier" data-tier="${name}"><span>${name}</span><span>${bytes(used)} / ${budget ? bytes(budget) : "-"} ${escapeHtml(note)}</span>${bar(used, budget)}</div>`).join("");
 }
@@ -396,16 +523,61 @@ function logRequest(stats, line) {
     row(`${r.ttft} ms`, String(r.cached), String(r.computed), escapeHtml(r.where))));
 }
 
+// the admin's view: every tenant's recent requests, with why their prompts missed
+let admin = null;  // the key may read /engine/requests (null: not asked yet)
+
+function whereFrom(e) {  // a redacted explanation in words, as the X-Warmslot-Cache line is shown
+  if (!e || !e.source) return "-";
+  let where = `${e.source}${e.slot >= 0 ? ` (slot ${e.slot})` : ""}`;
+  if (e.restored_checkpoint !== null && e.restored_checkpoint !== undefined) where += `, checkpoint ${e.restored_checkpoint}`;
+  const d = e.divergence;
+  if (d) where += `, diverged at token ${d.token}${d.message !== undefined ? ` in message ${d.message} (${d.role})` : ""}`;
+  if (e.reason) where += `; ${e.reason}`;
+  return where;
+}
+
+function renderRecent(items) {
+  $("recent-requests").tBodies[0].replaceChildren(...items.map((r) => {
+    const where = `<span class="muted">${escapeHtml(r.route)}</span> ${escapeHtml(whereFrom(r.explanation))}${runs(r.images)}`;
+    const tr = row(new Date(r.ended * 1000).toLocaleTimeString(), escapeHtml(r.tenant || "-"), `${r.cached_tokens} / ${r.prompt_tokens}`, where);
+    tr.dataset.id = r.id;
+    return tr;
+  }));
+}
+
+async function pollRecent() {
+  if (admin === false) return;
+  try {
+    renderRecent((await get("/engine/requests?limit=20")).data);
+    admin = true;
+  } catch (err) {
+    if (!(err instanceof Forbidden)) throw err;
+    admin = false;  // another key: the slots view shows its own requests
+  }
+  $("recent").hidden = !admin;
+}
+
+async function metricsOrNull() {  // with API keys, /metrics is the admin's (unless --metrics-open)
+  try {
+    return metricValues(await get("/metrics", "text"));
+  } catch (err) {
+    if (err instanceof Forbidden) return null;
+    throw err;
+  }
+}
+
 async function poll() {
   try {
-    const [view, text] = await Promise.all([get("/engine"), get("/metrics", "text")]);
-    const m = metricValues(text);
+    const [view, m] = await Promise.all([get("/engine"), metricsOrNull()]);
     capacity = view.capacity || capacity;
-    samples.push({ t: Date.now() / 1000, totals: Object.fromEntries(SOURCES.map((s) => [s, m[`warmslot_prompt_tokens_total{source="${s}"}`] || 0])) });
     renderSlots(view);
     renderTiers(view, m);
-    renderSources();
+    if (m) {
+      samples.push({ t: Date.now() / 1000, totals: Object.fromEntries(SOURCES.map((s) => [s, m[`warmslot_prompt_tokens_total{source="${s}"}`] || 0])) });
+      renderSources();
+    } else $("source-legend").innerHTML = `<li class="muted">/metrics needs the admin key</li>`;
     renderCapacity();
+    await pollRecent();
     $("cache-error").hidden = true;
   } catch (err) {
     if (err instanceof Unauthorized) askKey();
@@ -443,6 +615,8 @@ let pollTimer = null;
 async function start() {
   const props = await get("/props");  // 401 without the right key
   $("model").textContent = props.model_alias || "";
+  setModalities(props.modalities);
+  admin = null;
   capacity = props.capacity || null;
   renderCapacity();
   if (!pollTimer) pollTimer = setInterval(() => { if (!document.hidden) poll(); }, POLL_MS);
@@ -459,10 +633,15 @@ function bind() {
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     const text = $("input").value.trim();
-    if (!text || running) return;
+    if ((!text && !pending.length) || running) return;
+    const parts = pending;
     $("input").value = "";
-    send(text);
+    pending = [];
+    renderPending();
+    attachNote("");
+    send(text, parts);
   });
+  bindAttachments();
   $("input").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
   });
@@ -470,6 +649,21 @@ function bind() {
   $("new-chat").addEventListener("click", () => { if (!running) { current = null; conversation(); saveConversations(); renderAll(); } });
   $("key-form").addEventListener("submit", tryKey);
   $("key-button").addEventListener("click", () => askKey());
+}
+
+function bindAttachments() {
+  $("attach").addEventListener("click", () => $("file-input").click());
+  $("file-input").addEventListener("change", (e) => { const files = Array.from(e.target.files); e.target.value = ""; addFiles(files); });
+  document.addEventListener("paste", (e) => {
+    const files = e.clipboardData ? Array.from(e.clipboardData.files) : [];
+    if (files.length) { e.preventDefault(); addFiles(files); }
+  });
+  document.addEventListener("dragover", (e) => { if (hasFiles(e)) { e.preventDefault(); $("chat").classList.add("dropping"); } });
+  document.addEventListener("dragleave", () => $("chat").classList.remove("dropping"));
+  document.addEventListener("drop", (e) => {
+    $("chat").classList.remove("dropping");
+    if (hasFiles(e)) { e.preventDefault(); addFiles(Array.from(e.dataTransfer.files)); }
+  });
 }
 
 bind();
