@@ -12,7 +12,7 @@ from ..request.constraints import validate_tools
 from ..request.chat_messages import parse_messages
 from ..request.json_body import parse_body
 from ..request.protocol import parse_chat
-from ..state import server_of
+from ..state import named_model, server_of, use_model
 
 
 async def health(request: Request) -> Response:
@@ -21,7 +21,7 @@ async def health(request: Request) -> Response:
         return JSONResponse({"status": "error", "error": {"message": str(server.init_error), "type": "server_error"}}, 500)
     if server.draining:
         return JSONResponse({"status": "shutting_down", "error": shutting_down().body()["error"]}, 503, headers={"Retry-After": "1"})
-    if not server.ready:
+    if not server.ready and server.models is None:  # several models: each loads when a request names it
         return JSONResponse(
             {"status": "loading", "progress": round(server.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
             503,
@@ -29,13 +29,23 @@ async def health(request: Request) -> Response:
         )
     return JSONResponse({"status": "ok"})
 
+async def _open(request: Request):
+    """The server (of the body's `model`, loaded, where there are several) and the body."""
+    server = server_of(request)
+    server.authorize(request)
+    if server.models is None:
+        server.require_ready()
+        return server, parse_body(await request.body())
+    body = parse_body(await request.body())
+    server = await use_model(request, body.get("model"))
+    server.require_ready()
+    return server, body
+
+
 async def tokenize(request: Request) -> Response:
     """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
     tokenizes it) or for `messages` (and `tools`), as /v1/chat/completions renders them."""
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, body = await _open(request)
     if "messages" in body:
         messages = parse_messages(body["messages"])
         tools = body.get("tools")
@@ -70,10 +80,7 @@ def _piece(raw: bytes) -> str | list[int]:
 async def apply_template(request: Request) -> Response:
     """llama-server's POST /apply-template: the prompt text the chat template renders for
     `messages` (and `tools`), as /v1/chat/completions would, without generating."""
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, body = await _open(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     tools = validate_tools(params.tools) if params.tools else None
     add_generation_prompt = body.get("add_generation_prompt", True)
@@ -86,10 +93,7 @@ async def apply_template(request: Request) -> Response:
 
 
 async def detokenize(request: Request) -> Response:
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, body = await _open(request)
     tokens = body.get("tokens")
     n_vocab = server.engine.info.n_vocab
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
@@ -100,7 +104,7 @@ async def detokenize(request: Request) -> Response:
 async def _engine_snapshot(request: Request):
     """The detailed snapshot a key may see: details of its own tenants only, unless it is the
     admin key (other tenants' slots show their id and state)."""
-    server = server_of(request)
+    server = named_model(request, request.query_params.get("model"))
     key = server.authorize(request)
     if not server.config.slots_endpoint:
         raise NotSupported("the /slots and /engine endpoints are disabled (--no-slots)")
