@@ -95,25 +95,35 @@ def test_a_models_file_that_cannot_be_served_is_refused(tmp_path, section, error
 
 
 def test_a_models_file_adds_to_the_folders_models(tmp_path):
-    (tmp_path / "a.gguf").write_bytes(b"")
+    for name in ("a.gguf", "b.gguf", "c.gguf"):
+        (tmp_path / name).write_bytes(b"")
     ini = tmp_path / "models.ini"
-    ini.write_text("[a]\nalias = first-*\nparallel = 3\n")
+    ini.write_text(f"[c]\nalias = first-*\nparallel = 3\n\n[d]\nmodel = {tmp_path / 'a.gguf'}\n\n[a]\nc = 64\n")
     specs = read_models_file(str(ini), read_models_dir(str(tmp_path)))
-    assert [(s.name, s.args) for s in specs] == [("a", ["--alias", "first-*", "--parallel", "3"])]
+    # the file's models in its order (its wildcards are matched in that order), then the folder's others
+    assert [(s.name, s.args) for s in specs] == [
+        ("c", ["--alias", "first-*", "--parallel", "3"]), ("d", []), ("a", ["-c", "64"]), ("b", []),
+    ]
 
 
 # -- served by name ------------------------------------------------------------------------------
 
 
 def serve(tmp_path, tiny_models, *args: str) -> ServerProcess:
-    """A server of two tiny models: `small` (attention) and `big` (hybrid), on 2 threads."""
+    """A server of two tiny models on 2 threads, in a models folder laid out as llama-server's
+    (`small`: attention, a file at the top; `big`: hybrid, in a folder of its own), the models
+    file giving their names and flags."""
+    folder = tmp_path / "models"
+    (folder / "big").mkdir(parents=True)
+    (folder / "small.gguf").symlink_to(tiny_models["attention"])
+    (folder / "big" / "tiny-hybrid.gguf").symlink_to(tiny_models["hybrid"])
     ini = tmp_path / "models.ini"
     ini.write_text(
         "[*]\nctx-size = 1024\nparallel = 1\ncache-ram = 64\ncache-type-k = f32\ncache-type-v = f32\n\n"
-        f"[small]\nmodel = {tiny_models['attention']}\nalias = claude-*haiku*, gpt-mini\n\n"
-        f"[big]\nmodel = {tiny_models['hybrid']}\nalias = claude-*\n"
+        "[small]\nalias = claude-*haiku*, gpt-mini\n\n[big]\nalias = claude-*\n"
     )
-    cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "--models-file", str(ini), "--admin-key", "admin", "--metrics-open", *args]
+    cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "--models-dir", str(folder), "--models-file", str(ini),
+           "--admin-key", "admin", "--metrics-open", *args]
     return ServerProcess("warmslot", cmd, ready_timeout=120)
 
 
@@ -141,8 +151,13 @@ def two_loaded(tmp_path_factory, tiny_models):
 
 
 @pytest.fixture(scope="module")
-def one_loaded(tmp_path_factory, tiny_models):
-    with serve(tmp_path_factory.mktemp("one"), tiny_models, "--models-max", "1") as proc:
+def disk(tmp_path_factory):
+    return tmp_path_factory.mktemp("disk")
+
+
+@pytest.fixture(scope="module")
+def one_loaded(tmp_path_factory, tiny_models, disk):
+    with serve(tmp_path_factory.mktemp("one"), tiny_models, "--models-max", "1", "--cache-disk", str(disk)) as proc:
         yield proc
 
 
@@ -211,7 +226,7 @@ def test_admin_routes_need_the_admin_key_and_keep_alive_zero_unloads(two_loaded)
     assert metric(two_loaded, 'warmslot_model_unloads_total{model="small"}') >= 1
 
 
-def test_the_least_recently_used_model_makes_room_and_comes_back_warm(one_loaded):
+def test_the_least_recently_used_model_makes_room_and_comes_back_warm(one_loaded, disk):
     url = one_loaded.url
     first = chat(one_loaded.url, "big")
     assert states(url) == {"small": "unloaded", "big": "loaded"}
@@ -226,3 +241,21 @@ def test_the_least_recently_used_model_makes_room_and_comes_back_warm(one_loaded
     assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
     assert metric(one_loaded, 'warmslot_model_prompt_tokens_total{model="big",source="ram"}') > 0
     assert metric(one_loaded, 'warmslot_model_loads_total{model="big"}') == 2
+    assert sorted(p.name for p in disk.iterdir()) == ["big", "small"]  # each model's disk tier in its own folder
+
+
+def test_requests_for_both_models_wait_their_turn_under_models_max_1(one_loaded):
+    url = one_loaded.url
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        replies = [pool.submit(chat, url, m, [{"role": "user", "content": f"Say {i}."}]) for i, m in enumerate(["small", "big"] * 2)]
+        assert [f.result()["model"] for f in replies] == ["small", "big"] * 2
+    assert sorted(states(url).values()) == ["loaded", "sleeping"]
+
+
+def test_a_request_that_waits_past_the_load_timeout_gets_503_and_the_load_goes_on(tmp_path, tiny_models):
+    with serve(tmp_path, tiny_models, "--models-load-timeout", "0.001", "--models-default", "small") as proc:
+        # --models-default: a name nothing matches is the default model's
+        r = httpx.post(proc.url + "/v1/chat/completions", json={"model": "gpt-4o", "messages": TURN, "max_tokens": 4})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5" and r.json()["error"]["code"] == "loading"
+        wait_state(proc.url, "small", "loaded")
+        assert chat(proc.url, "gpt-4o")["model"] == "small"

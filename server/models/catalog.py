@@ -86,8 +86,9 @@ def _folder_model(path: str, name: str) -> ModelSpec | None:
 
 
 def read_models_file(path: str, known: list[ModelSpec]) -> list[ModelSpec]:
-    """The models of an INI file: `known` (a folder's models) with the flags and names their
-    sections add, then the file's own models in its order. Raises CatalogError."""
+    """The models of an INI file and `known` (a folder's models), the file's sections adding
+    flags and names to the folder's models of their name: the file's models in its order,
+    then the folder's it does not name. Raises CatalogError."""
     parser = configparser.ConfigParser(interpolation=None, default_section="\0none")
     parser.optionxform = str  # keys as written
     try:
@@ -111,11 +112,13 @@ def read_models_file(path: str, known: list[ModelSpec]) -> list[ModelSpec]:
         if "keep-alive" in section:
             spec.keep_alive = parse_duration(section["keep-alive"], f"[{name}] keep-alive")
         spec.args += _section_args(section, name)
-    for spec in specs.values():
+    named = [name for name in parser.sections() if name != SECTION_ALL]
+    ordered = [specs[name] for name in named] + [spec for name, spec in specs.items() if name not in named]
+    for spec in ordered:
         spec.args = common + spec.args
         if not os.path.isfile(spec.path):
             raise CatalogError(f"--models-file: [{spec.name}]: no such model file: {spec.path}")
-    return list(specs.values())
+    return ordered
 
 
 def _section_args(section: configparser.SectionProxy, name: str) -> list[str]:

@@ -153,12 +153,14 @@ class Models:
     # -- loading and unloading ------------------------------------------------------------
 
     async def _load(self, entry: ModelEntry) -> None:
+        await self._make_room(entry)
+        # NOTE: LOADING only once there is room: loads that wait for room do not count as
+        # loaded, or two of them would each wait for the other to be unloaded
         before = entry.state
         entry.state = ModelState.LOADING
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            await self._make_room(entry)
             engine = entry.server.engine
             if not engine.started:
                 engine.start()
