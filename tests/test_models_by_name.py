@@ -19,6 +19,7 @@ from scripts.server_process import ServerProcess
 from tests.helpers import metric
 from warmslot.server.models.catalog import CatalogError, NameMatcher, parse_duration, read_models_dir, read_models_file
 from warmslot.server.models.configs import model_configs
+from warmslot.server.process.cli import several_models
 from warmslot.server.process.config import parse_config
 
 TURN = [{"role": "user", "content": "Name three colors."}]
@@ -75,6 +76,9 @@ def test_a_models_file_gives_each_model_its_flags(tmp_path):
     assert (b_config.engine.n_ctx, b_config.engine.n_parallel) == (512, config.engine.n_parallel)
     assert a_config.alias == "a" and a_config.aliases == ["a", "claude-*haiku*"]
     assert a_config.engine.cache_disk == str(tmp_path / "disk" / "a")  # each model's disk tier in its own folder
+    # automatic cache budgets are shared out: each model's caches stay while it is unloaded
+    assert a_config.engine.cache_ram == config.engine.cache_ram // 2 and b_config.engine.cache_ram == a_config.engine.cache_ram
+    assert a_config.engine.cache_disk_size == config.engine.cache_disk_size // 2
     assert a_config.sleep_idle_s < 0  # unloaded by the registry, never by a sleep of its own
 
 
@@ -104,6 +108,19 @@ def test_a_models_file_adds_to_the_folders_models(tmp_path):
     assert [(s.name, s.args) for s in specs] == [
         ("c", ["--alias", "first-*", "--parallel", "3"]), ("d", []), ("a", ["-c", "64"]), ("b", []),
     ]
+
+
+def test_one_model_or_several_not_both(tmp_path):
+    (tmp_path / "a.gguf").write_bytes(b"")
+    for argv, error in (
+        (["-m", str(tmp_path / "a.gguf"), "--models-dir", str(tmp_path)], "not both"),
+        (["--models-default", "a"], "names a model of"),
+        (["--models-dir", str(tmp_path), "--models-default", "b"], "no model named 'b'"),
+        (["--models-dir", str(tmp_path / "nowhere")], "not a folder"),
+    ):
+        with pytest.raises(CatalogError, match=error):
+            several_models(parse_config(argv)[0], argv)
+    assert several_models(parse_config([])[0], []) is None  # -m alone: one model, as always
 
 
 # -- served by name ------------------------------------------------------------------------------

@@ -36,16 +36,18 @@ def model_configs(config: ServerConfig, argv: list[str]) -> list[tuple[ModelSpec
     """Each model of the catalog with its config (`argv`: the server's command line). Raises
     CatalogError naming the model whose flags do not parse."""
     out = []
-    for spec in read_catalog(config):
+    specs = read_catalog(config)
+    for spec in specs:
         _check_fields(spec)
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
-                own, _ = parse_config([*argv, "-m", spec.path, *spec.args])
+                own, flags = parse_config([*argv, "-m", spec.path, *spec.args])
         except SystemExit:
             reason = err.getvalue().strip().splitlines()[-1:] or ["refused"]
             raise CatalogError(f"model {spec.name}: {reason[0]}") from None
-        out.append((spec, _model_config(config, spec, own)))
+        disk_auto = str(flags.cache_disk_size).strip().lower() == "auto"
+        out.append((spec, _model_config(config, spec, own, len(specs), disk_auto)))
     return out
 
 
@@ -58,13 +60,19 @@ def _check_fields(spec: ModelSpec) -> None:
             raise CatalogError(f"model {spec.name}: {arg} is the whole server's, not a model's")
 
 
-def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig) -> ServerConfig:
+def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_models: int, disk_auto: bool) -> ServerConfig:
     """`own`'s model fields over the server's config: named by the spec, its other names as
-    patterns, its disk tier in a folder of its own, unloaded by the registry (no sleep)."""
+    patterns, its disk tier in a folder of its own, automatic cache budgets (RAM, disk) shared
+    out among the models (each model's caches stay while it is unloaded), unloaded by the
+    registry (no sleep)."""
     spec.patterns = [name for name in own.aliases if name != spec.name]
     engine = own.engine
     if engine.cache_disk and engine.cache_disk == config.engine.cache_disk:
         engine = dataclasses.replace(engine, cache_disk=os.path.join(engine.cache_disk, spec.name))
+    if engine.cache_ram_auto:
+        engine = dataclasses.replace(engine, cache_ram=engine.cache_ram // n_models)
+    if engine.cache_disk and disk_auto:
+        engine = dataclasses.replace(engine, cache_disk_size=max(1 << 20, engine.cache_disk_size // n_models))
     if spec.keep_alive is None:
         spec.keep_alive = config.sleep_idle_s if config.sleep_idle_s > 0 else float("inf")
     fields = {name: getattr(own, name) for name in MODEL_FIELDS}

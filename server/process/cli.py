@@ -255,31 +255,29 @@ def main(argv: list[str] | None = None) -> int:
 
 def several_models(config, argv: list[str]):
     """Each model of --models-dir and --models-file with its config, or None (one model).
-    Prints why not and returns [] when they cannot be served."""
-    if not (config.models_dir or config.models_file):
-        if config.models_default:
-            print("warmslot: --models-default names a model of --models-dir or --models-file", file=sys.stderr)
-            return []
-        return None
-    if config.engine.model_path or config.hf_repo:
-        print("warmslot: give -m/-hf (one model) or --models-dir/--models-file (several), not both", file=sys.stderr)
-        return []
+    Raises CatalogError saying why they cannot be served."""
     from ..models.catalog import CatalogError
     from ..models.configs import model_configs
 
-    try:
-        models = model_configs(config, argv)
-    except CatalogError as exc:
-        print(f"warmslot: {exc}", file=sys.stderr)
-        return []
-    for spec, model_config in models:
+    if not (config.models_dir or config.models_file):
+        if config.models_default:
+            raise CatalogError("--models-default names a model of --models-dir or --models-file")
+        return None
+    if config.engine.model_path or config.hf_repo:
+        raise CatalogError("give -m/-hf (one model) or --models-dir/--models-file (several), not both")
+    models = model_configs(config, argv)
+    for spec, _ in models:
         log.info("model %s: %s%s", spec.name, spec.path, f" (also {', '.join(spec.patterns)})" if spec.patterns else "")
     return models
 
 
 def _serve(config, socks: list[socket.socket], argv: list[str]) -> NoReturn:
-    models = several_models(config, argv)
-    if models == []:
+    from ..models.catalog import CatalogError
+
+    try:
+        models = several_models(config, argv)
+    except CatalogError as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
         return 2
     if models is None:
         path = resolve_model(config)
