@@ -7,6 +7,9 @@ coming back warm, 404 in each API's shape, the admin routes and a request's keep
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import signal
 import sys
 import time
 
@@ -141,7 +144,7 @@ def serve(tmp_path, tiny_models, *args: str) -> ServerProcess:
     )
     cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "--models-dir", str(folder), "--models-file", str(ini),
            "--admin-key", "admin", "--metrics-open", *args]
-    return ServerProcess("warmslot", cmd, ready_timeout=120)
+    return ServerProcess("warmslot", cmd, ready_timeout=120, env={"GGML_NO_BACKTRACE": "1"})
 
 
 def chat(url: str, model: str, messages=TURN, **extra) -> dict:
@@ -276,3 +279,24 @@ def test_a_request_that_waits_past_the_load_timeout_gets_503_and_the_load_goes_o
         assert r.status_code == 503 and r.headers["retry-after"] == "5" and r.json()["error"]["code"] == "loading"
         wait_state(proc.url, "small", "loaded")
         assert chat(proc.url, "gpt-4o")["model"] == "small"
+
+
+def test_an_abort_names_the_running_requests_of_every_model(tmp_path, tiny_models):
+    with serve(tmp_path, tiny_models) as proc:
+        chat(proc.url, "small")
+        body = {"model": "big", "messages": TURN, "max_tokens": 100000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", proc.url + "/v1/chat/completions", json=body, timeout=60) as response:
+            lines = response.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            request_id = json.loads(first[len("data: "):])["id"].removeprefix("chatcmpl-")
+            os.kill(proc.pid, signal.SIGABRT)
+            with pytest.raises(httpx.HTTPError):
+                for _ in lines:  # the stream ends with the process
+                    pass
+        deadline = time.monotonic() + 30
+        while proc.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        crash = [line for line in proc.output().splitlines() if line.startswith("warmslot crash:")]
+        models = [line.split(":", 1)[1].strip() for line in crash if line.rstrip().endswith(".gguf:")]
+        assert models == ["small.gguf:", "tiny-hybrid.gguf:"]
+        assert any(request_id in line and "via /v1/chat/completions" in line for line in crash)

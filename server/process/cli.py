@@ -289,7 +289,7 @@ def _serve(config, socks: list[socket.socket], argv: list[str]) -> NoReturn:
 
     import uvicorn
 
-    from warmslot.slots import report_crashes
+    from warmslot.slots import report_crashes, report_crashes_of
 
     from ..app import create_app
     from .drain import DrainingServer
@@ -307,7 +307,12 @@ def _serve(config, socks: list[socket.socket], argv: list[str]) -> NoReturn:
             server.should_exit = True
 
     app = create_app(config, on_fatal=on_fatal, models=models)
-    report_crashes(app.state.warmslot.engine)  # an abort inside llama.cpp names the running requests
+    # an abort inside llama.cpp names the running requests (of every model)
+    home = app.state.warmslot
+    if home.models is None:
+        report_crashes(home.engine)
+    else:
+        report_crashes_of(lambda: [served.engine for served in home.models.servers()])
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )
