@@ -300,3 +300,16 @@ def test_an_abort_names_the_running_requests_of_every_model(tmp_path, tiny_model
         models = [line.split(":", 1)[1].strip() for line in crash if line.rstrip().endswith(".gguf:")]
         assert models == ["small.gguf:", "tiny-hybrid.gguf:"]
         assert any(request_id in line and "via /v1/chat/completions" in line for line in crash)
+
+
+def test_sigterm_lets_every_models_streams_finish(tmp_path, tiny_models):
+    with serve(tmp_path, tiny_models) as proc:
+        chat(proc.url, "small")
+        body = {"model": "big", "messages": TURN, "max_tokens": 60, "ignore_eos": True, "stream": True, "temperature": 0}
+        with httpx.stream("POST", proc.url + "/v1/chat/completions", json=body, timeout=60) as response:
+            lines = response.iter_lines()
+            next(line for line in lines if line.startswith("data: "))
+            os.kill(proc.pid, signal.SIGTERM)
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]" and len(rest) > 50
+        assert proc.proc.wait(30) == 0
