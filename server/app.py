@@ -127,8 +127,6 @@ def create_app(
         Route("/v1/models", props.models),
         Route("/models", props.models),
         Route("/v1/models/{model_id:path}", props.model),
-        Route("/models/load", model_admin.load, methods=["POST"]),
-        Route("/models/unload", model_admin.unload, methods=["POST"]),
         Route("/props", props.props),
         Route("/v1/props", props.props),
         Route("/version", props.version),
@@ -162,6 +160,7 @@ def create_app(
         Route("/openapi.json", openapi_endpoint),
         *worker.ROUTES,  # what a load balancer asks its replicas
         *(webui.ROUTES if config.webui else []),  # the chat and cache page (--no-webui: none)
+        *(model_admin.ROUTES if server.models is not None else []),  # loading and unloading models by name
     ]
     if config.vertex is not None:  # Google Cloud's prediction protocol (AIP_MODE=PREDICTION)
         posts = [r for r in routes if isinstance(r, Route) and r.methods and "POST" in r.methods]
