@@ -211,20 +211,25 @@ def server_of(request: Request) -> Warmslot:
     return request.app.state.warmslot
 
 
-async def open_request(request: Request) -> tuple[Warmslot, str, dict]:
-    """The server (of the model the body names, loaded, where there are several), the API key
-    used and the JSON body of a generation request."""
+async def open_model(request: Request) -> tuple[Warmslot, str, dict]:
+    """The server (of the model the body's `model` names, loaded, where there are several),
+    the API key used and the JSON body."""
     server = server_of(request)
     key = server.authorize(request)
     if server.models is None:
         server.require_ready()
-        body = parse_body(await request.body())
-    else:
-        if server.draining:
-            raise shutting_down()
-        body = parse_body(await request.body())
-        server = await use_model(request, body.get("model"), body.get("keep_alive"))
-        server.require_ready()
+        return server, key, parse_body(await request.body())
+    if server.draining:
+        raise shutting_down()
+    body = parse_body(await request.body())
+    server = await use_model(request, body.get("model"), body.get("keep_alive"))
+    server.require_ready()
+    return server, key, body
+
+
+async def open_request(request: Request) -> tuple[Warmslot, str, dict]:
+    """`open_model` for a generation request: the body within the request limits."""
+    server, key, body = await open_model(request)
     check_body_limits(server.config, body)
     return server, key, body
 

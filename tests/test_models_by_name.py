@@ -296,10 +296,11 @@ def test_an_abort_names_the_running_requests_of_every_model(tmp_path, tiny_model
         deadline = time.monotonic() + 30
         while proc.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert proc.proc.returncode == -signal.SIGABRT
         crash = [line for line in proc.output().splitlines() if line.startswith("warmslot crash:")]
         models = [line.split(":", 1)[1].strip() for line in crash if line.rstrip().endswith(".gguf:")]
-        assert models == ["small.gguf:", "tiny-hybrid.gguf:"]
-        assert any(request_id in line and "via /v1/chat/completions" in line for line in crash)
+        assert models == ["small.gguf:", "tiny-hybrid.gguf:"], proc.output()[-3000:]
+        assert any(request_id in line and "via /v1/chat/completions" in line for line in crash), crash
 
 
 def test_sigterm_lets_every_models_streams_finish(tmp_path, tiny_models):

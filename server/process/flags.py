@@ -184,7 +184,8 @@ FLAGS = [
          help="seconds running requests get to finish after SIGTERM before they end with an error"),
     Flag(("--sleep-idle-seconds",), "sleep_idle_seconds", float, -1.0, feeds="sleep_idle_s", default_text="off",
          help="unload the model after this many seconds without a request, keeping the prompt cache and the disk "
-              "tier; the next request that needs the model loads it again (-1: never)"),
+              "tier; the next request that needs the model loads it again (-1: never); with several models, each "
+              "model's default keep-alive"),
     Flag(("--models-dir",), "models_dir", str, None, sets="models_dir",
          help="serve every model of this folder by name, loaded when a request names it: a GGUF at the top is a "
               "model named by its file, a subfolder a model named by the folder (its projector the mmproj*.gguf "

@@ -12,7 +12,7 @@ from ..request.constraints import validate_tools
 from ..request.chat_messages import parse_messages
 from ..request.json_body import parse_body
 from ..request.protocol import parse_chat
-from ..state import named_model, server_of, use_model
+from ..state import named_model, open_model, server_of
 
 
 async def health(request: Request) -> Response:
@@ -29,23 +29,10 @@ async def health(request: Request) -> Response:
         )
     return JSONResponse({"status": "ok"})
 
-async def _open(request: Request):
-    """The server (of the body's `model`, loaded, where there are several) and the body."""
-    server = server_of(request)
-    server.authorize(request)
-    if server.models is None:
-        server.require_ready()
-        return server, parse_body(await request.body())
-    body = parse_body(await request.body())
-    server = await use_model(request, body.get("model"))
-    server.require_ready()
-    return server, body
-
-
 async def tokenize(request: Request) -> Response:
     """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
     tokenizes it) or for `messages` (and `tools`), as /v1/chat/completions renders them."""
-    server, body = await _open(request)
+    server, _key, body = await open_model(request)
     if "messages" in body:
         messages = parse_messages(body["messages"])
         tools = body.get("tools")
@@ -80,7 +67,7 @@ def _piece(raw: bytes) -> str | list[int]:
 async def apply_template(request: Request) -> Response:
     """llama-server's POST /apply-template: the prompt text the chat template renders for
     `messages` (and `tools`), as /v1/chat/completions would, without generating."""
-    server, body = await _open(request)
+    server, _key, body = await open_model(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     tools = validate_tools(params.tools) if params.tools else None
     add_generation_prompt = body.get("add_generation_prompt", True)
@@ -93,7 +80,7 @@ async def apply_template(request: Request) -> Response:
 
 
 async def detokenize(request: Request) -> Response:
-    server, body = await _open(request)
+    server, _key, body = await open_model(request)
     tokens = body.get("tokens")
     n_vocab = server.engine.info.n_vocab
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
