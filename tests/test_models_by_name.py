@@ -191,6 +191,12 @@ def test_names_and_wildcards_pick_the_model(two_loaded):
     assert chat(url, "gpt-mini")["model"] == "small" and chat(url, "big")["model"] == "big"
     assert states(url) == {"small": "loaded", "big": "loaded"}
     assert httpx.get(url + "/v1/models/claude-3-haiku").json()["id"] == "small"
+    # the service routes speak of the model they name
+    assert httpx.get(url + "/props", params={"model": "claude-opus"}).json()["model_alias"] == "big"
+    assert httpx.get(url + "/props").json()["model_alias"] == "small"  # no name: the first model
+    assert httpx.get(url + "/engine", params={"model": "big"}).json()["slots"][0]["state"] == "idle"
+    vocab = [httpx.post(url + "/tokenize", json={"content": "hi", "model": m}).json()["tokens"] for m in ("small", "big")]
+    assert vocab[0] and vocab[1]
     assert metric(two_loaded, 'warmslot_model_requests_total{model="small"}') >= 2
     assert metric(two_loaded, 'warmslot_model_loaded{model="big"}') == 1
 
