@@ -86,7 +86,8 @@ def test_a_models_file_gives_each_model_its_flags(tmp_path):
 
 
 @pytest.mark.parametrize("section, error", [
-    ("[a]\nport = 9000\n", "whole server's"),
+    ("[a]\nport = 9000\n", "whole server, not per model"),
+    ("[a]\nhf-repo = a/b\n", "not per model"),
     ("[a]\nno-such-flag = 1\n", "not a flag"),
     ("[a]\nswa-full = maybe\n", "switch"),
     ("[c]\nctx-size = 1\n", "names no model file"),

@@ -57,7 +57,7 @@ def _check_fields(spec: ModelSpec) -> None:
         flag = by_name.get(arg)
         field = flag.field if flag is not None else None
         if flag is not None and field is not None and field.split(".")[0] not in MODEL_FIELDS:
-            raise CatalogError(f"model {spec.name}: {arg} is the whole server's, not a model's")
+            raise CatalogError(f"model {spec.name}: {arg} is set for the whole server, not per model")
 
 
 def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_models: int, disk_auto: bool) -> ServerConfig:
