@@ -321,3 +321,18 @@ def test_sigterm_lets_every_models_streams_finish(tmp_path, tiny_models):
             rest = [line for line in lines if line.startswith("data: ")]
         assert rest[-1] == "data: [DONE]" and len(rest) > 50
         assert proc.proc.wait(30) == 0
+
+
+def test_a_model_that_fails_to_load_answers_500_and_is_tried_again(tmp_path, tiny_models):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf file at all")
+    ini = tmp_path / "models.ini"
+    ini.write_text(f"[*]\nctx-size = 512\nparallel = 1\n\n[small]\nmodel = {tiny_models['attention']}\n\n[broken]\nmodel = {broken}\n")
+    cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "--models-file", str(ini)]
+    with ServerProcess("warmslot", cmd, ready_timeout=120) as proc:
+        for attempt in (1, 2):
+            r = httpx.post(proc.url + "/v1/chat/completions", json={"model": "broken", "messages": TURN, "max_tokens": 4}, timeout=60)
+            assert r.status_code == 500 and "failed to load" in r.json()["error"]["message"]
+            assert states(proc.url)["broken"] == "unloaded"
+            assert metric(proc, 'warmslot_model_load_failures_total{model="broken"}') == attempt
+        assert chat(proc.url, "small")["model"] == "small"
