@@ -18,7 +18,7 @@ from ..errors import ModelNotFound
 from ..state import Warmslot, named_model, server_of
 from ..version import build_info, version_info
 
-# Every POST takes any `model` for the one loaded model; the README's examples use this name.
+# With one model every POST takes any `model` for it; the README's examples use this name.
 DEFAULT_MODEL_NAME = "default"
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # what llama-server reports for "a random seed"
