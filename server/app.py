@@ -46,6 +46,10 @@ from .api.rerank import openapi as rerank_openapi
 from .api.rerank import route as rerank
 from .api.vertex import route as vertex
 from .process.sleep import WakeOnRequest
+from .models.catalog import ModelSpec
+from .models.in_use import ModelsInUse
+from .models.registry import ModelEntry, Models
+from .routes import model_admin
 from .state import Warmslot
 
 log = logging.getLogger("warmslot.server")
@@ -85,20 +89,27 @@ def _register_apis() -> None:
     register_error_shape(messages_errors.PATHS, messages_errors.shaped)
 
 
-def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None) -> Starlette:
+def create_app(
+    config: ServerConfig, engine: Engine | None = None, on_fatal=None, models: list[tuple[ModelSpec, ServerConfig]] | None = None,
+) -> Starlette:
     """The app. The engine starts loading when the app starts; /health says when it is ready.
 
-    `on_fatal(exc)` is called (from a worker thread) when the model cannot be loaded."""
+    `on_fatal(exc)` is called (from a worker thread) when the model cannot be loaded.
+    `models`: several models by name, each with its config (`models.configs.model_configs`);
+    none is loaded before a request names it."""
     _register_apis()
-    engine = engine or Engine(config.engine)
-    server = Warmslot(config, engine)
+    server = _several(config, models) if models else Warmslot(config, engine or Engine(config.engine))
     attach_store(server)  # the Responses API's stored responses (previous_response_id)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        if not engine.started:
-            engine.start()
-        loader = asyncio.get_running_loop().run_in_executor(None, _finish_loading, server, on_fatal)
+        loop = asyncio.get_running_loop()
+        if server.models is None:
+            if not server.engine.started:
+                server.engine.start()
+            loader = loop.run_in_executor(None, _finish_loading, server, on_fatal)
+        else:
+            loader = asyncio.ensure_future(server.models.watch())  # keep-alive
         sleeper = asyncio.ensure_future(server.sleeper.watch()) if server.sleeper is not None else None
         try:
             yield
@@ -106,7 +117,8 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
             loader.cancel()
             if sleeper is not None:
                 sleeper.cancel()
-            await asyncio.get_running_loop().run_in_executor(None, engine.stop)
+            for each in server.models.servers() if server.models is not None else [server]:
+                await loop.run_in_executor(None, each.engine.stop)
             server.tokenize_pool.shutdown(wait=False)
 
     routes = [
@@ -149,6 +161,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         Route("/openapi.json", openapi_endpoint),
         *worker.ROUTES,  # what a load balancer asks its replicas
         *(webui.ROUTES if config.webui else []),  # the chat and cache page (--no-webui: none)
+        *(model_admin.ROUTES if server.models is not None else []),  # loading and unloading models by name
     ]
     if config.vertex is not None:  # Google Cloud's prediction protocol (AIP_MODE=PREDICTION)
         posts = [r for r in routes if isinstance(r, Route) and r.methods and "POST" in r.methods]
@@ -160,6 +173,7 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
         middleware=[
             Middleware(Cors, policy=config.cors),  # preflights answered before anything else
             Middleware(metrics.RequestCounter, counts=request_counts, endpoints={**rerank.ENDPOINTS, **worker.ENDPOINTS}),
+            Middleware(ModelsInUse),  # several models: a model is in use until its response is sent
             Middleware(WakeOnRequest, sleeper=server.sleeper),  # --sleep-idle-seconds: a request loads the model again
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),
@@ -170,6 +184,21 @@ def create_app(config: ServerConfig, engine: Engine | None = None, on_fatal=None
     app.state.metrics_registry = metrics.make_registry(server, request_counts)
     app.state.metrics_window = {}  # the llamacpp: throughput gauges' counters at the last scrape
     return app
+
+
+def _several(config: ServerConfig, models: list[tuple[ModelSpec, ServerConfig]]) -> Warmslot:
+    """The server state of each model, the default's (else the first's) the home of the others
+    and the holder of the registry."""
+    first = next((i for i, (spec, _) in enumerate(models) if spec.name == config.models_default), 0)
+    home_config = models[first][1]
+    home = Warmslot(home_config, Engine(home_config.engine))
+    entries = []
+    for i, (spec, model_config) in enumerate(models):
+        served = home if i == first else Warmslot(model_config, Engine(model_config.engine), home=home)
+        entries.append(ModelEntry(spec, served, keep_alive=spec.keep_alive))
+    home.models = Models(entries, max_loaded=config.models_max, default=config.models_default,
+                         load_timeout=config.models_load_timeout)
+    return home
 
 
 def _finish_loading(server: Warmslot, on_fatal) -> None:

@@ -20,6 +20,7 @@ from warmslot.cache.disk import REASONS
 from warmslot.slots import PROMPT_SOURCES, CopyCause
 
 from .errors import Forbidden
+from .models.metrics import ModelsCollector
 
 # endpoint labels of warmslot_requests_total by path; the app adds those its other APIs declare
 ENDPOINTS = {
@@ -322,6 +323,8 @@ def _histogram(name: str, doc: str, hist) -> HistogramMetricFamily:
 def make_registry(server, request_counts: Counter) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(EngineCollector(server, request_counts))
+    if server.models is not None:
+        registry.register(ModelsCollector(server.models))
     return registry
 
 

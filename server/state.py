@@ -20,7 +20,10 @@ from warmslot.slots import Engine, VocabClosed
 from .prompt.builder import PromptBuilder
 from .prompt.template import ChatTemplate, choose_template, detect_format
 from .process.config import ServerConfig
-from .errors import ServerError, Unauthorized, Unavailable, shutting_down
+from .errors import InvalidRequest, ServerError, Unauthorized, Unavailable, shutting_down
+from .models.catalog import CatalogError, parse_duration
+from .models.in_use import hold
+from .models.registry import Models
 from .request.limits import check_body_limits
 from .request.protocol import parse_body
 from .recent_requests import RecentRequests
@@ -32,10 +35,16 @@ log = logging.getLogger("warmslot.server")
 
 
 class Warmslot:
-    """Server-wide state: the engine, the prompt builder and the settings."""
+    """Server-wide state: the engine, the prompt builder and the settings.
 
-    def __init__(self, config: ServerConfig, engine: Engine) -> None:
+    A server with several models (`--models-dir`, `--models-file`) has one per model: each
+    with its own config, engine and builder; the others share the first's (`home`) pools,
+    stores and shutdown, and the first holds the registry (`models`)."""
+
+    def __init__(self, config: ServerConfig, engine: Engine, home: Warmslot | None = None) -> None:
         self.config = config
+        self.home = home or self
+        self.models: Models | None = None  # several models by name (set by the app); None: one model
         self.engine = engine
         self.builder: PromptBuilder | None = None
         self.model_name = config.alias or os.path.basename(config.engine.model_path) or "model"
@@ -47,7 +56,13 @@ class Warmslot:
         self.sleeper = Sleeper(  # --sleep-idle-seconds
             engine, config.sleep_idle_s, ready=lambda: self.ready, rebuild=self.finish_loading,
         ) if config.sleep_idle_s > 0 else None
-        self.draining = False  # shutting down: no new requests (see drain.py)
+        self._draining = False  # shutting down: no new requests (see drain.py)
+        if home is not None:  # another model of the same server: its pools and stores
+            self.slot_file_rejected = home.slot_file_rejected
+            self.tokenize_pool, self.tokenize_queue, self.embed_queue = home.tokenize_pool, home.tokenize_queue, home.embed_queue
+            self.api_state = home.api_state
+            self.recent = home.recent  # one list of recent requests for the whole server
+            return
         self.recent = RecentRequests()  # the last requests' summaries, for the admin (/engine/requests)
         self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
         self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
@@ -56,6 +71,15 @@ class Warmslot:
         # what an API keeps for the server's lifetime, by the API's name (the Responses API's
         # store): the API sets it up and reads it, the core only holds it
         self.api_state: dict[str, Any] = {}
+
+    @property
+    def draining(self) -> bool:
+        """Shutting down: no new requests (the whole server's, see drain.py)."""
+        return self.home._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.home._draining = value
 
     # -- readiness --------------------------------------------------------------------
 
@@ -85,11 +109,19 @@ class Warmslot:
             name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",
         )
 
+    def renew_engine(self) -> None:
+        """A fresh engine on the same settings, not started (its model failed to load)."""
+        self.engine = Engine(self.config.engine)
+        self.builder = None
+
     def require_ready(self) -> None:
         if self.init_error is not None:
             raise ServerError(f"the model failed to load: {self.init_error}")
         if self.draining:
             raise shutting_down()
+        several = self.home.models is not None
+        if several and (not self.engine.started or (self.engine.asleep and self.sleeper is None)):
+            raise Unavailable("the model is not loaded: a request naming it loads it", retry_after=5, code="model_unloaded")
         if not self.ready:
             raise Unavailable("the model is loading", retry_after=5, code="loading")
 
@@ -182,11 +214,48 @@ def server_of(request: Request) -> Warmslot:
     return request.app.state.warmslot
 
 
-async def open_request(request: Request) -> tuple[Warmslot, str, dict]:
-    """The server, the API key used and the JSON body of a generation request."""
+async def open_model(request: Request) -> tuple[Warmslot, str, dict]:
+    """The server (of the model the body's `model` names, loaded, where there are several),
+    the API key used and the JSON body."""
     server = server_of(request)
     key = server.authorize(request)
-    server.require_ready()
+    if server.models is None:
+        server.require_ready()
+        return server, key, parse_body(await request.body())
+    if server.draining:
+        raise shutting_down()
     body = parse_body(await request.body())
+    server = await use_model(request, body.get("model"), body.get("keep_alive"))
+    server.require_ready()
+    return server, key, body
+
+
+async def open_request(request: Request) -> tuple[Warmslot, str, dict]:
+    """`open_model` for a generation request: the body within the request limits."""
+    server, key, body = await open_model(request)
     check_body_limits(server.config, body)
     return server, key, body
+
+
+def named_model(request: Request, wanted: Any) -> Warmslot:
+    """The server of the model `wanted` names, as it stands (a read loads nothing); with one
+    model, that model whatever the name."""
+    server = server_of(request)
+    return server.models.resolve(wanted).server if server.models is not None and wanted else server
+
+
+async def use_model(request: Request, wanted: Any, keep_alive: Any = None) -> Warmslot:
+    """The server of the model `wanted` names, loaded (see `Models.acquire`); it counts the
+    request in flight until its response is sent (`models.in_use.ModelsInUse`). `keep_alive`:
+    the request's own (Ollama's: seconds, or a duration such as "5m"; 0 unloads the model
+    once the request ends)."""
+    models = server_of(request).models
+    assert models is not None
+    entry = models.resolve(wanted)
+    try:
+        keep = None if keep_alive is None else parse_duration(keep_alive, "keep_alive")
+    except CatalogError as exc:
+        raise InvalidRequest(str(exc), param="keep_alive") from None
+    served = await models.acquire(entry)
+    hold(request.scope, models, entry, keep)
+    return served

@@ -8,7 +8,7 @@ from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llam
 from . import slot_files
 from .settings import EngineConfig
 from .fitting.context_size import physical_memory
-from .crash_report import report_crashes
+from .crash_report import report_crashes, report_crashes_of
 from .embedding_worker import InputTooLong
 from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
@@ -79,6 +79,7 @@ __all__ = [
     "placeholder_ids",
     "physical_memory",
     "report_crashes",
+    "report_crashes_of",
     "placement",
     "slot_files",
     "tenant_hash",

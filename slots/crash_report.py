@@ -10,7 +10,8 @@ then the ids of the requests waiting for a slot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Callable
 
 from .llama_api.abort_hook import on_abort
 
@@ -18,10 +19,13 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 
+HEADER = "the process is aborting (SIGABRT); the requests it was running:"
+
+
 def running_requests(engine: "Engine") -> list[str]:
     """One line per running request, then one for those waiting. Reads only: it runs in a
     signal handler while the engine thread is stopped wherever the abort found it."""
-    lines = ["the process is aborting (SIGABRT); the requests it was running:"]
+    lines = [HEADER]
     for slot in list(engine.running()):
         active = slot.active
         if active is None:
@@ -42,3 +46,17 @@ def running_requests(engine: "Engine") -> list[str]:
 def report_crashes(engine: "Engine") -> None:
     """Name `engine`'s requests in the log if llama.cpp aborts the process (process-wide)."""
     on_abort(lambda: running_requests(engine))
+
+
+def report_crashes_of(engines: Callable[[], list["Engine"]]) -> None:
+    """Name the requests of each engine `engines()` gives (a server with several models), each
+    engine's under its model file, if llama.cpp aborts the process (process-wide)."""
+
+    def report() -> list[str]:
+        lines = [HEADER]
+        for engine in engines():
+            lines.append(f"  {os.path.basename(engine.config.model_path)}:")
+            lines += running_requests(engine)[1:]
+        return lines
+
+    on_abort(report)

@@ -1,6 +1,6 @@
 """Where tests/test_fuzz.py spends its requests: cases per request schema, by what they can vary.
 
-The server's document lists 45 operations, but many share what a request to them carries.
+The server's document lists 47 operations, but many share what a request to them carries.
 Some are one route under other paths (aliases: /v1/rerank, /rerank, /v1/reranking and
 /reranking are one operation, one handler); some are other routes that take the same request
 (a chat completion and its /input_tokens count; /tokenize and /apply-template). Drawing from

@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("%s has no effect: %s", flag, reason)
         if not socks:
             socks = bind_all(config.hosts or [config.host], config.port)
-        return _serve(config, socks)
+        return _serve(config, socks, argv)
     except CannotListen as exc:
         print(f"warmslot: {exc}", file=sys.stderr)
         return 1
@@ -253,17 +253,43 @@ def main(argv: list[str] | None = None) -> int:
             sock.close()
 
 
-def _serve(config, socks: list[socket.socket]) -> NoReturn:
-    path = resolve_model(config)
-    if path is None:
+def several_models(config, argv: list[str]):
+    """Each model of --models-dir and --models-file with its config, or None (one model).
+    Raises CatalogError saying why they cannot be served."""
+    from ..models.catalog import CatalogError
+    from ..models.configs import model_configs
+
+    if not (config.models_dir or config.models_file):
+        if config.models_default:
+            raise CatalogError("--models-default names a model of --models-dir or --models-file")
+        return None
+    if config.engine.model_path or config.hf_repo:
+        raise CatalogError("give -m/-hf (one model) or --models-dir/--models-file (several), not both")
+    models = model_configs(config, argv)
+    for spec, _ in models:
+        log.info("model %s: %s%s", spec.name, spec.path, f" (also {', '.join(spec.patterns)})" if spec.patterns else "")
+    return models
+
+
+def _serve(config, socks: list[socket.socket], argv: list[str]) -> NoReturn:
+    from ..models.catalog import CatalogError
+
+    try:
+        models = several_models(config, argv)
+    except CatalogError as exc:
+        print(f"warmslot: {exc}", file=sys.stderr)
         return 2
-    config.engine.model_path = path
-    if config.hf_repo and not config.alias:
-        config.alias = config.hf_repo  # as llama-server names a downloaded model
+    if models is None:
+        path = resolve_model(config)
+        if path is None:
+            return 2
+        config.engine.model_path = path
+        if config.hf_repo and not config.alias:
+            config.alias = config.hf_repo  # as llama-server names a downloaded model
 
     import uvicorn
 
-    from warmslot.slots import report_crashes
+    from warmslot.slots import report_crashes, report_crashes_of
 
     from ..app import create_app
     from .drain import DrainingServer
@@ -280,8 +306,13 @@ def _serve(config, socks: list[socket.socket]) -> NoReturn:
         if server is not None:
             server.should_exit = True
 
-    app = create_app(config, on_fatal=on_fatal)
-    report_crashes(app.state.warmslot.engine)  # an abort inside llama.cpp names the running requests
+    app = create_app(config, on_fatal=on_fatal, models=models)
+    # an abort inside llama.cpp names the running requests (of every model)
+    home = app.state.warmslot
+    if home.models is None:
+        report_crashes(home.engine)
+    else:
+        report_crashes_of(lambda: [served.engine for served in home.models.servers()])
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )

@@ -56,6 +56,11 @@ class ServerConfig:
     request_timeout: float = 0.0  # seconds a request may take in all (0: no limit)
     shutdown_timeout: float = 30.0  # seconds running requests get to finish after SIGTERM
     sleep_idle_s: float = -1.0  # --sleep-idle-seconds: unload the model after this long idle (-1: never)
+    models_dir: str | None = None  # several models by name: a folder laid out as llama-server's
+    models_file: str | None = None  # several models by name: an INI file (server/models/catalog.py)
+    models_max: int = 4  # models loaded at once
+    models_default: str | None = None  # the model a name no model matches gets (None: 404)
+    models_load_timeout: float = 300.0  # seconds a request waits for its model to load
     slot_save_path: str | None = None  # POST /slots/{id}?action=save|restore reads and writes files here
     slot_save_size: int = 4 << 30  # bytes the files in slot_save_path may take in all
     max_messages: int = 10000  # messages (or input items) in one request; more get 400
@@ -97,6 +102,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         parser.error(f"--cache-disk-size: {exc}")
     if a.cache_disk and disk_size <= 0:
         parser.error("--cache-disk-size must be above 0")
+    if a.models_max < 1 or a.models_load_timeout <= 0:
+        parser.error("--models-max must be at least 1 and --models-load-timeout above 0")
     if a.main_gpu < 0:
         parser.error("--main-gpu must be a device index (0 or more)")
     if a.n_cpu_moe < 0 or a.fit_target < 0 or a.fit_ctx < 0:

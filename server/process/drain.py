@@ -78,19 +78,24 @@ class DrainingServer(uvicorn.Server):
             watchdog.start()
 
     async def drain(self) -> None:
-        server, engine = self.warmslot, self.warmslot.engine
+        server = self.warmslot
         server.draining = True
         server.close_queues()  # prompt building and embeddings that wait or run end now
-        if not server.ready:
+        several = server.models is not None
+        engines = [each.engine for each in server.models.servers() if each.ready] if several else [server.engine]
+        if not several and not server.ready:
             self.should_exit = True
             return
-        log.info("shutting down: %d requests to finish within %.0f s", engine.n_unfinished(), self.drain_timeout)
-        await asyncio.wrap_future(engine.drain())
+        unfinished = lambda: sum(engine.n_unfinished() for engine in engines)  # noqa: E731
+        log.info("shutting down: %d requests to finish within %.0f s", unfinished(), self.drain_timeout)
+        for engine in engines:
+            await asyncio.wrap_future(engine.drain())
         deadline = time.monotonic() + self.drain_timeout
-        while engine.n_unfinished() and time.monotonic() < deadline:
+        while unfinished() and time.monotonic() < deadline:
             await asyncio.sleep(POLL_S)
-        left = engine.n_unfinished()
+        left = unfinished()
         if left:
             log.warning("shutting down: ending %d requests that did not finish in time", left)
-            await asyncio.wrap_future(engine.end_running())
+            for engine in engines:
+                await asyncio.wrap_future(engine.end_running())
         self.should_exit = True

@@ -184,7 +184,22 @@ FLAGS = [
          help="seconds running requests get to finish after SIGTERM before they end with an error"),
     Flag(("--sleep-idle-seconds",), "sleep_idle_seconds", float, -1.0, feeds="sleep_idle_s", default_text="off",
          help="unload the model after this many seconds without a request, keeping the prompt cache and the disk "
-              "tier; the next request that needs the model loads it again (-1: never)"),
+              "tier; the next request that needs the model loads it again (-1: never); with several models, each "
+              "model's default keep-alive"),
+    Flag(("--models-dir",), "models_dir", str, None, sets="models_dir",
+         help="serve every model of this folder by name, loaded when a request names it: a GGUF at the top is a "
+              "model named by its file, a subfolder a model named by the folder (its projector the mmproj*.gguf "
+              "beside it), as llama-server lays it out"),
+    Flag(("--models-file", "--models-preset"), "models_file", str, None, sets="models_file",
+         help="an INI file of models: a section a model (its name), with model = PATH, alias = names or wildcards "
+              "(claude-*haiku*), keep-alive and any flag of the server without its dashes (ctx-size = 8192)"),
+    Flag(("--models-max",), "models_max", int, 4, sets="models_max",
+         help="models loaded at once (--models-dir, --models-file); the least recently used idle one is unloaded "
+              "to load another, its conversations kept in its prompt cache"),
+    Flag(("--models-default",), "models_default", str, None, sets="models_default", default_text="none: 404",
+         help="the model that answers a name no model matches (default: such a request gets 404)"),
+    Flag(("--models-load-timeout",), "models_load_timeout", float, 300.0, sets="models_load_timeout",
+         help="seconds a request waits for its model to load (or for room to load it) before a 503 with Retry-After"),
     Flag(("--swa-full",), "swa_full", bool, False, sets="engine.swa_full",
          help="keep the full KV cache on sliding-window models (more memory, no checkpoints needed)"),
     Flag(("-ctxcp", "--ctx-checkpoints"), "ctx_checkpoints", int, 32, feeds="engine.ctx_checkpoints",

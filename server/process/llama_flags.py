@@ -184,10 +184,7 @@ CATALOG = """
 --no-cache-prompt | - | ignore | prompts are always cached (a request may send "cache_prompt": false)
 --cache-reuse | 1 | ignore | prefixes are reused whole from slots and the prompt cache; chunks are not shifted
 --props | - | ignore | POST /props is not served: settings are fixed at start
---models-dir | 1 | refuse | one server serves one model: run one per model behind a router
---models-preset | 1 | refuse | one server serves one model: run one per model behind a router
---models-max | 1 | refuse | one server serves one model: run one per model behind a router
---models-autoload --no-models-autoload | - | refuse | one server serves one model: run one per model behind a router
+--models-autoload --no-models-autoload | - | ignore | a model loads when a request names it (POST /models/load loads one ahead)
 --no-jinja | - | ignore | chat templates always run with Jinja; built-in template names give llama.cpp's templates
 --reasoning-effort | 1 | ignore | send "reasoning_effort" or "chat_template_kwargs" per request
 --reasoning-budget-message | 1 | refuse | the reasoning budget ends the thought with the template's closing tag only

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..models.registry import ModelState
 from ..openapi_schemas import JSON, MESSAGE, TOOL, errors, get, json_body, nullable, post, required_object
+
+MODEL_STATES = tuple(state.value for state in ModelState)  # with several models (server/models/)
 
 _HEALTH = {
     "type": "object",
@@ -21,7 +24,21 @@ _MODEL = {"type": "object", "required": ["id", "object"], "properties": {
     "id": {"type": "string"}, "object": {"type": "string"}, "created": {"type": "integer"},
     "owned_by": {"type": "string"}, "aliases": {"type": "array", "items": {"type": "string"}},
     "context_length": {"type": "integer"}, "max_model_len": {"type": "integer"}, "meta": {"type": "object"},
+    "state": {"type": "string", "enum": list(MODEL_STATES)}, "status": {"type": "object"},
 }}
+
+
+def _model_action(summary: str) -> dict[str, Any]:
+    """POST /models/load or /models/unload (routes/model_admin.py)."""
+    body = required_object("model")
+    body["properties"] = {"model": {"type": "string"}}
+    answer = {"type": "object", "required": ["success", "model", "state"], "properties": {
+        "success": {"type": "boolean"}, "model": {"type": "string"}, "state": {"type": "string", "enum": list(MODEL_STATES)}}}
+    return {"post": {
+        "summary": summary,
+        "requestBody": {"required": True, "content": {JSON: {"schema": body}}},
+        "responses": {"200": json_body(answer, summary), **errors(400, 401, 403, 404, 413, 500, 503)},
+    }}
 
 _MODELS = {
     "type": "object",
@@ -184,6 +201,8 @@ def paths() -> dict[str, Any]:
             "responses": {"200": json_body(_RECENT, "newest first"), **errors(400, 401, 403, 501)},
         }},
         "/slots/{id_slot}": _slot_action(),
+        "/models/load": _model_action("load a model now (the admin key; with --models-dir or --models-file, else 404)"),
+        "/models/unload": _model_action("unload a model now, its conversations kept in its prompt cache (the admin key; with --models-dir or --models-file, else 404)"),
         # what a load balancer asks a replica (routes/worker.py)
         "/get_load": get(required_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),
         "/get_model_info": get(required_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),

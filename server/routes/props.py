@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import ModelNotFound
-from ..state import Warmslot, server_of
+from ..state import Warmslot, named_model, server_of
 from ..version import build_info, version_info
 
-# Every POST takes any `model` for the one loaded model; the README's examples use this name.
+# With one model every POST takes any `model` for it; the README's examples use this name.
 DEFAULT_MODEL_NAME = "default"
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # what llama-server reports for "a random seed"
@@ -27,7 +27,7 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # what llama-server reports for "a random seed"
 async def props(request: Request) -> Response:
     """llama-server's /props: the slots' context, the defaults and the chat template, plus
     warmslot's capacity table."""
-    server = server_of(request)
+    server = named_model(request, request.query_params.get("model"))
     server.authorize(request)
     server.require_ready()
     info = server.engine.info
@@ -112,21 +112,34 @@ def model_entry(server: Warmslot) -> dict:
 
 
 async def models(request: Request) -> Response:
-    """OpenAI's list in `data`; `models` is the same model in Ollama's shape, as llama-server
-    adds it (clients read its `capabilities`)."""
-    server = server_of(request)
-    media = bool(_modalities(server))
-    ollama = {"name": server.model_name, "model": server.model_name, "type": "model", "format": "gguf",
-              "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if media else ["completion"]}
-    return JSONResponse({"object": "list", "data": [model_entry(server)], "models": [ollama]})
+    """OpenAI's list in `data`; `models` is the same models in Ollama's shape, as llama-server
+    adds it (clients read its `capabilities`). With several models, each entry says where it
+    stands: `state` (and llama-server's `status.value`) is loaded, loading, unloading,
+    sleeping (unloaded, its prompt cache kept) or unloaded."""
+    home = server_of(request)
+    served = [(entry.server, entry.state.value) for entry in home.models.entries.values()] if home.models else [(home, None)]
+    data, ollama = [], []
+    for server, state in served:
+        entry = model_entry(server)
+        media = bool(_modalities(server))
+        if state is not None:
+            entry.update(state=state, status={"value": state})
+        data.append(entry)
+        ollama.append({"name": server.model_name, "model": server.model_name, "type": "model", "format": "gguf",
+                       "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if media else ["completion"]})
+    return JSONResponse({"object": "list", "data": data, "models": ollama})
 
 
 async def model(request: Request) -> Response:
     """GET /v1/models/{id}: the model under its name, any alias, or "default" (the name every
-    POST accepts for the loaded model); 404 otherwise."""
-    server = server_of(request)
+    POST accepts for the loaded model); 404 otherwise. With several models, the one the name
+    picks (as a request's `model` would)."""
+    home = server_of(request)
     wanted = request.path_params["model_id"]
-    entry = model_entry(server)
+    if home.models is not None:
+        entry = home.models.resolve(wanted)
+        return JSONResponse({**model_entry(entry.server), "state": entry.state.value, "status": {"value": entry.state.value}})
+    entry = model_entry(home)
     if wanted not in (entry["id"], DEFAULT_MODEL_NAME) and wanted not in entry["aliases"]:
         raise ModelNotFound(wanted)
     return JSONResponse(entry)

@@ -13,7 +13,7 @@ from ..request.constraints import validate_tools
 from ..request.chat_messages import parse_messages
 from ..request.json_body import parse_body
 from ..request.protocol import parse_chat
-from ..state import server_of
+from ..state import named_model, open_model, server_of
 
 
 async def health(request: Request) -> Response:
@@ -22,7 +22,7 @@ async def health(request: Request) -> Response:
         return JSONResponse({"status": "error", "error": {"message": str(server.init_error), "type": "server_error"}}, 500)
     if server.draining:
         return JSONResponse({"status": "shutting_down", "error": shutting_down().body()["error"]}, 503, headers={"Retry-After": "1"})
-    if not server.ready:
+    if not server.ready and server.models is None:  # several models: each loads when a request names it
         return JSONResponse(
             {"status": "loading", "progress": round(server.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
             503,
@@ -33,10 +33,7 @@ async def health(request: Request) -> Response:
 async def tokenize(request: Request) -> Response:
     """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
     tokenizes it) or for `messages` (and `tools`), as /v1/chat/completions renders them."""
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, _key, body = await open_model(request)
     if "messages" in body:
         messages = parse_messages(body["messages"])
         tools = body.get("tools")
@@ -71,10 +68,7 @@ def _piece(raw: bytes) -> str | list[int]:
 async def apply_template(request: Request) -> Response:
     """llama-server's POST /apply-template: the prompt text the chat template renders for
     `messages` (and `tools`), as /v1/chat/completions would, without generating."""
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, _key, body = await open_model(request)
     params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
     tools = validate_tools(params.tools) if params.tools else None
     add_generation_prompt = body.get("add_generation_prompt", True)
@@ -87,10 +81,7 @@ async def apply_template(request: Request) -> Response:
 
 
 async def detokenize(request: Request) -> Response:
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    body = parse_body(await request.body())
+    server, _key, body = await open_model(request)
     tokens = body.get("tokens")
     n_vocab = server.engine.info.n_vocab
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
@@ -101,7 +92,7 @@ async def detokenize(request: Request) -> Response:
 async def _engine_snapshot(request: Request):
     """The detailed snapshot a key may see: details of its own tenants only, unless it is the
     admin key (other tenants' slots show their id and state)."""
-    server = server_of(request)
+    server = named_model(request, request.query_params.get("model"))
     key = server.authorize(request)
     if not server.config.slots_endpoint:
         raise NotSupported("the /slots and /engine endpoints are disabled (--no-slots)")

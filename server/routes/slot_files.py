@@ -27,7 +27,7 @@ from warmslot.slots import slot_files
 
 from ..errors import ApiError, Forbidden, InvalidRequest, NotSupported, Unavailable
 from ..request.json_body import parse_body
-from ..state import Warmslot, server_of
+from ..state import Warmslot, named_model
 
 log = logging.getLogger("warmslot.server")
 
@@ -36,7 +36,7 @@ _POLL_S = 0.05
 
 
 async def slot_action(request: Request) -> Response:
-    server = server_of(request)
+    server = named_model(request, request.query_params.get("model"))  # several models: ?model=NAME
     # NOTE: a slot holds any tenant's conversation: saving, restoring or erasing it is the
     # admin key's (the only key that sees every tenant on /slots)
     if not server.is_admin(server.authorize(request)):

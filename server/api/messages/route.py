@@ -2,8 +2,9 @@
 
 A request is converted to the chat request it stands for (`convert`) and goes through the
 chat pipeline exactly as /v1/chat/completions would, so a conversation keeps its cached
-prefix whichever API it comes through. Any model name is accepted: the loaded model answers,
-under the name the client sent (Claude Code sends its own model names). Both `x-api-key` and
+prefix whichever API it comes through. The model answers under the name the client sent
+(Claude Code sends its own model names): with one model any name is accepted; with several
+(`--models-file`), the name picks one, wildcards such as `claude-*haiku*` included. Both `x-api-key` and
 `Authorization: Bearer` carry the key (`Warmslot.authorize`); `anthropic-version` and
 `anthropic-beta` are accepted and change nothing: a beta is never a reason to refuse a
 request. What a request sends that changes nothing (its betas, `context_management`, server
