@@ -10,7 +10,9 @@ long system prompt, all come back warm.
   plus its checkpoints and its drafter state; a checkpoint shared by two entries counts in
   both, so the total is an upper bound of the RAM really used. The total never exceeds the
   budget.
-- Eviction: least recently used first (use = insert or load).
+- Eviction: what no waiting request continues, least recently used first (use = insert or
+  load); then what the latest waiting request continues (`lookahead.py`: the engine's queue
+  is the horizon). An entry that would itself be the first to go is not stored (`refused`).
 - Lookup: a token radix tree per tenant (`PrefixTrie`), never a scan of all entries.
 - Redundancy: an older entry of the same tenant is dropped when a newer one shares its
   tokens up to the end of its last prompt and can serve that prefix (see `covers`): a strict
@@ -24,11 +26,13 @@ import itertools
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .checkpoints import CheckpointList
+from .lookahead import next_uses, victim_order
 from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 
 
@@ -82,6 +86,7 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     evictions: int = 0
+    refused: int = 0  # entries not stored: every waiting request needs what the cache holds sooner
     dropped_redundant: int = 0
     saved_bytes: int = 0
     loaded_bytes: int = 0
@@ -118,6 +123,10 @@ class PromptCache:
         # called with every entry evicted for room (the disk tier writes it); not for entries
         # dropped as redundant, whose tokens a newer entry serves
         self.on_evict: Callable[[CacheEntry], None] | None = None
+        # the prompts (tenant, tokens) of the requests waiting for a slot, next first: what
+        # eviction keeps (see lookahead.py); None: least recently used first
+        self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
+        self._pinned: int | None = None  # an entry being loaded: not evicted meanwhile
 
     @property
     def n_entries(self) -> int:
@@ -176,8 +185,9 @@ class PromptCache:
         prompt_end: int | None = None, keep_s: float | None = None, draft: DraftState | None = None,
     ) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
-        buffers). Evicts least recently used entries to fit; drops entries this one makes
-        redundant. Returns None when the entry alone exceeds the budget. Mutates."""
+        buffers). Evicts entries to fit (see the module); drops entries this one makes
+        redundant. Returns None when the entry alone exceeds the budget, or when it would be
+        the first to go. Mutates."""
         state.flags.writeable = False
         for array in draft.arrays if draft is not None else ():
             array.flags.writeable = False
@@ -185,17 +195,40 @@ class PromptCache:
             tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
             prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s, draft=draft,
         )
-        if entry.nbytes > self.budget:
+        plan = self._make_room(entry, entry.nbytes)
+        if plan is None:
+            if entry.nbytes <= self.budget and self.on_evict is not None:
+                self.on_evict(entry)  # refused: the disk tier still keeps it
             return None
-        self._drop_redundant(entry)
-        while self.nbytes + entry.nbytes > self.budget:
-            self._evict_lru()
+        redundant, victims = plan
+        for old in redundant:
+            self.remove(old)
+            self.stats.dropped_redundant += 1
+        for victim in victims:
+            self._evict(victim)
         self._tries.setdefault(tenant, PrefixTrie()).insert(entry.tokens, entry)
         self._lru[entry.id] = entry
         self.nbytes += entry.nbytes
         self.stats.saved_bytes += entry.nbytes
         assert self.nbytes <= self.budget
         return entry
+
+    def admits(self, tokens: Sequence[int], checkpoints: CheckpointList, tenant: str, prompt_end: int | None,
+               nbytes: int) -> bool:
+        """Whether an entry of `nbytes` would be stored now (insert would not refuse it), so
+        that a slot's state is not copied for nothing. Counts a refusal; else read-only."""
+        probe = CacheEntry(tuple(tokens), np.empty(0, np.uint8), checkpoints, tenant, self.fingerprint,
+                           prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)))
+        return self._make_room(probe, nbytes) is not None
+
+    @contextmanager
+    def pinned(self, entry: CacheEntry | None):
+        """Keep `entry` (being loaded into a slot) out of eviction for the block."""
+        self._pinned = entry.id if entry is not None else None
+        try:
+            yield
+        finally:
+            self._pinned = None
 
     def touch(self, entry: CacheEntry) -> None:
         """Mark an entry used (after loading it). Mutates LRU order only; an entry already
@@ -229,8 +262,34 @@ class PromptCache:
         times = [e.last_used for e in self._lru.values()]
         assert times == sorted(times), "LRU order follows last use"
 
-    def _evict_lru(self) -> None:
-        victim = next(iter(self._lru.values()))
+    def _make_room(self, entry: CacheEntry, nbytes: int) -> tuple[list[CacheEntry], list[CacheEntry]] | None:
+        """The entries to drop (redundant) and to evict for `entry` of `nbytes` to fit, or
+        None when it does not: larger than the budget, or first in the order of what goes
+        (a refusal, counted). Else read-only."""
+        if nbytes > self.budget:
+            return None
+        redundant = self._redundant(entry)
+        gone = {e.id for e in redundant}
+        free = self.budget - self.nbytes + sum(e.nbytes for e in redundant)
+        if nbytes <= free:
+            return redundant, []
+        keys = [k for k in self._lru if k not in gone and k != self._pinned] + [-1]  # -1: the entry itself
+        candidates = [e for e in self._lru.values() if e.id not in gone] + [entry]
+        upcoming = self.upcoming() if self.upcoming is not None else ()
+        uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
+        victims = []
+        for key in victim_order(keys, uses):
+            if key == -1:
+                self.stats.refused += 1
+                return None
+            victim = self._lru[key]
+            victims.append(victim)
+            free += victim.nbytes
+            if nbytes <= free:
+                return redundant, victims
+        return None  # unreachable: the entry itself is in the order
+
+    def _evict(self, victim: CacheEntry) -> None:
         self.remove(victim)
         self.stats.evictions += 1
         self._remember_evicted(victim)
@@ -260,18 +319,18 @@ class PromptCache:
         found = [v for _, v in match.prefixes] + list(match.extensions())
         return (match.depth, found[0]) if found and match.depth > 0 else None
 
-    def _drop_redundant(self, entry: CacheEntry) -> None:
-        """Drop older entries of the same tenant that `entry` covers up to their last prompt:
-        a strict prefix of it, or a conversation it continues (what an older entry holds
+    def _redundant(self, entry: CacheEntry) -> list[CacheEntry]:
+        """Older entries of the same tenant that `entry` covers up to their last prompt: a
+        strict prefix of it, or a conversation it continues (what an older entry holds
         beyond its prompt is a reply that the next turn re-rendered). Scans the tenant's
-        entries; insertions are rare next to lookups."""
+        entries; insertions are rare next to lookups. Read-only."""
         trie = self._tries.get(entry.tenant)
         if trie is None:
-            return
-        for old in list(trie.values()):
+            return []
+        out = []
+        for old in trie.values():
             shared = common_prefix(old.tokens, entry.tokens)
             point = min(old.prompt_end, shared)
             if shared >= old.prompt_end and (point == len(entry) or self.covers(entry, point)):
-                self.remove(old)
-                self.stats.dropped_redundant += 1
-
+                out.append(old)
+        return out

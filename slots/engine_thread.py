@@ -79,6 +79,10 @@ class EngineThread:
         self._batch, self.sampling, self._filler_budget = parts.batch, parts.sampling, parts.filler_budget
         self.vocab, self.info, self.disk, self.embedder = parts.vocab, parts.info, parts.disk, parts.embedder
         self.reranker = parts.reranker
+        waiting = lambda: self.admission.waiting  # noqa: E731 - engine thread only, like its readers
+        self.router.waiting = self.prefixes.waiting = waiting
+        if self.cache is not None:
+            self.cache.upcoming = lambda: ((r.tenant, r.tokens) for r in waiting())
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)
         if parts.projector is not None:
             self.projector = parts.projector

@@ -149,6 +149,10 @@ class SlotMemory:
         if existing is not None:
             self.cache.touch(existing)
             return existing
+        size = self.ctx.state_size(slot.id) + slot.checkpoints.nbytes
+        if self.cache.on_evict is None and not self.cache.admits(slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size):
+            log.debug("slot %d: not saved: the waiting requests need what the prompt cache holds sooner", slot.id)
+            return None
         t0 = time.monotonic()
         state = self.ctx.state_get(slot.id, partial=False)
         draft = self.draft_state(slot)

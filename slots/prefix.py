@@ -19,7 +19,7 @@ from .memory import SlotMemory
 from .multimodal.spans import Positions, placeholder_ids
 from .requests import GenerateRequest, Reuse, Source
 from .reuse import ReusePlan
-from .router import Fork, FromDisk, KeepSlot, Load, Route, held_elsewhere
+from .router import Fork, FromDisk, KeepSlot, Load, Route, held_elsewhere, slot_uses
 from .slot import Slot
 from .stats import CopyCause, EngineStats
 
@@ -55,6 +55,7 @@ class Prefixes:
         self.n_spare = n_spare
         self.checkpoint_every = checkpoint_every
         self.disk = disk
+        self.waiting = tuple  # the requests waiting for a slot, next first (set by the engine)
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -137,9 +138,14 @@ class Prefixes:
         The slot's previous contents go into the prompt cache first when the request goes
         elsewhere: when it diverges well before the end of the slot's previous prompt (a
         conversation that only re-renders the tail of the last turn does not pay for a save)."""
-        slot, memory = route.target, self.memory
         if isinstance(route, Load):
-            self.cache.touch(route.entry)  # most recently used: the save below cannot evict it
+            self.cache.touch(route.entry)
+            with self.cache.pinned(route.entry):  # the save below does not evict it
+                return self._take_into(route, req)
+        return self._take_into(route, req)
+
+    def _take_into(self, route: Route, req: GenerateRequest) -> tuple[int, ReusePlan | None]:
+        slot, memory = route.target, self.memory
         if isinstance(route, KeepSlot):
             plan = route.plan  # the router's plan: nothing changed the slot since
             if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
@@ -186,14 +192,16 @@ class Prefixes:
         return sorted(cuts)
 
     def evict_idle(self, exclude: Slot | None = None) -> bool:
-        """Make room in the KV pool: move the least recently used idle slot's contents to
-        the prompt cache and clear it. False when no idle slot holds anything."""
+        """Make room in the KV pool: move an idle slot's contents to the prompt cache and
+        clear it: one that no waiting request continues, least recently used first (else the
+        one the latest waiting request continues). False when no idle slot holds anything."""
         if not self.ctx.unified:
             return False  # each slot has a stream of its own: clearing another frees nothing
         idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
         if not idle:
             return False
-        victim = min(idle, key=lambda s: s.last_used)
+        uses = slot_uses(idle, self.waiting())
+        victim = min(idle, key=lambda s: (s.id in uses, -uses.get(s.id, 0), s.last_used))
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
         self.memory.save(victim, CopyCause.SPILL)
         self.memory.clear(victim)

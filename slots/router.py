@@ -11,8 +11,9 @@ Sources, by how many prompt tokens a slot keeps after using them:
 The longest usable prefix wins; ties prefer slot, then fork, then ram, then disk. A disk
 candidate counts its usable prefix minus the price of reading it, in tokens the same time
 would compute (`DiskTier.cost_tokens`). A cache load or a fork goes into the idle slot
-that last served the request's `prompt_cache_key`, else an empty one, else the least
-recently used one. A busy slot is never taken. A request whose prefix another slot is about
+that last served the request's `prompt_cache_key`, else an empty one, else one whose
+contents no waiting request continues, least recently used first (the queue says what is
+needed next: see warmslot.cache.lookahead). A busy slot is never taken. A request whose prefix another slot is about
 to compute waits for it (`Wait`).
 
 A route is one of `KeepSlot`, `Fork`, `Load`, `FromDisk`, `Fresh`, `Fetch` or `Wait`: each
@@ -23,9 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
+from typing import Callable, Iterable, Sequence, Union
 
 from warmslot.cache.disk import DiskEntry
+from warmslot.cache.lookahead import next_uses
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
 from .disk_tier import DiskTier
@@ -159,6 +161,9 @@ class Router:
         self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
         self.contiguous = contiguous  # keep busy ids in one run (a KV stream per sequence)
         self.disk = disk
+        # the requests waiting for a slot, next first (the engine's queue): which idle slot
+        # gives up its contents (see warmslot.cache.lookahead)
+        self.waiting: Callable[[], Iterable[GenerateRequest]] = tuple
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
@@ -320,8 +325,10 @@ class Router:
 
     def _receiver(self, idle: list[Slot], exclude: Slot | None, req: GenerateRequest) -> Slot:
         """The idle slot that last served the request's prompt_cache_key, else an empty one,
-        else the least recently used one (not the donor, if possible); among equals, the one
-        nearest to the busy slots' ids.
+        else one whose contents another stream or the cache holds, else one whose contents no
+        waiting request continues (else the one the latest waiting request continues), least
+        recently used first (not the donor, if possible); among equals, the one nearest to
+        the busy slots' ids.
 
         NOTE: with a KV stream per sequence, busy sequences whose ids form one run decode in
         one micro-batch; a gap costs a micro-batch more or filler tokens (see scheduler)."""
@@ -337,7 +344,22 @@ class Router:
         empty = [s for s in pool if not s.tokens]
         if empty:
             return min(empty, key=lambda s: (distance(s), s.id))
-        return min(pool, key=lambda s: (distance(s), s.last_used))
+        uses = slot_uses(pool, self.waiting(), skip=req)
+
+        def cost(slot: Slot) -> tuple:
+            # nothing to save when another stream or the cache holds it all (a copy left by
+            # a move next to the busy streams: the waiting request it serves goes there)
+            free = self.truncatable and held_elsewhere(slot, self.slots, self.cache)
+            return (not free, slot.id in uses, -uses.get(slot.id, 0), distance(slot), slot.last_used)
+
+        return min(pool, key=cost)
+
+
+def slot_uses(slots: Sequence[Slot], waiting: Iterable[GenerateRequest], skip: GenerateRequest | None = None) -> dict[int, int]:
+    """For each slot (by id) that a waiting request continues, that request's place in the
+    queue (see warmslot.cache.lookahead): what the queue will want soonest stays."""
+    upcoming = ((r.tenant, r.tokens) for r in waiting if r is not skip)
+    return next_uses(((s.id, s.tenant, s.tokens, s.prompt_end or None) for s in slots), upcoming)
 
 
 def held_elsewhere(slot: Slot, slots: Sequence[Slot], cache: PromptCache | None) -> bool:

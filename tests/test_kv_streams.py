@@ -348,3 +348,37 @@ def test_when_every_stream_holds_a_conversation_the_least_recently_used_one_goes
     finally:
         engine.stop()
     assert_same_answer(again, cold_run(path, convs[0]))
+
+
+@pytest.mark.model
+def test_sessions_queued_past_the_cache_keep_what_the_queue_needs_next(tiny_models):
+    """Four conversations take turns on one slot with room in RAM for two: A-D's first turns
+    and then their second turns are all queued at once. Least-recently-used eviction would
+    evict each conversation just before it returns (no second turn warm); the queue keeps
+    what its next requests continue: A and B return from RAM whole, C's and D's contents are
+    never copied to RAM (nothing there would have lasted until their turn), and A's answer
+    is the cold one."""
+    from warmslot.slots.llama_api import Model
+
+    path = tiny_models["attention"]
+    firsts = [random_tokens(200 + i, 180) for i in range(4)]
+    seconds = [p + random_tokens(210 + i, 20) for i, p in enumerate(firsts)]
+    per_token = Model(str(path), n_gpu_layers=0, vocab_only=True).kv_bytes_per_token("f32", "f32")
+    entry = per_token * (180 + 4)
+    engine = tiny_engine(path, n_parallel=1, cache_vram=0, cache_ram=int(2.5 * entry), **REUSE_ENGINE)
+    try:
+        sinks = [QueueSink() for _ in range(8)]
+        for i, (prompt, sink) in enumerate(zip(firsts + seconds, sinks)):
+            engine.submit(GenerateRequest(f"q{i}", prompt, sink, SamplingParams(temperature=0),
+                                          max_tokens=16 if i == 4 else 4, return_prompt_logits=(i == 4)))
+        results = [sink.collect() for sink in sinks]
+        stats = engine.cache.stats
+    finally:
+        engine.stop()
+    assert all(r.error is None for r in results)
+    back = results[4:]
+    assert [r.reuse.source for r in back[:2]] == ["ram", "ram"]
+    assert [r.usage.cached_tokens for r in back[:2]] == [180, 180]
+    assert [r.usage.cached_tokens for r in back[2:]] == [0, 0]
+    assert stats.hits == 2 and stats.refused >= 2  # C's and D's contents were not copied to RAM
+    assert_same_answer(back[0], cold_run(path, seconds[0]))

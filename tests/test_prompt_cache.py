@@ -102,3 +102,63 @@ def test_the_previous_turn_of_a_conversation_is_dropped_when_the_next_one_is_sav
     cache.insert([1, 2, 9], state(10), CheckpointList(4, 1 << 20), tenant="", prompt_end=3)
     assert cache.n_entries == 2
     cache.sanity_check()
+
+
+# -- what the waiting queue needs stays (cache/lookahead.py) ---------------------------------
+
+SYSTEM = list(range(1000, 1100))  # a system prompt every conversation shares
+
+
+def turn(conv: int, n: int) -> list[int]:
+    """A conversation's prompt after n turns: the shared system prompt, then its own tokens."""
+    return SYSTEM + [conv * 10_000 + i for i in range(100 * n)]
+
+
+def test_the_entry_a_waiting_request_continues_stays_and_lru_would_have_evicted_it():
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
+    waiting: list[tuple[str, list[int]]] = []
+    cache.upcoming = lambda: iter(waiting)
+    a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    b = cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    waiting[:] = [("", turn(1, 2))]  # a's next turn waits: b goes, though a is the older
+    c = cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    assert c is not None and {e.id for e in cache.entries()} == {a.id, c.id}
+    cache.sanity_check()
+    # the same inserts with no queue: least recently used first
+    lru = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
+    for conv in (1, 2, 3):
+        lru.insert(turn(conv, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    assert [e.tokens[-1] for e in lru.entries()] == [turn(2, 1)[-1], turn(3, 1)[-1]]
+
+
+def test_an_entry_needed_after_everything_the_cache_holds_is_not_stored():
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
+    waiting: list[tuple[str, list[int]]] = []
+    cache.upcoming = lambda: iter(waiting)
+    cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    waiting[:] = [("", turn(1, 2)), ("", turn(2, 2)), ("", turn(3, 2))]
+    probe = turn(3, 1)
+    assert not cache.admits(probe, CheckpointList(4, 1 << 20), "", None, 1000)
+    assert cache.insert(probe, state(1000), CheckpointList(4, 1 << 20), tenant="") is None
+    assert cache.stats.refused == 2 and cache.stats.evictions == 0 and cache.n_entries == 2  # admits, insert
+    # a request for another tenant, or one that only shares the system prompt, protects nothing
+    waiting[:] = [("bob", turn(1, 2)), ("", SYSTEM + [7] * 300), ("", turn(3, 2))]
+    assert cache.admits(probe, CheckpointList(4, 1 << 20), "", None, 1000)
+    assert cache.insert(probe, state(1000), CheckpointList(4, 1 << 20), tenant="") is not None
+    assert cache.stats.evictions == 1
+    cache.sanity_check()
+
+
+def test_a_refused_entry_still_reaches_the_disk_tier_and_the_entry_being_loaded_is_never_evicted():
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
+    written = []
+    cache.on_evict = written.append
+    cache.upcoming = lambda: iter([("", turn(2, 2)), ("", turn(3, 2))])
+    a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+    with cache.pinned(a):  # a is no waiting request's, but a slot is loading it
+        assert cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="") is None
+    assert a in cache.entries() and [e.tokens for e in written] == [tuple(turn(3, 1))]
+    assert cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="") is not None
+    assert a not in cache.entries() and written[-1] is a  # not pinned now: no request needs it

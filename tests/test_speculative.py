@@ -322,7 +322,7 @@ def test_sampling_at_temperature_1_keeps_the_token_distribution(tiny_models):
     model's own sampled text and drafts look up one token, so drafts are proposed at most
     steps and both accepted and rejected; a rule that kept a rejected draft, or sampled the
     wrong row, would move these distributions. The same test tells temperature 0.75 from 1."""
-    args = dict(n_ctx=1024, n_parallel=2)
+    args = dict(n_ctx=4096, n_parallel=8)
     # top-k 3 keeps the random model's next token to a few likely ones, so drafts of what
     # followed a token before are often right
     def sampling(seed, temperature=1.0):

@@ -121,6 +121,10 @@ class Context:
     def seq_pos_min(self, seq: int) -> int:
         return int(llama_cpp.llama_memory_seq_pos_min(self.mem, seq))
 
+    def state_size(self, seq: int) -> int:
+        """Bytes of a sequence's whole state (what state_get copies)."""
+        return int(llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq, 0))
+
     def state_get(self, seq: int, *, partial: bool) -> np.ndarray:
         """A copy of a sequence's state: everything, or only its non-truncatable part."""
         flags = PARTIAL_ONLY if partial else 0

@@ -1,0 +1,64 @@
+"""What the waiting queue says about the future, for choosing what a tier gives up.
+
+When more conversations come and go than the device and RAM hold, least-recently-used
+eviction fails the common case: sessions taking turns in a queue come back in the order they
+left, so the conversation used least recently is the one needed next, and LRU throws out
+every conversation just before it returns. The queue of requests waiting for a slot knows
+better: it lists the prompts that will start next, in order. A tier that must give something
+up gives up what no waiting prompt continues (least recently used first among those), and
+else what the latest waiting prompt continues: Belady's rule with the queue as its horizon.
+
+A holder (a slot's contents or a cache entry) is *continued* by a prompt when the prompt
+starts with all of the holder's previous prompt, but for a few tokens (a re-rendered end of
+turn): the prompt is that conversation's next turn. Sharing a system prompt is not enough.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Hashable, Iterable, Sequence, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+# waiting prompts looked at: the next ones to start (matching is O(holders) per prompt)
+HORIZON = 32
+# tokens at the end of a holder's prompt that its next turn may render differently (the
+# end-of-turn markup of the reply it generated)
+SLACK = 64
+_TAIL = 256  # compared first: two conversations that share a system prompt differ here
+
+
+def continues(held: Sequence[int], prompt_end: int | None, tokens: Sequence[int]) -> bool:
+    """Whether `tokens` starts with the first `prompt_end` tokens of `held` (all of them if
+    None), less SLACK: the next turn of the conversation `held` is."""
+    n = min(len(held) if prompt_end is None else prompt_end, len(held)) - SLACK
+    if n <= 0 or len(tokens) < n:
+        return False
+    start = max(0, n - _TAIL)
+    if list(held[start:n]) != list(tokens[start:n]):
+        return False
+    return list(held[:start]) == list(tokens[:start])
+
+
+def next_uses(
+    holders: Iterable[tuple[K, str, Sequence[int], int | None]],
+    upcoming: Iterable[tuple[str, Sequence[int]]],
+) -> dict[K, int]:
+    """For each holder (key, tenant, tokens, prompt_end), the queue position of the first of
+    the `upcoming` prompts (tenant, tokens; next first) that continues it. Holders no prompt
+    within HORIZON continues are absent: as far as the queue knows, never needed."""
+    holders = list(holders)
+    out: dict[K, int] = {}
+    for i, (tenant, tokens) in enumerate(itertools.islice(upcoming, HORIZON)):
+        for key, h_tenant, held, prompt_end in holders:
+            if key not in out and h_tenant == tenant and continues(held, prompt_end, tokens):
+                out[key] = i
+    return out
+
+
+def victim_order(keys: Sequence[K], uses: dict[K, int]) -> list[K]:
+    """`keys` (least recently used first) in the order to give them up: first those no
+    waiting prompt needs, in LRU order; then those needed, the latest needed first."""
+    never = [k for k in keys if k not in uses]
+    needed = sorted((k for k in keys if k in uses), key=lambda k: -uses[k])
+    return never + needed
