@@ -67,8 +67,9 @@ def plan_batch(
         picks.append((slot, n))
         budget -= n
     if by_sequence:
-        if filler_budget and picks:
-            picks += [(slot, 0) for slot in _gaps_worth_filling(slots, picks, filler_budget)]
+        room = batch.free - sum(n for _, n in picks)  # a filler takes a place in the batch too
+        if filler_budget and picks and room > 0:
+            picks += [(slot, 0) for slot in _gaps_worth_filling(slots, picks, filler_budget, room)]
         picks.sort(key=lambda pick: pick[0].id)
     entries = [_add(slot, n, batch, drafts.get(slot.id)) if n else _filler(slot, batch) for slot, n in picks]
     _check(entries, batch)
@@ -95,9 +96,10 @@ def timed_prefill_cap(rate: float, n_ubatch: int, target_s: float = STEP_TARGET_
     return max(n_ubatch, n - n % n_ubatch)
 
 
-def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], budget: int) -> list[Slot]:
+def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], budget: int, room: int) -> list[Slot]:
     """The slots missing between the step's sequence ids whose filler tokens cost less than
-    the micro-batch each run of them would otherwise add."""
+    the micro-batch each run of them would otherwise add, at most `room` of them (the
+    batch's places left after the step's tokens)."""
     taken = {slot.id for slot, _ in picks}
     longest = max(slot.n_past + n for slot, n in picks)
     by_id = {slot.id: slot for slot in slots}
@@ -107,7 +109,7 @@ def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], bu
         if i not in taken:
             run.append(by_id[i])
             continue
-        if run and max(s.n_past for s in run) < longest and len(run) * longest <= budget:
+        if run and max(s.n_past for s in run) < longest and len(run) * longest <= budget and len(fill) + len(run) <= room:
             fill += run
         run = []
     return fill

@@ -155,6 +155,19 @@ def test_a_gap_in_the_sequence_ids_gets_a_filler_token():
     assert [e.slot.id for e in plan_batch(slots, batch, 32, by_sequence=True, filler_budget=1000)] == [0, 2, 3]
 
 
+def test_a_filler_never_overfills_a_batch_that_prefill_filled():
+    """A prefill chunk that takes every place the decode tokens left leaves none for a
+    filler: the gap stays a gap (the engine's step raised here and failed its running
+    requests, with four slots and spare streams under a full queue)."""
+    slots = [_slot(0, 5, 10, True), _slot(1, 5, 10, True), _slot(2, 5, 10, True), _slot(3, 500, 0, False)]
+    slots[1].active = None  # idle, between busy streams 0 and 2
+    batch = Batch(64, 4)
+    entries = plan_batch(slots, batch, 1000, by_sequence=True, filler_budget=10**6)
+    assert [(e.slot.id, e.n) for e in entries] == [(0, 1), (2, 1), (3, 62)] and batch.n == 64
+    entries = plan_batch(slots, batch, 61, by_sequence=True, filler_budget=10**6)  # one place left: the filler
+    assert [(e.slot.id, e.n, e.filler) for e in entries] == [(0, 1, False), (1, 1, True), (2, 1, False), (3, 61, False)]
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("kind", ["attention", "swa"])
 def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_models, kind):
