@@ -46,6 +46,8 @@ from .api.rerank import openapi as rerank_openapi
 from .api.rerank import route as rerank
 from .api.vertex import route as vertex
 from .process.sleep import WakeOnRequest
+from .models.capacity import capacity_view
+from .models.capacity import table as capacity_table
 from .models.catalog import ModelSpec
 from .models.in_use import ModelsInUse
 from .models.registry import ModelEntry, Models
@@ -110,6 +112,11 @@ def create_app(
             loader = loop.run_in_executor(None, _finish_loading, server, on_fatal)
         else:
             loader = asyncio.ensure_future(server.models.watch())  # keep-alive
+            try:
+                view = await loop.run_in_executor(None, capacity_view, server.models)
+                log.info("models (GET /models/capacity):\n%s", capacity_table(view))
+            except Exception as exc:  # noqa: BLE001 - the table informs; the models load or fail on their own
+                log.warning("cannot size the models: %s", exc)
         sleeper = asyncio.ensure_future(server.sleeper.watch()) if server.sleeper is not None else None
         try:
             yield

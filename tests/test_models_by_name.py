@@ -1,8 +1,10 @@
 """Several models in one server, by name (--models-file, --models-dir): the catalog and the name
-lookup without a model; then two tiny models of different memory kinds (attention and hybrid)
-served by name through a real server: wildcard aliases, loading on demand while the other
-model serves, --models-max unloading the least recently used model and its conversation
-coming back warm, 404 in each API's shape, the admin routes and a request's keep_alive."""
+lookup without a model, and the line saying whether models fit together; then two tiny models
+of different memory kinds (attention and hybrid) served by name through a real server:
+wildcard aliases, loading on demand while the other model serves, --models-max unloading the
+least recently used model and its conversation coming back warm, 404 in each API's shape, the
+admin routes and a request's keep_alive, and GET /models/capacity estimating each model before
+its load and measuring it after."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pytest
 
 from scripts.server_process import ServerProcess
 from tests.helpers import metric
+from warmslot.server.models.capacity import Together, estimate, most_at_once
 from warmslot.server.models.catalog import CatalogError, NameMatcher, parse_duration, read_models_dir, read_models_file
 from warmslot.server.models.configs import model_configs
 from warmslot.server.process.cli import several_models
@@ -127,6 +130,34 @@ def test_one_model_or_several_not_both(tmp_path):
     assert several_models(parse_config([])[0], []) is None  # -m alone: one model, as always
 
 
+def test_the_fit_line_says_whether_the_models_fit_together_or_take_turns():
+    gib = 1 << 30
+    assert most_at_once([5 * gib, 3 * gib, 3 * gib], 7 * gib) == 1  # 3 + 3 fit, but not any two
+    assert most_at_once([5 * gib, 3 * gib, 3 * gib], 8 * gib) == 2 and most_at_once([9 * gib], 8 * gib) == 0
+    fits = Together("device memory", free_bytes=10 * gib, held_bytes=4 * gib, margin_bytes=gib, need_bytes=9 * gib,
+                    at_once=3, models_max=2, estimated=(), not_counted=())
+    assert fits.fits and fits.room_bytes == 13 * gib
+    assert fits.summary(3) == ("all 3 models fit in device memory together: they take 9.00 GiB, 13.00 GiB of device memory "
+                               "is there after the margin, 4.00 GiB to spare; --models-max 2 has them take turns all the same")
+    tight = Together("RAM", 6 * gib, 0, 2 * gib, 9 * gib, at_once=1, models_max=2, estimated=("big",), not_counted=("compute buffers",))
+    assert not tight.fits
+    assert tight.summary(3) == ("the 3 models do not fit in RAM together: they take 9.00 GiB and 4.00 GiB of RAM is there after "
+                                "the margin and the prompt caches' budgets; one fits at a time, but --models-max 2 lets more load: "
+                                "--models-max 1 has them take turns (estimated for big, not counting compute buffers)")
+    turns = Together("RAM", 6 * gib, 0, 2 * gib, 9 * gib, at_once=2, models_max=1, estimated=(), not_counted=())
+    assert turns.summary(3).endswith("any 2 of them fit at once, and --models-max 1 has them take turns")
+
+
+def test_a_server_of_one_model_has_no_capacity_view_of_models(tmp_path):
+    from starlette.testclient import TestClient
+
+    from warmslot.server.app import create_app
+
+    config, _ = parse_config(["-m", str(tmp_path / "never-loaded.gguf")])
+    r = TestClient(create_app(config)).get("/models/capacity")  # no lifespan: nothing is loaded
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error", r.text
+
+
 # -- served by name ------------------------------------------------------------------------------
 
 
@@ -180,6 +211,28 @@ def disk(tmp_path_factory):
 def one_loaded(tmp_path_factory, tiny_models, disk):
     with serve(tmp_path_factory.mktemp("one"), tiny_models, "--models-max", "1", "--cache-disk", str(disk)) as proc:
         yield proc
+
+
+def test_the_capacity_view_estimates_the_models_not_loaded_yet(two_loaded, tiny_models):
+    url = two_loaded.url
+    view = httpx.get(url + "/models/capacity").json()
+    assert [(m["model"], m["state"], m["source"]) for m in view["data"]] == [("small", "unloaded", "estimated"), ("big", "unloaded", "estimated")]
+    small, big = view["data"]
+    # small (attention): its weights from the tensor table, its KV cache of 1024 f32 cells from the metadata
+    assert 0 < small["weights_bytes"] <= os.path.getsize(tiny_models["attention"])
+    assert small["state_bytes"] > 0 and small["held_bytes"] == {"CPU": small["weights_bytes"] + small["state_bytes"]}
+    assert small["compute_bytes"] is None and small["not_counted"] == ["compute buffers"]
+    assert (small["n_ctx"], small["cache_ram_bytes"]) == (1024, 64 << 20)
+    # big (hybrid): its recurrent state is known once it is loaded
+    assert big["state_bytes"] is None and any("recurrent" in part for part in big["not_counted"])
+    together = view["together"]
+    assert (together["where"], together["held_bytes"], together["estimated"]) == ("RAM", 0, ["small", "big"])
+    assert together["need_bytes"] == small["total_bytes"] + big["total_bytes"]
+    assert together["margin_bytes"] == (1 << 30) + 2 * (64 << 20)  # --fit-target and both prompt caches' budgets
+    assert together["fits"] and together["summary"].startswith("all 2 models fit in RAM together"), together
+    assert "not counting compute buffers" in together["summary"]
+    assert "/models/capacity" in httpx.get(url + "/openapi.json").json()["paths"]
+    assert states(url) == {"small": "unloaded", "big": "unloaded"}  # the view loads nothing
 
 
 def test_names_and_wildcards_pick_the_model(two_loaded):
@@ -277,6 +330,32 @@ def test_requests_for_both_models_wait_their_turn_under_models_max_1(one_loaded)
         replies = [pool.submit(chat, url, m, [{"role": "user", "content": f"Say {i}."}]) for i, m in enumerate(["small", "big"] * 2)]
         assert [f.result()["model"] for f in replies] == ["small", "big"] * 2
     assert sorted(states(url).values()) == ["loaded", "sleeping"]
+
+
+def test_the_capacity_view_measures_what_each_model_took(one_loaded, tiny_models):
+    url = one_loaded.url
+    loaded = next(name for name, state in states(url).items() if state == "loaded")
+    view = httpx.get(url + "/models/capacity").json()
+    by_name = {m["model"]: m for m in view["data"]}
+    assert {m["model"]: m["source"] for m in view["data"]} == {
+        name: "measured" if name == loaded else "measured at its last load" for name in ("small", "big")}
+    # the loaded model's memory is its capacity table's: weights, KV cache and recurrent state, compute buffers
+    table = httpx.get(url + "/engine", params={"model": loaded}).json()["capacity"]
+    held = by_name[loaded]
+    assert held["weights_bytes"] == sum(table["weights_bytes"].values())
+    assert held["state_bytes"] == sum(d["state_bytes"] for d in table["device_memory"])
+    assert held["compute_bytes"] == sum(table["compute_bytes"].values())
+    assert held["total_bytes"] == held["held_bytes"]["CPU"] == held["weights_bytes"] + held["state_bytes"] + held["compute_bytes"]
+    assert (held["n_ctx"], held["n_spare"], held["not_counted"]) == (1024, 0, [])  # no spare sequences on the CPU
+    # what was estimated before small's first load is what llama.cpp allocated
+    weights, kv, _ = estimate(str(tiny_models["attention"]), "", 1024, "f32", "f32")
+    small = by_name["small"]
+    assert kv == small["state_bytes"]
+    assert abs(weights - small["weights_bytes"]) <= 0.05 * small["weights_bytes"], (weights, small["weights_bytes"])
+    together = view["together"]
+    assert together["held_bytes"] == held["total_bytes"] and together["estimated"] == []
+    assert together["need_bytes"] == by_name["small"]["total_bytes"] + by_name["big"]["total_bytes"]
+    assert together["fits"] and together["summary"].endswith("--models-max 1 has them take turns all the same"), together
 
 
 def test_a_request_that_waits_past_the_load_timeout_gets_503_and_the_load_goes_on(tmp_path, tiny_models):

@@ -3,8 +3,9 @@
 turn served from the slot and the cache view following it, stop freeing the slot, the key
 prompt with --api-key, the admin's view of every tenant's requests, and `--no-webui`. The
 real server on the default chat model, with short replies; images attached by the file
-picker, a paste and a drop, and an audio clip, go to the tiny model with its tiny projectors. Screenshots of the
-page go to build/webui/ (the README shows two of them)."""
+picker, a paste and a drop, and an audio clip, go to the tiny model with its tiny projectors. A
+server of two tiny models: the picker lists them with their states, and sending with the
+unloaded one loads it. Screenshots of the page go to build/webui/ (the README shows two of them)."""
 
 from __future__ import annotations
 
@@ -363,5 +364,65 @@ def test_a_text_model_takes_no_attachments(browser, server):
     page.locator("#attach-note").wait_for()
     assert "takes text only" in page.locator("#attach-note").inner_text()
     assert page.locator("#attachments figure").count() == 0
+    assert page.locator("#model-picker").is_hidden() and page.locator("#models-panel").is_hidden()  # one model: no picker
+    assert not errors, errors
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def models_server(tmp_path_factory, tiny_models):
+    """Two tiny models by name, `small` and `big` (tests/test_models_by_name.py), both may load at once."""
+    from tests.test_models_by_name import serve
+
+    with serve(tmp_path_factory.mktemp("models"), tiny_models, "--models-max", "2") as proc:
+        yield proc
+
+
+# records each "loading" line a reply shows while its request waits for the model
+WATCH_WAITING = """() => {
+  window.waitingLines = [];
+  new MutationObserver(() => {
+    const line = document.querySelector(".msg.assistant .waiting");
+    if (line) window.waitingLines.push(line.textContent);
+  }).observe(document.getElementById("messages"), { childList: true, subtree: true });
+}"""
+
+
+def picker_states(page) -> dict[str, str]:
+    return {o.get_attribute("value"): o.get_attribute("data-state") for o in page.locator("#model-picker option").all()}
+
+
+def test_the_model_picker_lists_the_models_and_sending_loads_the_chosen_one(browser, models_server):
+    url = models_server.url
+    body = {"model": "small", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert httpx.post(url + "/v1/chat/completions", json=body, timeout=60).status_code == 200  # small loaded, big not
+    page, errors = open_page(browser, url, max_tokens=4)
+    page.locator("#model-picker option[value=big]").wait_for(state="attached")
+    assert picker_states(page) == {"small": "loaded", "big": "unloaded"}
+    assert page.locator("#model-picker").input_value() == "small" and page.locator("#model").is_hidden()
+    # the models panel: what each takes, measured once loaded, else estimated, and whether they fit together
+    page.locator("#models tr[data-model=big]").wait_for()
+    assert "estimated" in page.locator("#models tr[data-model=big]").inner_text()
+    assert "measured" in page.locator("#models tr[data-model=small]").inner_text()
+    assert "fit in RAM together" in page.locator("#models-fit").inner_text()
+
+    page.select_option("#model-picker", "big")
+    page.locator("#attach[title*='once it is loaded']").wait_for()  # what big takes is not known before its load
+    page.locator("#slots tr", has_text="a request naming it loads it").wait_for()
+    page.evaluate(WATCH_WAITING)
+    send(page, "Hello!")
+    line = stats(page, 0).inner_text()
+    assert line.endswith("· big"), line  # the request named the chosen model
+    assert page.evaluate("window.waitingLines")[0] == "loading big…"
+    # the list follows the server: big is loaded now, and the cache panel shows its slot
+    deadline = time.monotonic() + 10
+    while picker_states(page)["big"] != "loaded" and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert picker_states(page) == {"small": "loaded", "big": "loaded"}
+    page.locator("#slots tr[data-tokens]:not([data-tokens='0'])").wait_for()
+    page.locator("#models tr[data-model=big][data-state=loaded]").wait_for()
+    assert "measured" in page.locator("#models tr[data-model=big]").inner_text()
+    page.locator("#attach[title*='text only']").wait_for()  # /props?model=big, now that it is loaded
+    assert page.locator("#attach").is_disabled()
     assert not errors, errors
     page.close()

@@ -1,15 +1,19 @@
 """POST /models/load and /models/unload (llama-server's router routes): load a model ahead of
 its first request, or unload one now (its conversations kept in its prompt cache). Both take
-`{"model": NAME}` and need the admin key, as slot actions do. A server of one model has
-neither (404)."""
+`{"model": NAME}` and need the admin key, as slot actions do. GET /models/capacity: what each
+model takes and whether they fit together (`models/capacity.py`), for any key, as /props
+shows a model's capacity table. A server of one model has none of them (404)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import Forbidden, InvalidRequest, Unavailable
+from ..models.capacity import capacity_view
 from ..models.registry import ModelState
 from ..request.json_body import parse_body
 from ..state import server_of
@@ -39,4 +43,16 @@ async def unload(request: Request) -> Response:
     return JSONResponse({"success": True, "model": entry.name, "state": entry.state.value})
 
 
-ROUTES = [Route("/models/load", load, methods=["POST"]), Route("/models/unload", unload, methods=["POST"])]
+async def capacity(request: Request) -> Response:
+    server = server_of(request)
+    server.authorize(request)
+    assert server.models is not None, "the routes are added with several models only"
+    view = await asyncio.get_running_loop().run_in_executor(None, capacity_view, server.models)
+    return JSONResponse(view)
+
+
+ROUTES = [
+    Route("/models/load", load, methods=["POST"]),
+    Route("/models/unload", unload, methods=["POST"]),
+    Route("/models/capacity", capacity),
+]

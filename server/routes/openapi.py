@@ -40,6 +40,26 @@ def _model_action(summary: str) -> dict[str, Any]:
         "responses": {"200": json_body(answer, summary), **errors(400, 401, 403, 404, 413, 500, 503)},
     }}
 
+_BYTES_BY_DEVICE = {"type": "object", "additionalProperties": {"type": "integer"}}
+_MODEL_MEMORY = {"type": "object", "required": ["model", "state", "source", "held_bytes", "total_bytes"], "properties": {
+    "model": {"type": "string"}, "state": {"type": "string", "enum": list(MODEL_STATES)},
+    "source": {"type": "string", "enum": ["measured", "measured at its last load", "estimated"]},
+    "held_bytes": {**_BYTES_BY_DEVICE, "description": "by device: CPU is host memory, device a GPU not yet chosen (an estimate)"},
+    **{k: {"type": "integer"} for k in ("total_bytes", "weights_bytes", "n_slots", "cache_ram_bytes")},
+    **{k: {"type": "integer", "nullable": True} for k in ("state_bytes", "compute_bytes", "n_ctx", "n_spare")},
+    "not_counted": {"type": "array", "items": {"type": "string"}},
+}}
+_MODELS_CAPACITY = {"type": "object", "required": ["object", "data", "together"], "properties": {
+    "object": {"type": "string", "enum": ["list"]},
+    "data": {"type": "array", "items": _MODEL_MEMORY},
+    "together": {"type": "object", "required": ["where", "fits", "summary"], "properties": {
+        "where": {"type": "string", "enum": ["device memory", "RAM"]},
+        **{k: {"type": "integer"} for k in ("free_bytes", "held_bytes", "margin_bytes", "room_bytes", "need_bytes", "at_once", "models_max")},
+        "fits": {"type": "boolean"}, "summary": {"type": "string"},
+        "estimated": {"type": "array", "items": {"type": "string"}}, "not_counted": {"type": "array", "items": {"type": "string"}},
+    }},
+}}
+
 _MODELS = {
     "type": "object",
     "required": ["object", "data"],
@@ -203,6 +223,7 @@ def paths() -> dict[str, Any]:
         "/slots/{id_slot}": _slot_action(),
         "/models/load": _model_action("load a model now (the admin key; with --models-dir or --models-file, else 404)"),
         "/models/unload": _model_action("unload a model now, its conversations kept in its prompt cache (the admin key; with --models-dir or --models-file, else 404)"),
+        "/models/capacity": get(_MODELS_CAPACITY, "what each model takes (measured once loaded, else estimated) and whether they fit together (with --models-dir or --models-file, else 404)", 401, 404),
         # what a load balancer asks a replica (routes/worker.py)
         "/get_load": get(required_object("load", "running", "waiting", "slots"), "load for a router: running and waiting requests, KV cells", 500, 503),
         "/get_model_info": get(required_object("model_id", "n_ctx"), "the model, as a router asks a worker", 500, 503),

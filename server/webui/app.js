@@ -1,7 +1,8 @@
 // warmslot's page: a chat with the model and a live view of the slots and the cache.
 // Plain JavaScript, no dependencies. It uses the server's public routes only, with the key
 // the user gives, so the cache view shows exactly what /engine shows to that key (and, to
-// the admin key, /engine/requests: every tenant's recent requests).
+// the admin key, /engine/requests: every tenant's recent requests). A server of several
+// models gets a picker: the chosen model answers, and the views follow it (?model=).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -37,12 +38,15 @@ function headers(extra) {
 
 class Unauthorized extends Error {}
 class Forbidden extends Error {}  // a valid key, not the admin's
+class HttpError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
 
 async function get(path, kind) {
   const r = await fetch(path, { headers: headers(), cache: "no-store" });
   if (r.status === 401) throw new Unauthorized(await errorText(r));
   if (r.status === 403) throw new Forbidden(await errorText(r));
-  if (!r.ok) throw new Error(await errorText(r));
+  if (!r.ok) throw new HttpError(r.status, await errorText(r));
   return kind === "text" ? r.text() : r.json();
 }
 
@@ -98,6 +102,7 @@ function renderMarkdown(source) {
 // -- conversations -----------------------------------------------------------------------
 
 let conversations = store.load("conversations", []);
+for (const c of conversations) for (const m of c.messages) delete m.waiting;  // a page closed while a model loaded
 let current = store.load("current", null);
 const settings = Object.assign({ system: "", temperature: 0.7, max_tokens: 512 }, store.load("settings", {}));
 let running = null;  // { controller, message }
@@ -149,6 +154,12 @@ function renderMessage(m) {
   body.className = "content";
   body.innerHTML = m.role === "user" ? `<p>${escapeHtml(m.content).replace(/\n/g, "<br>")}</p>` : renderMarkdown(m.content || "");
   div.append(body);
+  if (m.waiting) {  // the request waits for its model to load
+    const p = document.createElement("p");
+    p.className = "muted waiting";
+    p.textContent = m.waiting;
+    div.append(p);
+  }
   if (m.parts && m.parts.length) {
     const shelf = document.createElement("div");
     shelf.className = "attachments";
@@ -173,7 +184,7 @@ function renderMessage(m) {
     p.dataset.cached = s.cached;
     p.textContent = [
       `TTFT ${s.ttft_ms} ms`, `${s.tokens_per_s} tokens/s`, `cached_tokens ${s.cached}`,
-      `prompt ${s.prompt}`, `${s.completion} tokens`, s.stopped ? "stopped" : s.finish,
+      `prompt ${s.prompt}`, `${s.completion} tokens`, s.stopped ? "stopped" : s.finish, s.model,
     ].filter(Boolean).join(" · ");
     div.append(p);
   }
@@ -201,11 +212,11 @@ function takes() {  // what the model takes besides text, in words ("" for text 
   return [modalities.vision && "images", modalities.audio && "audio"].filter(Boolean).join(" and ");
 }
 
-function setModalities(m) {
+function setModalities(m, unknown) {  // `unknown`: why what the model takes is not known yet
   modalities = { vision: Boolean(m && m.vision), audio: Boolean(m && m.audio) };
   const what = takes();
   $("attach").disabled = !what;
-  $("attach").title = what ? `attach ${what} (or paste them, or drop them on the page)` : "this model takes text only";
+  $("attach").title = what ? `attach ${what} (or paste them, or drop them on the page)` : unknown || "this model takes text only";
   $("file-input").accept = [modalities.vision && "image/*", modalities.audio && Object.keys(AUDIO_FORMATS).join(",")]
     .filter(Boolean).join(",");
   $("input").placeholder = "Send a message (Enter; Shift+Enter for a new line)" +
@@ -228,6 +239,7 @@ function readDataUrl(file) {
 
 function refusal(file) {  // why a file is not attached, in words
   const name = file.name || "the file";
+  if (!takes() && !modelLoaded()) return `${name}: ${$("attach").title}.`;
   if (!takes()) return `${name}: this model takes text only (the server runs without a projector, --mmproj).`;
   if (file.type.startsWith("audio/") && modalities.audio) return `${name}: audio goes as WAV, MP3 or FLAC.`;
   return `${name}: this model takes ${takes()} only.`;
@@ -327,7 +339,11 @@ async function send(text, parts) {
   const c = conversation();
   if (c.messages.length === 0) c.title = text.slice(0, 40) || parts.map((p) => p.name).join(", ");
   c.messages.push({ role: "user", content: text, parts });
-  const reply = { role: "assistant", content: "", reasoning: "", tool_calls: null };
+  const reply = { role: "assistant", content: "", reasoning: "", tool_calls: null, model: models ? chosen : null };
+  if (models && !modelLoaded()) {
+    reply.waiting = `loading ${chosen}…`;
+    setModelState(chosen, "loading");
+  }
   c.messages.push(reply);
   saveConversations();
   renderAll();
@@ -338,16 +354,13 @@ async function send(text, parts) {
   let first = null, usage = null, finish = null, line = null;
   const view = () => $("messages").lastElementChild;
   try {
-    const r = await fetch("/v1/chat/completions", {
-      method: "POST",
-      headers: headers({ "Content-Type": "application/json" }),
-      signal: controller.signal,
-      body: JSON.stringify({
-        model: "default", messages: apiMessages(c).slice(0, -1), stream: true,
-        stream_options: { include_usage: true },
-        temperature: Number(settings.temperature), max_tokens: Number(settings.max_tokens),
-      }),
-    });
+    const r = await postChat({
+      model: models ? chosen : "default", messages: apiMessages(c).slice(0, -1), stream: true,
+      stream_options: { include_usage: true },
+      temperature: Number(settings.temperature), max_tokens: Number(settings.max_tokens),
+    }, controller.signal);
+    reply.waiting = null;
+    view().replaceWith(renderMessage(reply));
     if (r.status === 401) askKey("the server refused the key: " + await errorText(r));
     if (!r.ok) throw new Error(await errorText(r));
     line = r.headers.get("x-warmslot-cache");
@@ -373,6 +386,7 @@ async function send(text, parts) {
   } catch (err) {
     if (err.name !== "AbortError") reply.error = String(err.message || err);
   }
+  reply.waiting = null;
   const stopped = controller.signal.aborted;
   const ended = performance.now();
   if (usage || stopped) {
@@ -382,7 +396,7 @@ async function send(text, parts) {
     reply.stats = {
       ttft_ms: first !== null ? Math.round(first - started) : "-",
       tokens_per_s: decodeS > 0 && u.completion_tokens > 1 ? ((u.completion_tokens - 1) / decodeS).toFixed(1) : "-",
-      cached, prompt: u.prompt_tokens, completion: u.completion_tokens, finish, stopped,
+      cached, prompt: u.prompt_tokens, completion: u.completion_tokens, finish, stopped, model: reply.model,
     };
     logRequest(reply.stats, line);
   }
@@ -392,9 +406,115 @@ async function send(text, parts) {
   renderMessages();
 }
 
+// a request whose model is still loading past --models-load-timeout is answered 503 with
+// Retry-After (the load goes on): it is sent again then, until it is answered or stopped
+const WAIT_CODES = ["loading", "models_busy"];
+
+async function postChat(body, signal) {
+  for (;;) {
+    const r = await fetch("/v1/chat/completions", {
+      method: "POST", headers: headers({ "Content-Type": "application/json" }), signal, body: JSON.stringify(body),
+    });
+    if (r.status !== 503 || !models) return r;
+    const code = await r.clone().json().then((b) => b.error && b.error.code, () => null);
+    if (!WAIT_CODES.includes(code)) return r;
+    await new Promise((resolve) => setTimeout(resolve, 1000 * Number(r.headers.get("retry-after") || 1)));
+    if (signal.aborted) throw new DOMException("stopped", "AbortError");
+  }
+}
+
 function setRunning(on) {
   $("send").hidden = on;
   $("stop").hidden = !on;
+  $("model-picker").disabled = on;
+}
+
+// -- models: a server of several has a picker ---------------------------------------------
+
+let models = null;  // several models: [{ id, state }] as /v1/models lists them (null: one model)
+let chosen = store.load("model", null);  // the picked model's name
+let shown = null;  // "name state" of the model whose /props the page shows
+
+async function listModels() {  // /v1/models gives each model's state only when there are several
+  const data = (await get("/v1/models")).data || [];
+  return data.some((m) => m.state) ? data.map((m) => ({ id: m.id, state: m.state })) : null;
+}
+
+function modelState() { const m = models && models.find((m) => m.id === chosen); return m ? m.state : "loaded"; }
+function modelLoaded() { return modelState() === "loaded"; }
+function modelQuery() { return models ? `?model=${encodeURIComponent(chosen)}` : ""; }
+
+function setModelState(name, state) {
+  const m = models && models.find((m) => m.id === name);
+  if (m) m.state = state;
+  renderPicker();
+}
+
+function pickModel() {  // the kept choice while the server lists it, else a loaded model, else the first
+  if (!models || models.some((m) => m.id === chosen)) return;
+  chosen = (models.find((m) => m.state === "loaded") || models[0]).id;
+}
+
+function renderPicker() {
+  const picker = $("model-picker");
+  picker.hidden = !models;
+  $("model").hidden = Boolean(models);
+  if (!models) return;
+  const same = picker.options.length === models.length && models.every((m, i) => picker.options[i].value === m.id);
+  if (!same) picker.replaceChildren(...models.map(() => document.createElement("option")));
+  models.forEach((m, i) => {  // in place: an open list stays open while the states refresh
+    const option = picker.options[i];
+    option.value = m.id;
+    option.textContent = `${m.id} · ${m.state}`;
+    option.dataset.state = m.state;
+  });
+  picker.value = chosen;
+  picker.title = `${chosen} is ${modelState()}` + (modelLoaded() ? "" : ": sending a message loads it");
+}
+
+async function propsOfModel() {  // /props of the chosen model; null while it is not loaded (503)
+  try {
+    return await get("/props" + modelQuery());
+  } catch (err) {
+    if (models && err instanceof HttpError && err.status === 503) return null;
+    throw err;  // 401 (the key), or a single model still loading
+  }
+}
+
+async function followModel() {  // what the chosen model takes and holds, asked again when its state changes
+  const key = `${chosen} ${modelState()}`;
+  if (key === shown) return;
+  const props = await propsOfModel();
+  if (key !== `${chosen} ${modelState()}`) return;  // the choice or the state moved on meanwhile: asked again
+  shown = key;
+  $("model").textContent = props ? props.model_alias || "" : chosen;
+  if (props) setModalities(props.modalities);
+  else setModalities(null, `${chosen} is ${modelState()}: what it takes is known once it is loaded (send a message)`);
+  capacity = props ? props.capacity || null : null;
+  renderCapacity();
+}
+
+function chooseModel() {
+  chosen = $("model-picker").value;
+  store.save("model", chosen);
+  samples.length = 0;  // the source chart counts the chosen model's tokens
+  renderPicker();
+  poll();
+}
+
+function renderModels(view) {  // GET /models/capacity: each model's memory, and whether they fit together
+  $("models-panel").hidden = !view;
+  if (!view) return;
+  $("models").tBodies[0].replaceChildren(...view.data.map((m) => {
+    const memory = `${bytes(m.total_bytes)} <span class="muted">${escapeHtml(m.source)}</span>` +
+      (m.not_counted.length ? `<div class="muted">not counted: ${escapeHtml(m.not_counted.join(", "))}</div>` : "");
+    const tr = row(escapeHtml(m.model), escapeHtml(m.state), memory, m.cache_ram_bytes ? bytes(m.cache_ram_bytes) : "off");
+    tr.dataset.model = m.model;
+    tr.dataset.state = m.state;
+    return tr;
+  }));
+  $("models-fit").textContent = view.together.summary;
+  $("models-fit").dataset.fits = view.together.fits;
 }
 
 // -- the cache view ----------------------------------------------------------------------
@@ -428,6 +548,11 @@ function bar(used, total) {
 function cell(text) { const td = document.createElement("td"); td.innerHTML = text; return td; }
 function row(...cells) { const tr = document.createElement("tr"); tr.append(...cells.map(cell)); return tr; }
 
+function renderUnloaded() {  // the chosen model is not loaded: no slots to show
+  $("queue").textContent = modelState();
+  $("slots").tBodies[0].replaceChildren(row("-", escapeHtml(modelState()), "", `${escapeHtml(chosen)}: a request naming it loads it`));
+}
+
 function renderSlots(view) {
   const perSlot = capacity ? capacity.n_ctx_slot : view.n_ctx;
   $("queue").textContent = `${view.memory} · queue ${view.queue_depth}`;
@@ -454,14 +579,14 @@ function runs(images) {  // image and audio runs by the hash of their bytes, as 
 function renderTiers(view, m) {
   const rows = [];
   // the device tier: sequences (slots and spare streams) holding a conversation that runs nothing
-  const idle = view.slots.filter((s) => s.state === "idle" && s.n_tokens > 0);
-  if (capacity && capacity.kv_bytes_per_token) {
+  const idle = view ? view.slots.filter((s) => s.state === "idle" && s.n_tokens > 0) : [];
+  if (view && capacity && capacity.kv_bytes_per_token) {
     const per = capacity.kv_bytes_per_token, held = idle.reduce((a, s) => a + s.n_tokens, 0);
     rows.push(["device (idle conversations)", held * per, capacity.n_seq * capacity.n_ctx_slot * per,
       `${idle.length} of ${capacity.n_seq} sequences (${capacity.n_seq - capacity.n_slots} spare)`]);
   }
-  if (view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes, `${view.cache.n_entries} entries`]);
-  if (m) {  // the disk tier and the checkpoints are in /metrics only
+  if (view && view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes, `${view.cache.n_entries} entries`]);
+  if (m && !models) {  // the disk tier and the checkpoints are in /metrics only (the default model's, with several)
     const diskBudget = m["warmslot_disk_cache_budget_bytes"];
     if (diskBudget) rows.push(["disk", m["warmslot_disk_cache_bytes"] || 0, diskBudget, `${m["warmslot_disk_cache_entries"] || 0} entries`]);
     else if (m["warmslot_disk_cache_budget_bytes"] !== undefined || view.cache) rows.push(["disk", 0, 0, "off (--cache-disk)"]);
@@ -495,7 +620,7 @@ function renderSources() {
 }
 
 function renderCapacity() {
-  if (!capacity) return;
+  if (!capacity) { $("capacity").tBodies[0].replaceChildren(); return; }
   const c = capacity, sum = (o) => Object.values(o || {}).reduce((a, b) => a + b, 0);
   const by = (o) => Object.entries(o || {}).map(([d, b]) => `${escapeHtml(d)} ${bytes(b)}`).join(", ") || "-";
   const rows = [
@@ -566,14 +691,32 @@ async function metricsOrNull() {  // with API keys, /metrics is the admin's (unl
   }
 }
 
+function sourceMetric(source) {  // with several models, the chosen model's family
+  return models ? `warmslot_model_prompt_tokens_total{model="${chosen}",source="${source}"}` : `warmslot_prompt_tokens_total{source="${source}"}`;
+}
+
+let polling = false;  // one poll at a time: a slow answer never lands after a newer one
+
 async function poll() {
+  if (polling) return;
+  polling = true;
   try {
-    const [view, m] = await Promise.all([get("/engine"), metricsOrNull()]);
-    capacity = view.capacity || capacity;
-    renderSlots(view);
+    if (models) {
+      models = (await listModels()) || models;
+      renderPicker();
+      await followModel();
+    }
+    const [view, m, fit] = await Promise.all([
+      modelLoaded() ? get("/engine" + modelQuery()) : null, metricsOrNull(), models ? get("/models/capacity") : null,
+    ]);
+    renderModels(fit);
+    if (view) {
+      capacity = view.capacity || capacity;
+      renderSlots(view);
+    } else renderUnloaded();
     renderTiers(view, m);
     if (m) {
-      samples.push({ t: Date.now() / 1000, totals: Object.fromEntries(SOURCES.map((s) => [s, m[`warmslot_prompt_tokens_total{source="${s}"}`] || 0])) });
+      samples.push({ t: Date.now() / 1000, totals: Object.fromEntries(SOURCES.map((s) => [s, m[sourceMetric(s)] || 0])) });
       renderSources();
     } else $("source-legend").innerHTML = `<li class="muted">/metrics needs the admin key</li>`;
     renderCapacity();
@@ -583,6 +726,8 @@ async function poll() {
     if (err instanceof Unauthorized) askKey();
     $("cache-error").textContent = String(err.message || err);
     $("cache-error").hidden = false;
+  } finally {
+    polling = false;
   }
 }
 
@@ -613,12 +758,12 @@ async function tryKey(event) {
 let pollTimer = null;
 
 async function start() {
-  const props = await get("/props");  // 401 without the right key
-  $("model").textContent = props.model_alias || "";
-  setModalities(props.modalities);
+  models = await listModels();
+  pickModel();
+  renderPicker();
+  shown = null;
+  await followModel();  // /props: 401 without the right key
   admin = null;
-  capacity = props.capacity || null;
-  renderCapacity();
   if (!pollTimer) pollTimer = setInterval(() => { if (!document.hidden) poll(); }, POLL_MS);
   poll();
 }
@@ -646,6 +791,7 @@ function bind() {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
   });
   $("stop").addEventListener("click", () => { if (running) running.controller.abort(); });
+  $("model-picker").addEventListener("change", chooseModel);
   $("new-chat").addEventListener("click", () => { if (!running) { current = null; conversation(); saveConversations(); renderAll(); } });
   $("key-form").addEventListener("submit", tryKey);
   $("key-button").addEventListener("click", () => askKey());

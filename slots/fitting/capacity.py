@@ -100,6 +100,27 @@ class Capacity:
     def checkpoint_budget_bytes(self) -> int:
         return self.checkpoint_bytes_per_slot * self.n_seq
 
+    def state_bytes(self) -> dict[str, int]:
+        """The KV cache and recurrent state of every sequence (spares included), per device."""
+        state: dict[str, int] = defaultdict(int)
+        for d in self.device_memory:
+            state[_device(d.device)] += d.state_bytes
+        return dict(state) if state else dict(self.kv_bytes)
+
+    def held_bytes(self) -> dict[str, int]:
+        """What the loaded model holds per device (CPU: host memory), as llama.cpp allocated
+        it: the weights, the state of every sequence and the compute buffers, with the
+        projector's weights where --mmproj put them (the embedding contexts are not counted)."""
+        held: dict[str, int] = defaultdict(int)
+        for sizes in (self.weights_bytes, self.state_bytes(), self.compute_bytes):
+            for device, n in sizes.items():
+                held[device] += n
+        if self.projector_bytes:
+            gpus = {d: n for d, n in self.weights_bytes.items() if d != "CPU"}
+            where = max(gpus, key=gpus.__getitem__) if self.projector == "device" and gpus else "CPU"
+            held[where] += self.projector_bytes
+        return dict(held)
+
     def to_json(self) -> dict:
         return {
             "context": self.context.to_json(),

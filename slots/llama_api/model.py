@@ -64,6 +64,20 @@ KV_TYPE_BYTES = {
 }
 
 
+def kv_bytes_per_token(number: Callable[[str], int | None], type_k: str, type_v: str) -> int | None:
+    """Bytes of attention KV cache one token takes in every layer, from the architecture's
+    metadata numbers (`number("block_count")`: the value of `{arch}.block_count`, None when
+    absent or not one number); None when they do not say."""
+    n_layer, n_head, n_head_kv = number("block_count"), number("attention.head_count"), number("attention.head_count_kv")
+    n_embd = number("embedding_length")
+    if None in (n_layer, n_head, n_head_kv, n_embd) or n_head == 0:
+        return None
+    k_len = number("attention.key_length") or n_embd // n_head
+    v_len = number("attention.value_length") or n_embd // n_head
+    per_layer = n_head_kv * (k_len * KV_TYPE_BYTES[type_k] + v_len * KV_TYPE_BYTES[type_v])
+    return int(n_layer * per_layer)
+
+
 def load_mode(use_mmap: bool, use_mlock: bool) -> int:
     """llama.cpp's one load mode for --no-mmap (read the weights into memory instead of
     mapping the file) and --mlock (keep them in RAM, never paged out)."""
@@ -242,14 +256,7 @@ class Model:
             value = self.meta(f"{arch}.{key}")
             return int(value) if value is not None and value.strip().isdigit() else None
 
-        n_layer, n_head, n_head_kv = number("block_count"), number("attention.head_count"), number("attention.head_count_kv")
-        n_embd = number("embedding_length")
-        if None in (n_layer, n_head, n_head_kv, n_embd) or n_head == 0:
-            return None
-        k_len = number("attention.key_length") or n_embd // n_head
-        v_len = number("attention.value_length") or n_embd // n_head
-        per_layer = n_head_kv * (k_len * KV_TYPE_BYTES[type_k] + v_len * KV_TYPE_BYTES[type_v])
-        return int(n_layer * per_layer)
+        return kv_bytes_per_token(number, type_k, type_v)
 
     # -- vocabulary (thread-safe: read-only) ------------------------------------------
 
