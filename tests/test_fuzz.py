@@ -272,9 +272,12 @@ def test_the_server_is_healthy_and_idle_after_the_fuzzing(server):
     assert r.status_code == 200
 
 
-def test_the_plan_reaches_every_path_and_shares_cases_among_routes_that_take_the_same_request():
+def test_the_plan_reaches_every_path_and_shares_cases_among_routes_that_take_the_same_request(tmp_path):
+    from warmslot.server.app import create_app
     from warmslot.server.openapi import openapi_document
+    from warmslot.server.process.config import parse_config
 
+    create_app(parse_config(["-m", str(tmp_path / "never-loaded.gguf")])[0])  # the APIs register their parts
     document = openapi_document()
     groups = plan(document, N_REQUESTS, FLOOR)
     paths = {f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item}
