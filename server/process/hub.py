@@ -18,6 +18,7 @@ or one above it is downloaded beside the model (`choose_projector`), unless --no
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import dataclass
 
@@ -98,14 +99,16 @@ def download(spec: str, filename: str | None = None, token: str | None = None, *
     log_once_through_root()
     model = HubModel.parse(spec)
     try:
-        files = _repo_files(model.repo, token) if projector or not filename else []
+        files, offline = _repo_files(model.repo, token) if projector or not filename else ([], False)
         name = filename or choose_file(files, model.quant)
+        # NOTE: with the Hub unreachable, each download would retry for about 23 s before
+        # falling back to the cache: once the listing found it so, read the cache at once
         paths = []
         for part in split_parts(name):
             log.info("model %s/%s: downloading into the Hugging Face cache if it is not there yet", model.repo, part)
-            paths.append(huggingface_hub.hf_hub_download(model.repo, part, token=token))
+            paths.append(huggingface_hub.hf_hub_download(model.repo, part, token=token, local_files_only=offline))
         mmproj = choose_projector(files, name) if projector else None
-        mmproj_path = huggingface_hub.hf_hub_download(model.repo, mmproj, token=token) if mmproj else None
+        mmproj_path = huggingface_hub.hf_hub_download(model.repo, mmproj, token=token, local_files_only=offline) if mmproj else None
     except HubError:
         raise
     except Exception as exc:  # noqa: BLE001 - network, HTTP and cache errors all end the start-up
@@ -134,18 +137,47 @@ def log_once_through_root() -> None:
         library.removeHandler(handler)
 
 
-def _repo_files(repo: str, token: str | None) -> list[str]:
-    """The repository's files, from the Hub, else from the cache when the Hub is unreachable."""
+def _repo_files(repo: str, token: str | None) -> tuple[list[str], bool]:
+    """The repository's files, from the Hub, else from the cache when the Hub is unreachable;
+    and whether it was (True: use the cache only)."""
     import huggingface_hub
 
+    endpoint = huggingface_hub.constants.ENDPOINT
+    # NOTE: the library retries a refused connection for about 23 s before it gives up; where
+    # the host does not answer directly (and no proxy stands between) and the cache has the
+    # repository, the cache is used at once
+    if not _via_proxy() and not _reachable(endpoint):
+        cached = _cached_files(repo)
+        if cached:
+            log.warning("cannot reach the Hub (%s does not answer); choosing among the cached files of %s", endpoint, repo)
+            return cached, True
     try:
-        return huggingface_hub.list_repo_files(repo, token=token)
+        return huggingface_hub.list_repo_files(repo, token=token), False
     except Exception as exc:  # noqa: BLE001 - offline, unreachable, refused: the cache may still have it
         cached = _cached_files(repo)
         if not cached:
             raise HubError(f"cannot list {repo} ({exc}) and nothing of it is cached") from exc
         log.warning("cannot reach the Hub (%s); choosing among the cached files of %s", exc, repo)
-        return cached
+        return cached, True
+
+
+def _via_proxy() -> bool:
+    return any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"))
+
+
+def _reachable(endpoint: str, timeout: float = 5.0) -> bool:
+    """Whether the Hub's host accepts a connection (an unresolvable name or a refused or
+    timed-out connection: no)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def _cached_files(repo: str) -> list[str]:
