@@ -395,3 +395,29 @@ def test_sessions_queued_past_the_cache_keep_what_the_queue_needs_next(tiny_mode
     assert [r.usage.cached_tokens for r in back[2:]] == [0, 0]
     assert stats.hits == 2 and stats.refused >= 2  # C's and D's contents were not copied to RAM
     assert_same_answer(back[0], cold_run(path, seconds[0]))
+
+
+@pytest.mark.model
+def test_a_new_conversation_takes_the_stream_no_waiting_request_continues(tiny_models):
+    """Four streams hold A-D (A the least recently used). E and A's next turn arrive
+    together: E takes B's stream (the least recently used one that no waiting request
+    continues), not A's, so A's turn comes back from its own stream with nothing loaded,
+    and its answer is the cold one."""
+    path = tiny_models["attention"]
+    convs = [random_tokens(140 + i, 300) for i in range(5)]
+    engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
+    try:
+        for c in convs[:4]:
+            generate(engine, c, max_tokens=4)
+        home = {i: next(s.id for s in engine.slots if s.tokens[: len(c)] == c) for i, c in enumerate(convs[:4])}
+        a_next = engine.slots[home[0]].tokens + random_tokens(150, 5)
+        sinks = [QueueSink(), QueueSink()]
+        engine.submit(GenerateRequest("e", convs[4], sinks[0], SamplingParams(temperature=0), max_tokens=4))
+        engine.submit(GenerateRequest("a2", a_next, sinks[1], SamplingParams(temperature=0), max_tokens=16, return_prompt_logits=True))
+        new, back = (sink.collect() for sink in sinks)
+    finally:
+        engine.stop()
+    assert new.reuse.slot == home[1]  # B's stream: A's is wanted by the queue
+    assert back.reuse.source == "slot" and back.reuse.slot == home[0] and back.usage.cached_tokens == len(a_next) - 5
+    assert back.reuse.state_bytes.get("ram_to_device", 0) == 0
+    assert_same_answer(back, cold_run(path, a_next))
