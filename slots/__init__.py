@@ -7,13 +7,15 @@ imports from `warmslot.slots`, never from its submodules.
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
 from . import slot_files
 from .settings import EngineConfig
-from .fitting.context_size import physical_memory
+from .fitting.context_size import available_ram, physical_memory
+from .fitting.gguf_tensors import NotGGUF, read_header as read_gguf_header
 from .crash_report import report_crashes, report_crashes_of
 from .embedding_worker import InputTooLong
 from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
 from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
-from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, model_params, placement
+from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, gpu_memory, model_params, placement, supports_gpu_offload
+from .llama_api.model import kv_bytes_per_token
 from .llama_api.chat_builtin import apply_builtin_chat_template, builtin_chat_templates
 from .llama_api.mtmd import MediaError
 from .logprobs import TokenLogprob
@@ -53,6 +55,7 @@ __all__ = [
     "MediaError",
     "MediaSpan",
     "MemoryKind",
+    "NotGGUF",
     "NotReady",
     "Placement",
     "Progress",
@@ -72,12 +75,17 @@ __all__ = [
     "Vocab",
     "VocabClosed",
     "apply_builtin_chat_template",
+    "available_ram",
     "builtin_chat_templates",
     "check_grammar",
     "ggml_build",
+    "gpu_memory",
+    "kv_bytes_per_token",
     "model_params",
     "placeholder_ids",
     "physical_memory",
+    "read_gguf_header",
+    "supports_gpu_offload",
     "report_crashes",
     "report_crashes_of",
     "placement",

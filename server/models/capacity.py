@@ -26,10 +26,8 @@ import re
 import struct
 from dataclasses import dataclass
 
-from warmslot.slots.fitting.context_size import available_ram
-from warmslot.slots.fitting.gguf_tensors import NotGGUF, read_header
-from warmslot.slots.llama_api import gpu_memory, supports_gpu_offload
-from warmslot.slots.llama_api.model import kv_bytes_per_token
+from warmslot.slots import NotGGUF, available_ram, gpu_memory, kv_bytes_per_token, supports_gpu_offload
+from warmslot.slots import read_gguf_header as read_header
 
 from .registry import ModelEntry, Models, ModelState
 
