@@ -56,9 +56,12 @@ def next_uses(
     return out
 
 
+def give_up_first(uses: dict[K, int], key: K) -> tuple[bool, int]:
+    """A sort key: what no waiting prompt needs first, then the latest needed."""
+    return key in uses, -uses.get(key, 0)
+
+
 def victim_order(keys: Sequence[K], uses: dict[K, int]) -> list[K]:
     """`keys` (least recently used first) in the order to give them up: first those no
     waiting prompt needs, in LRU order; then those needed, the latest needed first."""
-    never = [k for k in keys if k not in uses]
-    needed = sorted((k for k in keys if k in uses), key=lambda k: -uses[k])
-    return never + needed
+    return sorted(keys, key=lambda k: give_up_first(uses, k))  # stable: LRU order among equals

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from warmslot.cache.lookahead import give_up_first
 from warmslot.cache.prompt_cache import PromptCache
 
 from .llama_api import Context, Model
@@ -201,7 +202,7 @@ class Prefixes:
         if not idle:
             return False
         uses = slot_uses(idle, self.waiting())
-        victim = min(idle, key=lambda s: (s.id in uses, -uses.get(s.id, 0), s.last_used))
+        victim = min(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
         self.memory.save(victim, CopyCause.SPILL)
         self.memory.clear(victim)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, Union
 
 from warmslot.cache.disk import DiskEntry
-from warmslot.cache.lookahead import next_uses
+from warmslot.cache.lookahead import give_up_first, next_uses
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
 from .disk_tier import DiskTier
@@ -350,7 +350,7 @@ class Router:
             # nothing to save when another stream or the cache holds it all (a copy left by
             # a move next to the busy streams: the waiting request it serves goes there)
             free = self.truncatable and held_elsewhere(slot, self.slots, self.cache)
-            return (not free, slot.id in uses, -uses.get(slot.id, 0), distance(slot), slot.last_used)
+            return (not free, *give_up_first(uses, slot.id), distance(slot), slot.last_used)
 
         return min(pool, key=cost)
 
@@ -367,9 +367,10 @@ def held_elsewhere(slot: Slot, slots: Sequence[Slot], cache: PromptCache | None)
     start with all of its own), or by a prompt-cache entry: on memory that can be cut
     back anywhere, its contents can go without a save."""
     tokens = slot.tokens
+    n = len(tokens)
     for other in slots:
-        if other is not slot and other.tenant == slot.tenant and len(other.tokens) >= len(tokens) \
-                and other.tokens[: len(tokens)] == tokens:
+        if other is not slot and other.tenant == slot.tenant and len(other.tokens) >= n \
+                and (n == 0 or other.tokens[n - 1] == tokens[-1]) and other.tokens[:n] == tokens:
             return True
     return cache is not None and cache.find_covering(tokens, slot.tenant) is not None
 
