@@ -274,7 +274,8 @@ def test_huge_max_length_is_rejected_not_crashing(client, server):
 def test_full_queue_answers_503_with_retry_after(default_model):
     proc = warmslot_server(default_model, "-np", "1", "-c", "2048", "--max-queue", "1")
     try:
-        body = {"messages": HELLO, "max_tokens": 400, "temperature": 0, "ignore_eos": True}
+        # ~150 tokens hold the only slot for seconds on 2 cores, past the 0.8 s the others take to arrive
+        body = {"messages": HELLO, "max_tokens": 150, "temperature": 0, "ignore_eos": True}
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             busy = pool.submit(httpx.post, proc.url + "/v1/chat/completions", json=body, timeout=120)
             time.sleep(0.5)  # the first request holds the only slot
