@@ -6,8 +6,14 @@ module's tests can move or go without breaking another module's imports.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import time
+
 import httpx
 import numpy as np
+import pytest
 
 from scripts.server_process import ServerProcess, warmslot_command
 from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, Result, SamplingParams
@@ -82,3 +88,21 @@ def metric(server: ServerProcess, name: str) -> float:
     (`name{label="x"}` gives that series alone)."""
     text = httpx.get(server.url + "/metrics").text
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def abort_while_streaming(server: ServerProcess, body: dict) -> str:
+    """Stream `body` from /v1/chat/completions and send the server SIGABRT at its first
+    event; the stream ends with the process, which is waited for (up to 30 s). Returns the
+    request's id (the completion id without its `chatcmpl-` prefix)."""
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as response:
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        request_id = json.loads(first[len("data: "):])["id"].removeprefix("chatcmpl-")
+        os.kill(server.pid, signal.SIGABRT)
+        with pytest.raises(httpx.HTTPError):
+            for _ in lines:  # the stream ends with the process
+                pass
+    deadline = time.monotonic() + 30
+    while server.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return request_id

@@ -9,17 +9,14 @@ running server shows it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
-from tests.helpers import warmslot_server
+from tests.helpers import abort_while_streaming, warmslot_server
 
 pytestmark = pytest.mark.model
 
@@ -66,17 +63,7 @@ def test_the_server_names_its_running_requests_when_it_aborts(tiny_models):
     server = warmslot_server(tiny_models["attention"], "-np", "2", "-c", "1024", env={"GGML_NO_BACKTRACE": "1"})
     try:
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000, "ignore_eos": True, "stream": True, "temperature": 1.5}
-        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as response:
-            lines = response.iter_lines()
-            first = next(line for line in lines if line.startswith("data: "))
-            request_id = json.loads(first[len("data: "):])["id"].removeprefix("chatcmpl-")
-            os.kill(server.pid, signal.SIGABRT)
-            with pytest.raises(httpx.HTTPError):
-                for _ in lines:  # the stream ends with the process
-                    pass
-        deadline = time.monotonic() + 30
-        while server.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        request_id = abort_while_streaming(server, body)
         assert server.proc.returncode == -signal.SIGABRT
         log = server.output()
         running = next(line for line in log.splitlines() if line.startswith("warmslot crash:") and request_id in line)

@@ -117,6 +117,13 @@ def _spare_layout_engine(path, n_spare: int, **kw):
     return engine
 
 
+def _fill_streams(engine, convs) -> dict[int, int]:
+    """Run each conversation once, in order; {its index: the stream that holds it}."""
+    for c in convs:
+        generate(engine, c, max_tokens=4)
+    return {i: next(s.id for s in engine.slots if s.tokens[: len(c)] == c) for i, c in enumerate(convs)}
+
+
 def test_spare_streams_are_sized_from_the_memory_given():
     from warmslot.slots.fitting.layout import plan_layout
     from warmslot.slots.llama_api import Model
@@ -346,9 +353,7 @@ def test_when_every_stream_holds_a_conversation_the_least_recently_used_one_goes
     convs = [random_tokens(120 + i, 300) for i in range(5)]
     engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
     try:
-        for c in convs[:4]:
-            generate(engine, c, max_tokens=4)
-        home = {i: next(s.id for s in engine.slots if s.tokens[: len(c)] == c) for i, c in enumerate(convs[:4])}
+        home = _fill_streams(engine, convs[:4])
         back_b = generate(engine, engine.slots[home[1]].tokens + random_tokens(130, 5), max_tokens=4)
         assert back_b.reuse.source == "slot"
         assert engine.stats.copy_bytes == {}  # four conversations, four streams: nothing moved yet
@@ -407,9 +412,7 @@ def test_a_new_conversation_takes_the_stream_no_waiting_request_continues(tiny_m
     convs = [random_tokens(140 + i, 300) for i in range(5)]
     engine = _spare_layout_engine(path, 2, **REUSE_ENGINE)
     try:
-        for c in convs[:4]:
-            generate(engine, c, max_tokens=4)
-        home = {i: next(s.id for s in engine.slots if s.tokens[: len(c)] == c) for i, c in enumerate(convs[:4])}
+        home = _fill_streams(engine, convs[:4])
         a_next = engine.slots[home[0]].tokens + random_tokens(150, 5)
         sinks = [QueueSink(), QueueSink()]
         engine.submit(GenerateRequest("e", convs[4], sinks[0], SamplingParams(temperature=0), max_tokens=4))

@@ -9,7 +9,6 @@ its load and measuring it after."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ import openai
 import pytest
 
 from scripts.server_process import ServerProcess
-from tests.helpers import metric
+from tests.helpers import abort_while_streaming, metric
 from warmslot.server.models.capacity import Together, estimate, most_at_once
 from warmslot.server.models.catalog import CatalogError, NameMatcher, parse_duration, read_models_dir, read_models_file
 from warmslot.server.models.configs import model_configs
@@ -371,17 +370,7 @@ def test_an_abort_names_the_running_requests_of_every_model(tmp_path, tiny_model
     with serve(tmp_path, tiny_models) as proc:
         chat(proc.url, "small")
         body = {"model": "big", "messages": TURN, "max_tokens": 100000, "ignore_eos": True, "stream": True}
-        with httpx.stream("POST", proc.url + "/v1/chat/completions", json=body, timeout=60) as response:
-            lines = response.iter_lines()
-            first = next(line for line in lines if line.startswith("data: "))
-            request_id = json.loads(first[len("data: "):])["id"].removeprefix("chatcmpl-")
-            os.kill(proc.pid, signal.SIGABRT)
-            with pytest.raises(httpx.HTTPError):
-                for _ in lines:  # the stream ends with the process
-                    pass
-        deadline = time.monotonic() + 30
-        while proc.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        request_id = abort_while_streaming(proc, body)
         assert proc.proc.returncode == -signal.SIGABRT
         crash = [line for line in proc.output().splitlines() if line.startswith("warmslot crash:")]
         models = [line.split(":", 1)[1].strip() for line in crash if line.rstrip().endswith(".gguf:")]
