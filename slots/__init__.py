@@ -9,7 +9,7 @@ from . import slot_files
 from .settings import EngineConfig
 from .fitting.context_size import available_ram, physical_memory
 from .fitting.gguf_tensors import NotGGUF, read_header as read_gguf_header
-from .crash_report import report_crashes, report_crashes_of
+from .crash_report import hold_sent_aborts, report_crashes, report_crashes_of
 from .embedding_worker import InputTooLong
 from .engine import Engine
 from .grammar import GrammarError, GrammarSpec
@@ -86,6 +86,7 @@ __all__ = [
     "physical_memory",
     "read_gguf_header",
     "supports_gpu_offload",
+    "hold_sent_aborts",
     "report_crashes",
     "report_crashes_of",
     "placement",

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Callable
 
-from .llama_api.abort_hook import on_abort
+from .llama_api.abort_hook import hold_sent_aborts, on_abort
+
+__all__ = ["hold_sent_aborts", "report_crashes", "report_crashes_of", "running_requests"]
 
 if TYPE_CHECKING:
     from .engine import Engine

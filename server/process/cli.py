@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import warmslot.slots  # noqa: F401  (the engine imports llama.cpp's bindings before numpy)
 
+        warmslot.slots.hold_sent_aborts()  # before any thread starts: `kill -ABRT` is reported safely
+
         from .config import parse_config
 
         config, args = parse_config(argv)
