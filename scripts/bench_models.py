@@ -190,6 +190,11 @@ MODELS: dict[str, Shape] = {
         name="qwen3-8b", arch="qwen3", n_embd=4096, n_layer=36, n_ff=12288,
         n_head=32, n_head_kv=8, head_dim=128, n_ctx_train=131072, rope_freq_base=1e6,
     ),
+    # the small model beside it (Claude Code's side requests): Qwen3-0.6B's shape
+    "qwen3-0.6b": Shape(
+        name="qwen3-0.6b", arch="qwen3", n_embd=1024, n_layer=28, n_ff=3072,
+        n_head=16, n_head_kv=8, head_dim=128, n_ctx_train=40960, rope_freq_base=1e6,
+    ),
     "qwen35-27b": Shape(
         name="qwen35-27b", arch="qwen35", n_embd=5120, n_layer=64, n_ff=17408,
         n_head=24, n_head_kv=4, head_dim=256, n_ctx_train=262144, rope_freq_base=1e7,
@@ -218,6 +223,7 @@ MODELS: dict[str, Shape] = {
 # --scale tiny: same arch, pattern, head dims and rope; smaller widths, head counts and layers
 TINY: dict[str, dict[str, Any]] = {
     "qwen3-8b": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 1, "n_layer": 4},
+    "qwen3-0.6b": {"n_embd": 128, "n_ff": 256, "n_head": 2, "n_head_kv": 1, "n_layer": 2},
     "qwen35-27b": {"n_embd": 256, "n_ff": 512, "n_head": 3, "n_head_kv": 1, "n_layer": 8,
                    "ssm_group_count": 2, "ssm_time_step_rank": 6},
     "qwen35-9b": {"n_embd": 256, "n_ff": 512, "n_head": 2, "n_head_kv": 1, "n_layer": 8,

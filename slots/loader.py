@@ -152,7 +152,7 @@ def _load(
     layout = plan_layout(
         model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
-        on_gpu=on_gpu, cache_ram=cfg.cache_ram,
+        on_gpu=on_gpu, cache_ram=cfg.cache_ram, spare_share=cfg.spare_share,
     )
     if not on_gpu and cfg.cache_vram is None and layout.n_spare:
         # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget

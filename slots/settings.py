@@ -31,6 +31,7 @@ class EngineConfig:
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = None  # device memory for spare sequences (see layout.py); None: auto
+    spare_share: int = 1  # auto spares take 1/spare_share of the free device memory (a server of several models)
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
     reranking: bool = False  # a context with rank pooling for relevance scores (`reranker`)

@@ -124,6 +124,23 @@ def _fill_streams(engine, convs) -> dict[int, int]:
     return {i: next(s.id for s in engine.slots if s.tokens[: len(c)] == c) for i, c in enumerate(convs)}
 
 
+def test_auto_spares_of_one_model_of_several_leave_the_device_memory_to_the_others(monkeypatch):
+    from warmslot.slots.fitting import layout
+
+    class FakeModel:
+        info = type("Info", (), {"n_ctx_train": 8192})()
+
+        def kv_bytes_per_token(self, type_k, type_v):
+            return 1 << 20  # a stream of 1024 cells is 1 GiB
+
+    device = type("Device", (), {"free": 40 << 30, "total": 100 << 30})()
+    monkeypatch.setattr(layout, "gpu_memory", lambda: [device])
+    kw = dict(n_parallel=4, n_ctx=4096, kv_unified_setting="auto", type_k="f16", type_v="f16", on_gpu=True, cache_vram=None)
+    # 40 GiB free, less the slots' 4, 10% of the device and 1 GiB: 25 spare streams for one model
+    assert layout.plan_layout(FakeModel(), MemoryKind.ATTENTION, **kw).n_spare == 25
+    assert layout.plan_layout(FakeModel(), MemoryKind.ATTENTION, spare_share=2, **kw).n_spare == 12
+
+
 def test_spare_streams_are_sized_from_the_memory_given():
     from warmslot.slots.fitting.layout import plan_layout
     from warmslot.slots.llama_api import Model
@@ -136,7 +153,10 @@ def test_spare_streams_are_sized_from_the_memory_given():
 
     kw = dict(n_parallel=4, n_ctx=4096, kv_unified_setting="auto", type_k="f16", type_v="f16", on_gpu=False)
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=3 * 1024 * 1000, **kw).n_spare == 3
-    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU, no RAM given
+    # auto on the CPU: a quarter of the prompt cache's RAM, under the caps of 16 a slot and 64 in all
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, cache_ram=20 * 1024 * 1000, **kw).n_spare == 5
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, cache_ram=1 << 40, **kw).n_spare == 64
     layout = plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=2 * 1024 * 1000, **kw)
     assert (layout.n_seq, layout.n_ctx) == (6, 6 * 1024)  # each slot keeps its 1024 cells
     assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **kw).n_spare == 0  # auto, no GPU

@@ -84,6 +84,7 @@ def test_a_models_file_gives_each_model_its_flags(tmp_path):
     # automatic cache budgets are shared out: each model's caches stay while it is unloaded
     assert a_config.engine.cache_ram == config.engine.cache_ram // 2 and b_config.engine.cache_ram == a_config.engine.cache_ram
     assert a_config.engine.cache_disk_size == config.engine.cache_disk_size // 2
+    assert a_config.engine.spare_share == b_config.engine.spare_share == 2  # so are the auto spares' device memory
     assert a_config.sleep_idle_s < 0  # unloaded by the registry, never by a sleep of its own
 
 

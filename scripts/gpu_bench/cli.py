@@ -76,6 +76,12 @@ Workloads (`--workloads`, comma-separated):
                main agent's TTFT p50 over requests adding < 500 tokens, warmslot's state
                copies over the KV bytes of what it computed (--sess-* flags; --sess-scale 0.03
                for a CPU run).
+  models       One server, two models by name (--models-dir, llama-server in router mode):
+               Claude Code sessions on the big model (-m) whose session title and a command
+               check with every main request go to the small one (--mod-small), at the same
+               moment as the main request. Load on demand times, the main agent's TTFT p50,
+               the side requests' TTFT during the sessions against alone, device and resident
+               memory (--mod-* flags; --mod-scale 0.03 for a CPU run).
 
 Typical use (GPU machine, binaries on PATH):
 
@@ -124,17 +130,18 @@ from .workload_concurrent import workload_concurrent
 from .workload_decode import workload_decode
 from .workload_disk import add_disk_arguments, workload_disk
 from .workload_messages import add_messages_arguments, parse_messages_np, workload_messages
+from .workload_models import add_models_arguments, workload_models
 from .workload_multiagent import workload_multiagent
 from .workload_sessions import add_sessions_arguments, parse_sessions_runs, workload_sessions
 from .workload_throughput import VariantError, parse_variants, workload_throughput
 
 WORKLOADS = ("agent", "alternating", "concurrent", "decode", "restore", "throughput", "multiagent", "disk",
-             "messages", "codex", "sessions")
+             "messages", "codex", "sessions", "models")
 DEFAULT_WORKLOADS = "agent,alternating,concurrent,decode,restore"
 RUNNERS = {"agent": workload_agent, "alternating": workload_alternating, "concurrent": workload_concurrent,
            "decode": workload_decode, "throughput": workload_throughput, "multiagent": workload_multiagent,
            "disk": workload_disk, "messages": workload_messages, "codex": workload_codex,
-           "sessions": workload_sessions}
+           "sessions": workload_sessions, "models": workload_models}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -203,6 +210,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_messages_arguments(p)
     add_codex_arguments(p)
     add_sessions_arguments(p)
+    add_models_arguments(p)
     # robustness
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request")
     p.add_argument("--ready-timeout", type=float, default=300.0, help="seconds for a server to load")

@@ -62,8 +62,8 @@ def _check_fields(spec: ModelSpec) -> None:
 
 def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_models: int, disk_auto: bool) -> ServerConfig:
     """`own`'s model fields over the server's config: named by the spec, its other names as
-    patterns, its disk tier in a folder of its own, automatic cache budgets (RAM, disk) shared
-    out among the models (each model's caches stay while it is unloaded), unloaded by the
+    patterns, its disk tier in a folder of its own, automatic cache budgets (RAM, disk, the
+    device memory of spare sequences) shared out among the models (each model's caches stay while it is unloaded), unloaded by the
     registry (no sleep)."""
     spec.patterns = [name for name in own.aliases if name != spec.name]
     engine = own.engine
@@ -71,6 +71,8 @@ def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_mo
         engine = dataclasses.replace(engine, cache_disk=os.path.join(engine.cache_disk, spec.name))
     if engine.cache_ram_auto:
         engine = dataclasses.replace(engine, cache_ram=engine.cache_ram // n_models)
+    if engine.cache_vram is None:  # the first model loaded must not take the device memory of the others
+        engine = dataclasses.replace(engine, spare_share=n_models)
     if engine.cache_disk and disk_auto:
         engine = dataclasses.replace(engine, cache_disk_size=max(1 << 20, engine.cache_disk_size // n_models))
     if spec.keep_alive is None:

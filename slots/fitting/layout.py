@@ -79,13 +79,16 @@ def plan_layout(
     type_v: str,
     on_gpu: bool,
     cache_ram: int = 0,
+    spare_share: int = 1,
 ) -> KvLayout:
     """The layout for a model. `n_ctx` is the slots' cells in all (0: the model's training
     context, at most DEFAULT_MAX_CTX); `cache_vram` the device memory for spare sequences
     (None: auto, as many spare streams as free device memory holds after a margin, at
     most MAX_SPARE_PER_SLOT per slot; on the CPU as many as a quarter of `cache_ram` (the
     prompt cache's RAM) holds, under the same caps; two spare sequences per slot in one pool
-    for recurrent and hybrid models on a GPU)."""
+    for recurrent and hybrid models on a GPU). A server of several models gives each model's
+    auto spares 1/`spare_share` of the free device memory, so that the first model loaded
+    leaves room for the others."""
     n_ctx = n_ctx or min(model.info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
     unified = kv_unified(kv_unified_setting, kind, n_parallel)
     if unified:
@@ -94,12 +97,12 @@ def plan_layout(
         spare = 2 * n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
         return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
     per_slot = max(1, n_ctx // n_parallel)
-    spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram)
+    spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share)
     n_seq = n_parallel + spare
     return KvLayout(False, n_parallel, n_seq, per_slot * n_seq)
 
 
-def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram) -> int:
+def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share) -> int:
     if cache_vram == 0:
         return 0
     if kind not in (MemoryKind.ATTENTION, MemoryKind.SWA):
@@ -122,7 +125,7 @@ def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v
         free = sum(d.free for d in devices)
         total = sum(d.total for d in devices)
         slots_bytes = stream_bytes * n_parallel
-        budget = free - slots_bytes - int(total * RESERVE_FRACTION) - RESERVE_BYTES
+        budget = (free - slots_bytes - int(total * RESERVE_FRACTION) - RESERVE_BYTES) // max(1, spare_share)
     else:
         budget = cache_ram // CPU_SHARE_OF_CACHE_RAM
     return max(0, min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, budget // stream_bytes))
