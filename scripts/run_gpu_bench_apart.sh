@@ -44,15 +44,15 @@ dense=(-m /tmp/models/qwen3-8b-real.gguf --shape qwen3-8b)
 hybrid=(-m /tmp/models/qwen35-27b-real.gguf --shape qwen35-27b --chat-template-file .gpu/templates/Qwen3.5-4B.jinja
         --sess-runs 4:2 --sess-shapes legacy)
 gpu=0
-models_run=(--workloads models --mod-small /tmp/models/qwen3-0.6b-real.gguf --log-dir "$out/logs")
+models_run=(--workloads models --mod-small /tmp/models/qwen3-0.6b-real.gguf)
 for r in $runs; do
     case $r in
         8w) run_on $gpu qwen3-8b-sessions-16on4-warmslot "${dense[@]}" --sess-runs 16:4 --servers warmslot ;;
         8l) run_on $gpu qwen3-8b-sessions-16on4-llama-server "${dense[@]}" --sess-runs 16:4 --servers llama-server ;;
         8w42) run_on $gpu qwen3-8b-sessions-4on2-warmslot "${dense[@]}" --sess-runs 4:2 --servers warmslot ;;
         8l42) run_on $gpu qwen3-8b-sessions-4on2-llama-server "${dense[@]}" --sess-runs 4:2 --servers llama-server ;;
-        m1) run_on $gpu qwen3-8b-models-1session "${dense[@]}" "${models_run[@]}" --mod-sessions 1 ;;
-        m2) run_on $gpu qwen3-8b-models-2sessions "${dense[@]}" "${models_run[@]}" --mod-sessions 2 ;;
+        m1) run_on $gpu qwen3-8b-models-1session "${dense[@]}" "${models_run[@]}" --mod-sessions 1 --log-dir "$out/logs-m1" ;;
+        m2) run_on $gpu qwen3-8b-models-2sessions "${dense[@]}" "${models_run[@]}" --mod-sessions 2 --log-dir "$out/logs-m2" ;;
         27w) run_on $gpu qwen35-27b-sessions-4on2-warmslot "${hybrid[@]}" --servers warmslot ;;
         27l) run_on $gpu qwen35-27b-sessions-4on2-llama-server "${hybrid[@]}" --servers llama-server ;;
         *) echo "unknown run $r" >&2; exit 2 ;;

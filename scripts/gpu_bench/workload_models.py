@@ -36,6 +36,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def models_folder(run: Run) -> Path:
 def command(run: Run, server: str, folder: Path, ctx: int) -> list[str]:
     flags = ["--models-dir", str(folder), *run.flags(server, run.a.mod_np, ctx)]
     if server == WARMSLOT:
-        return [run.a.python or "python", "-m", "warmslot.server", *flags]
+        return [run.a.python or sys.executable, "-m", "warmslot.server", *flags]
     return [str(run.llama_server or run.a.llama_server or "llama-server"), *flags]
 
 
