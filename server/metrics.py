@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
@@ -79,7 +79,22 @@ class EngineCollector:
 
     def collect(self):
         yield from self._requests()
-        engine = self.server.engine
+        models = self.server.models
+        if models is None:
+            yield from self._engine(self.server.engine)
+            return
+        # several models: each engine's families once, every sample labelled with its model
+        merged: dict[str, Metric] = {}
+        for entry in list(models.entries.values()):
+            for family in self._engine(entry.server.engine):
+                into = merged.get(family.name)
+                if into is None:
+                    into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                into.samples += [s._replace(labels={"model": entry.name, **s.labels}) for s in family.samples]
+        yield from merged.values()
+
+    def _engine(self, engine):
+        """The families of one engine (one model)."""
         stats = engine.stats
         prompt = CounterMetricFamily("warmslot_prompt_tokens", "Prompt tokens by where they came from", labels=["source"])
         for source in PROMPT_SOURCES:

@@ -46,7 +46,6 @@ from .vocab import Vocab
 
 log = logging.getLogger("warmslot.engine")
 
-PINNED_AT_START = 16 << 30  # pinned host memory prepared while the model loads (CUDA only)
 
 
 __all__ = ["Parts", "flash_attn_setting", "load_parts", "physical_memory"]
@@ -180,7 +179,7 @@ def _load(
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
     if host.pinned:
-        host.prepare(initial=min(PINNED_AT_START, cfg.cache_ram + (1 << 30)))
+        host.prepare(initial=min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
         log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)

@@ -32,6 +32,7 @@ class EngineConfig:
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = None  # device memory for spare sequences (see layout.py); None: auto
     spare_share: int = 1  # auto spares take 1/spare_share of the free device memory (a server of several models)
+    pinned_at_load: int = 16 << 30  # pinned host memory prepared before the model serves (CUDA; the rest while idle)
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
     reranking: bool = False  # a context with rank pooling for relevance scores (`reranker`)

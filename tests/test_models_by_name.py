@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import signal
 import sys
 import time
@@ -85,6 +86,7 @@ def test_a_models_file_gives_each_model_its_flags(tmp_path):
     assert a_config.engine.cache_ram == config.engine.cache_ram // 2 and b_config.engine.cache_ram == a_config.engine.cache_ram
     assert a_config.engine.cache_disk_size == config.engine.cache_disk_size // 2
     assert a_config.engine.spare_share == b_config.engine.spare_share == 2  # so are the auto spares' device memory
+    assert a_config.engine.pinned_at_load == 2 << 30 < config.engine.pinned_at_load  # a load a request waits for pins less
     assert a_config.sleep_idle_s < 0  # unloaded by the registry, never by a sleep of its own
 
 
@@ -233,6 +235,9 @@ def test_the_capacity_view_estimates_the_models_not_loaded_yet(two_loaded, tiny_
     assert "not counting compute buffers" in together["summary"]
     assert "/models/capacity" in httpx.get(url + "/openapi.json").json()["paths"]
     assert states(url) == {"small": "unloaded", "big": "unloaded"}  # the view loads nothing
+    # the engine families have a series per model, unloaded ones too
+    assert metric(two_loaded, 'warmslot_generated_tokens_total{model="big"}') == 0
+    assert metric(two_loaded, 'warmslot_queue_depth{model="small"}') == 0
 
 
 def test_names_and_wildcards_pick_the_model(two_loaded):
@@ -252,6 +257,10 @@ def test_names_and_wildcards_pick_the_model(two_loaded):
     vocab = [httpx.post(url + "/tokenize", json={"content": "hi", "model": m}).json()["tokens"] for m in ("small", "big")]
     assert vocab[0] and vocab[1]
     assert metric(two_loaded, 'warmslot_model_requests_total{model="small"}') >= 2
+    for name in ("small", "big"):  # the engine families, labelled by model
+        assert metric(two_loaded, f'warmslot_generated_tokens_total{{model="{name}"}}') > 0
+        assert metric(two_loaded, f'warmslot_prompt_tokens_total{{model="{name}",source="computed"}}') > 0
+        assert re.search(r'^warmslot_model_info\{[^}]*model="%s"' % name, httpx.get(url + "/metrics").text, re.M)
     assert metric(two_loaded, 'warmslot_model_loaded{model="big"}') == 1
 
 

@@ -76,7 +76,8 @@ def model_name(path: str) -> str:
 
 def models_folder(run: Run) -> Path:
     """A folder holding both GGUFs (links), as both servers' --models-dir."""
-    folder = Path(run.a.out).resolve().parent / "models-workload-dir"
+    out = Path(run.a.out).resolve()
+    folder = out.parent / f"{out.stem}-models-dir"  # one per run: runs may share the folder of their results
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     for path in (run.a.model, run.a.mod_small):
@@ -103,8 +104,11 @@ def side_body(texts, index: int, model: str, gen_tokens: int, system_tokens: int
 
 
 def gpu_used_mib() -> int | None:
+    """Device memory in use on the GPUs this process sees (CUDA_VISIBLE_DEVICES), in MiB."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    select = ["-i", visible] if visible and all(x.strip().isdigit() for x in visible.split(",")) else []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", *select, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20).stdout
         return sum(int(x) for x in out.split())
     except (OSError, ValueError, subprocess.SubprocessError):

@@ -13,6 +13,8 @@ from ..process.config import ServerConfig, parse_config
 from ..process.flags import FLAGS
 from .catalog import CatalogError, ModelSpec, read_models_dir, read_models_file
 
+PINNED_AT_LOAD = 2 << 30  # pinned host memory a model prepares before it serves a waiting request
+
 # the fields of ServerConfig a model's flags may set: the rest is the whole server's
 MODEL_FIELDS = (
     "engine", "alias", "aliases", "chat_template", "chat_template_kwargs", "n_predict", "sampling", "tool_format",
@@ -73,6 +75,9 @@ def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_mo
         engine = dataclasses.replace(engine, cache_ram=engine.cache_ram // n_models)
     if engine.cache_vram is None:  # the first model loaded must not take the device memory of the others
         engine = dataclasses.replace(engine, spare_share=n_models)
+    # a model loads while a request waits for it: pinning host memory takes about 0.5 s a GiB,
+    # so it pins a little before it serves and the rest while idle
+    engine = dataclasses.replace(engine, pinned_at_load=min(engine.pinned_at_load, PINNED_AT_LOAD))
     if engine.cache_disk and disk_auto:
         engine = dataclasses.replace(engine, cache_disk_size=max(1 << 20, engine.cache_disk_size // n_models))
     if spec.keep_alive is None:

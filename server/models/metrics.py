@@ -1,6 +1,8 @@
 """Per-model families of /metrics on a server with several models, labelled `model`: where each
-model stands, its requests, loads and unloads, and its prompt and generated tokens. The other
-`warmslot_` families speak of the default model's engine (else the first's)."""
+model stands, its requests, loads and unloads, and its prompt and generated tokens. Every
+engine family of `server/metrics.py` has a `model` label there too, one series per model
+(`warmslot_requests_total`, counted by route, and the `llamacpp:` families, llama-server's
+own, speak of the whole server and of the default model)."""
 
 from __future__ import annotations
 
