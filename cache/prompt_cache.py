@@ -9,7 +9,9 @@ long system prompt, all come back warm.
 - Budget: `budget` bytes (--cache-ram; 0 disables the cache). An entry's size is its state
   plus its checkpoints and its drafter state; a checkpoint shared by two entries counts in
   both, so the total is an upper bound of the RAM really used. The total never exceeds the
-  budget.
+  budget. Several models' caches may share one budget (`shared_budget.py`): a cache's
+  budget is then what the others leave, at least its share, and a cache over it after
+  another grew gives entries back at its owner's next call of `trim`.
 - Eviction: what no waiting request continues, least recently used first (use = insert or
   load); then what the latest waiting request continues (`lookahead.py`: the engine's queue
   is the horizon). An entry that would itself be the first to go is not stored (`refused`).
@@ -34,6 +36,7 @@ import numpy as np
 from .checkpoints import CheckpointList
 from .lookahead import next_uses, victim_order
 from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
+from .shared_budget import SharedBudget
 
 
 EVICTED_REMEMBERED = 256  # evicted keys kept to explain misses
@@ -107,9 +110,10 @@ class Lookup:
 
 
 class PromptCache:
-    def __init__(self, budget: int, fingerprint: str, truncatable: bool) -> None:
-        assert budget > 0
-        self.budget = budget
+    def __init__(self, budget: int, fingerprint: str, truncatable: bool, shared: SharedBudget | None = None) -> None:
+        assert budget > 0 or shared is not None
+        self._budget = budget
+        self.shared = shared  # one budget with other models' caches (see shared_budget.py)
         self.fingerprint = fingerprint
         self.truncatable = truncatable
         self.stats = CacheStats()
@@ -127,6 +131,34 @@ class PromptCache:
         # eviction keeps (see lookahead.py); None: least recently used first
         self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
         self._pinned: int | None = None  # an entry being loaded: not evicted meanwhile
+        # with a shared budget: the budget shrank below what this cache holds (another model's
+        # cache grew into its share); the owner calls trim() on its own thread
+        self.on_over: Callable[[], None] | None = None
+        self.reserved = 0  # RAM the model holds beside the cache out of a shared budget (CPU spare streams)
+        if shared is not None:
+            shared.join(self)
+
+    @property
+    def budget(self) -> int:
+        """The bytes this cache may hold now: its own budget, or what a shared one leaves it."""
+        return self.shared.budget_of(self) if self.shared is not None else self._budget
+
+    def budget_changed(self) -> None:
+        if self.on_over is not None:
+            self.on_over()
+
+    def trim(self) -> None:
+        """Give back entries until the cache fits its budget again (a shared budget shrank):
+        first what no waiting request continues, least recently used first. Mutates."""
+        if self.nbytes <= self.budget:
+            return
+        keys = [k for k in self._lru if k != self._pinned]
+        upcoming = self.upcoming() if self.upcoming is not None else ()
+        uses = next_uses(((e.id, e.tenant, e.tokens, e.prompt_end) for e in self._lru.values()), upcoming)
+        for key in victim_order(keys, uses):
+            if self.nbytes <= self.budget:
+                break
+            self._evict(self._lru[key])
 
     @property
     def n_entries(self) -> int:
@@ -211,6 +243,8 @@ class PromptCache:
         self.nbytes += entry.nbytes
         self.stats.saved_bytes += entry.nbytes
         assert self.nbytes <= self.budget
+        if self.shared is not None:
+            self.shared.grew(self)
         return entry
 
     def admits(self, tokens: Sequence[int], checkpoints: CheckpointList, tenant: str, prompt_end: int | None,
@@ -258,7 +292,7 @@ class PromptCache:
             total += sum(e.nbytes for e in trie.values())
         assert total == self.nbytes, (total, self.nbytes)
         assert sum(e.nbytes for e in self._lru.values()) == total
-        assert self.nbytes <= self.budget
+        assert self.nbytes <= self.budget or self.shared is not None  # a shared one trims after a call
         times = [e.last_used for e in self._lru.values()]
         assert times == sorted(times), "LRU order follows last use"
 

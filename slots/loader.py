@@ -153,9 +153,10 @@ def _load(
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
         on_gpu=on_gpu, cache_ram=cfg.cache_ram, spare_share=cfg.spare_share,
     )
-    if not on_gpu and cfg.cache_vram is None and layout.n_spare:
-        # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget
-        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - ram_spares_bytes(model, layout, cfg.type_k, cfg.type_v)))
+    # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget
+    spares_ram = ram_spares_bytes(model, layout, cfg.type_k, cfg.type_v) if not on_gpu and cfg.cache_vram is None else 0
+    if spares_ram and cfg.shared_ram is None:
+        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
     params = ContextParams(
         n_ctx=layout.n_ctx,
@@ -197,6 +198,8 @@ def _load(
         if kept is not None and kept[0] is not None:
             log.warning("the state layout changed (%s); the prompt cache starts empty", fingerprint)
         cache, disk = _cache_tiers(cfg, ctx, stats, fingerprint, kind, wake)
+    if cache is not None and cache.shared is not None:
+        cache.reserved = spares_ram  # held out of the shared budget (set again at every load)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -249,12 +252,13 @@ def _load(
 
 def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake):
     """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
-    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable) if cfg.cache_ram > 0 else None
+    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram) if cfg.cache_ram > 0 else None
     disk = None
     if cfg.cache_disk:
         if cache is None:
             raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
-        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty)
+        store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty,
+                          shared=cfg.shared_disk)
         disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
     return cache, disk
 
@@ -288,7 +292,8 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         kv_bytes_per_token=info.kv_bytes_per_token, state_bytes_per_slot=per_slot, n_ctx_slot=info.n_ctx_slot,
         n_ctx_train=info.n_ctx_train,
     )
-    cache_ram = parts.cache.budget if parts.cache is not None else cfg.cache_ram  # less the CPU's spare streams
+    cache = parts.cache  # its budget: less the CPU's spare streams; a shared one's total
+    cache_ram = (cache.shared.total - cache.reserved if cache.shared is not None else cache.budget) if cache is not None else cfg.cache_ram
     capacity = Capacity(
         context=info.context, n_slots=info.n_slots, n_seq=info.n_seq, n_ctx_slot=info.n_ctx_slot,
         weights_bytes=buffers_by_device(buffers, "model") or {"unknown": info.size_bytes},

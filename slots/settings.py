@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warmslot.cache.shared_budget import SharedBudget
+
 from .llama_api import Placement
 from .speculation.spec_config import SpecConfig
 
@@ -32,6 +34,8 @@ class EngineConfig:
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = None  # device memory for spare sequences (see layout.py); None: auto
     spare_share: int = 1  # auto spares take 1/spare_share of the free device memory (a server of several models)
+    shared_ram: SharedBudget | None = None  # a RAM budget shared with other models' prompt caches (cache_ram: its total)
+    shared_disk: SharedBudget | None = None  # a disk budget shared with other models' disk tiers (cache_disk_size: its total)
     pinned_at_load: int = 16 << 30  # pinned host memory prepared before the model serves (CUDA; the rest while idle)
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last

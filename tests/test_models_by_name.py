@@ -82,9 +82,13 @@ def test_a_models_file_gives_each_model_its_flags(tmp_path):
     assert (b_config.engine.n_ctx, b_config.engine.n_parallel) == (512, config.engine.n_parallel)
     assert a_config.alias == "a" and a_config.aliases == ["a", "claude-*haiku*"]
     assert a_config.engine.cache_disk == str(tmp_path / "disk" / "a")  # each model's disk tier in its own folder
-    # automatic cache budgets are shared out: each model's caches stay while it is unloaded
-    assert a_config.engine.cache_ram == config.engine.cache_ram // 2 and b_config.engine.cache_ram == a_config.engine.cache_ram
-    assert a_config.engine.cache_disk_size == config.engine.cache_disk_size // 2
+    # the server's RAM budget is one for both models (each model's cache stays while it is unloaded)
+    pool = a_config.engine.shared_ram
+    assert pool is not None and b_config.engine.shared_ram is pool and pool.total == config.engine.cache_ram
+    assert a_config.engine.cache_ram == b_config.engine.cache_ram == config.engine.cache_ram
+    # and so is its disk budget
+    assert a_config.engine.shared_disk is b_config.engine.shared_disk is not None
+    assert a_config.engine.shared_disk.total == a_config.engine.cache_disk_size == config.engine.cache_disk_size
     assert a_config.engine.spare_share == b_config.engine.spare_share == 2  # so are the auto spares' device memory
     assert a_config.engine.pinned_at_load == 2 << 30 < config.engine.pinned_at_load  # a load a request waits for pins less
     assert a_config.sleep_idle_s < 0  # unloaded by the registry, never by a sleep of its own

@@ -162,3 +162,31 @@ def test_a_refused_entry_still_reaches_the_disk_tier_and_the_entry_being_loaded_
     assert a in cache.entries() and [e.tokens for e in written] == [tuple(turn(3, 1))]
     assert cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="") is not None
     assert a not in cache.entries() and written[-1] is a  # not pinned now: no request needs it
+
+
+def test_a_shared_budget_lends_what_the_other_caches_leave_and_gives_each_its_share_back():
+    from warmslot.cache.shared_budget import SharedBudget
+
+    pool = SharedBudget(1000)
+    a = PromptCache(1000, "a", True, shared=pool)
+    b = PromptCache(1000, "b", True, shared=pool)
+    told: list[str] = []
+    a.on_over = lambda: told.append("a")
+    b.on_over = lambda: told.append("b")
+    empty = CheckpointList(4, 1 << 20)
+    # a busy model fills the whole budget while the other holds nothing
+    kept = [a.insert([i, i, i], state(100), empty, "") for i in range(9)]
+    assert a.nbytes == 900 and a.budget == 1000 and b.budget == 500  # b still has its share
+    assert a.insert([50], state(200), empty, "") is not None and a.nbytes == 1000  # one evicted for it
+    assert a.stats.evictions == 1 and kept[0] not in list(a.entries())
+    # the other model comes back: it grows into its share, and the first is told to give back
+    assert b.insert([7], state(300), empty, "") is not None
+    assert told == ["a"] and a.nbytes > a.budget == 700
+    a.trim()  # on its own engine thread: least recently used first
+    assert a.nbytes <= a.budget and pool.nbytes <= 1000
+    assert kept[1] not in list(a.entries()) and kept[8] in list(a.entries())
+    # what a model holds beside its cache (spare streams in RAM) counts against the budget
+    b.reserved = 200
+    assert b.budget == max(500, 1000 - a.nbytes) - 200
+    a.sanity_check()
+    b.sanity_check()

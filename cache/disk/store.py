@@ -46,6 +46,7 @@ import numpy as np
 
 from ..prefix_trie import PrefixTrie
 from ..prompt_cache import DraftState
+from ..shared_budget import SharedBudget
 from . import format as fmt
 from .directory import DiskDirectory
 from .index import DiskEntry, DiskIndex, DiskMatch
@@ -99,13 +100,16 @@ class DiskCache(DiskDirectory, DiskWriter):
         allocate: Callable[[int], np.ndarray] | None = None,
         background: bool = True,
         clock: Callable[[], float] = time.time,
+        shared: SharedBudget | None = None,
     ) -> None:
         """Open (or create, owner-only) `directory`, lock it and index its entries from
         their headers (no state is read). `background=False`: no writer thread; queued work
         runs in `flush()` on the caller's thread. Raises DiskInUse, OSError."""
         assert budget > 0
         self.directory = os.path.abspath(directory)
-        self.budget = budget
+        self._budget = budget
+        self.shared = shared  # one budget with other models' disk tiers (cache/shared_budget.py)
+        self.reserved = 0
         self.fingerprint = fingerprint
         self.truncatable = truncatable
         self.stats = DiskStats()
@@ -137,6 +141,21 @@ class DiskCache(DiskDirectory, DiskWriter):
     @property
     def nbytes(self) -> int:
         return self._index.nbytes
+
+    @property
+    def budget(self) -> int:
+        """The bytes the store may hold now: its own budget, or what a shared one leaves it."""
+        return self.shared.budget_of(self) if self.shared is not None else self._budget
+
+    def budget_changed(self) -> None:
+        """A shared budget shrank (another model's store grew into its share): evict, least
+        recently used first, until this store fits again. Thread-safe, so done at once."""
+        with self._lock:
+            while self._index.nbytes > self.budget:
+                victim = self._index.lru_victim()
+                if victim is None:
+                    break
+                self._drop(victim, "evicted")
 
     @property
     def n_entries(self) -> int:
@@ -219,6 +238,8 @@ class DiskCache(DiskDirectory, DiskWriter):
             self.stats.queued_bytes += entry.nbytes
             self._lru_dirty = True
         self._jobs.put(("write", entry))
+        if self.shared is not None:
+            self.shared.grew(self)  # outside the lock: another store takes its own
         return entry
 
     def touch(self, entry: DiskEntry) -> None:
@@ -303,7 +324,7 @@ class DiskCache(DiskDirectory, DiskWriter):
         holds exactly the indexed entry files with their indexed sizes."""
         with self._lock:
             self._index.sanity_check()
-            assert self._index.nbytes <= self.budget, (self._index.nbytes, self.budget)
+            assert self._index.nbytes <= self.budget or self.shared is not None, (self._index.nbytes, self.budget)
             names = {e.name: e.nbytes for e in self._index.entries()}
             pending = any(e.pending is not None for e in self._index.entries())
         if not pending:

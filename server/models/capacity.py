@@ -201,7 +201,7 @@ def together(models: Models, memories: list[ModelMemory]) -> Together:
     if on_device:
         where, free, margin = "device memory", sum(d.free for d in gpus), margin * len(gpus)
     else:
-        where, free, margin = "RAM", available_ram(), margin + sum(m.cache_ram_bytes for m in memories)
+        where, free, margin = "RAM", available_ram(), margin + ram_budgets(models)
     held = sum(there(m) for m in memories if m.source == MEASURED and ModelState(m.state) in HELD)
     need = [there(m) for m in memories]
     at_once = most_at_once(need, max(0, free + held - margin))
@@ -209,6 +209,18 @@ def together(models: Models, memories: list[ModelMemory]) -> Together:
     not_counted = dict.fromkeys(part.split(" (")[0] for m in estimates for part in m.not_counted)
     return Together(where, free, held, margin, sum(need), at_once, models.max_loaded,
                     tuple(m.name for m in estimates), tuple(not_counted))
+
+
+def ram_budgets(models: Models) -> int:
+    """The RAM the models' prompt caches may take: a budget they share counted once."""
+    total, pools = 0, {}
+    for entry in models.entries.values():
+        engine = entry.server.config.engine
+        if engine.shared_ram is not None:
+            pools[id(engine.shared_ram)] = engine.shared_ram.total
+        else:
+            total += engine.cache_ram
+    return total + sum(pools.values())
 
 
 def most_at_once(sizes: list[int], room: int) -> int:

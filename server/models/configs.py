@@ -9,6 +9,8 @@ import dataclasses
 import io
 import os
 
+from warmslot.cache.shared_budget import SharedBudget
+
 from ..process.config import ServerConfig, parse_config
 from ..process.flags import FLAGS
 from .catalog import CatalogError, ModelSpec, read_models_dir, read_models_file
@@ -39,17 +41,19 @@ def model_configs(config: ServerConfig, argv: list[str]) -> list[tuple[ModelSpec
     CatalogError naming the model whose flags do not parse."""
     out = []
     specs = read_catalog(config)
+    # the server's --cache-ram and --cache-disk-size are one budget each for the models that keep them
+    pool = SharedBudget(config.engine.cache_ram) if config.engine.cache_ram > 0 else None
+    disk_pool = SharedBudget(config.engine.cache_disk_size) if config.engine.cache_disk else None
     for spec in specs:
         _check_fields(spec)
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
-                own, flags = parse_config([*argv, "-m", spec.path, *spec.args])
+                own, _ = parse_config([*argv, "-m", spec.path, *spec.args])
         except SystemExit:
             reason = err.getvalue().strip().splitlines()[-1:] or ["refused"]
             raise CatalogError(f"model {spec.name}: {reason[0]}") from None
-        disk_auto = str(flags.cache_disk_size).strip().lower() == "auto"
-        out.append((spec, _model_config(config, spec, own, len(specs), disk_auto)))
+        out.append((spec, _model_config(config, spec, own, len(specs), pool, disk_pool)))
     return out
 
 
@@ -62,24 +66,26 @@ def _check_fields(spec: ModelSpec) -> None:
             raise CatalogError(f"model {spec.name}: {arg} is set for the whole server, not per model")
 
 
-def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_models: int, disk_auto: bool) -> ServerConfig:
+def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_models: int, ram: SharedBudget | None,
+                  disk: SharedBudget | None) -> ServerConfig:
     """`own`'s model fields over the server's config: named by the spec, its other names as
-    patterns, its disk tier in a folder of its own, automatic cache budgets (RAM, disk, the
-    device memory of spare sequences) shared out among the models (each model's caches stay while it is unloaded), unloaded by the
-    registry (no sleep)."""
+    patterns, its disk tier in a folder of its own, the server's RAM and disk budgets shared
+    with the other models that keep them (a model given a size of its own has its own), the
+    device memory of automatic spare sequences shared out among the models (each model's
+    caches stay while it is unloaded), unloaded by the registry (no sleep)."""
     spec.patterns = [name for name in own.aliases if name != spec.name]
     engine = own.engine
     if engine.cache_disk and engine.cache_disk == config.engine.cache_disk:
         engine = dataclasses.replace(engine, cache_disk=os.path.join(engine.cache_disk, spec.name))
-    if engine.cache_ram_auto:
-        engine = dataclasses.replace(engine, cache_ram=engine.cache_ram // n_models)
+        if disk is not None and engine.cache_disk_size == config.engine.cache_disk_size:
+            engine = dataclasses.replace(engine, shared_disk=disk)
+    if ram is not None and engine.cache_ram == config.engine.cache_ram:
+        engine = dataclasses.replace(engine, shared_ram=ram)
     if engine.cache_vram is None:  # the first model loaded must not take the device memory of the others
         engine = dataclasses.replace(engine, spare_share=n_models)
     # a model loads while a request waits for it: pinning host memory takes about 0.5 s a GiB,
     # so it pins a little before it serves and the rest while idle
     engine = dataclasses.replace(engine, pinned_at_load=min(engine.pinned_at_load, PINNED_AT_LOAD))
-    if engine.cache_disk and disk_auto:
-        engine = dataclasses.replace(engine, cache_disk_size=max(1 << 20, engine.cache_disk_size // n_models))
     if spec.keep_alive is None:
         spec.keep_alive = config.sleep_idle_s if config.sleep_idle_s > 0 else float("inf")
     fields = {name: getattr(own, name) for name in MODEL_FIELDS}
