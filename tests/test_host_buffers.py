@@ -32,3 +32,49 @@ def test_without_cuda_buffers_are_plain_arrays():
     host = HostBuffers(allocator=None)
     a = host.empty(5 << 20)
     assert a.nbytes == 5 << 20 and not host.pinned and host.allocated_bytes == 0
+
+
+class FakePinning:
+    """Counts what an arena asks to pin (no memory is locked)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def allocate(self, size: int) -> int:
+        self.sizes.append(size)
+        return len(self.sizes)
+
+    def address(self, handle: int) -> int:
+        return handle << 40
+
+    def view(self, address: int, size: int):
+        return bytearray(size)
+
+
+def test_pinning_at_load_stops_at_what_was_asked():
+    pins = FakePinning()
+    host = HostBuffers(pins, limit=64 << 20)
+    host.CHUNK = 4 << 20
+    host.prepare(6 << 20)
+    assert pins.sizes == [4 << 20, 2 << 20] and host.allocated_bytes == 6 << 20
+
+
+def test_an_arena_pins_more_only_while_every_engine_of_the_process_is_idle():
+    import time
+
+    pins = FakePinning()
+    a = HostBuffers(pins, limit=64 << 20, reserve=8 << 20)
+    a.IDLE_CHUNK = 4 << 20
+    other = HostBuffers(FakePinning(), limit=64 << 20)  # another model's engine, busy
+    try:
+        other.idle(False)
+        a.idle(True)  # idle, with nothing free: it would pin now
+        time.sleep(0.3)
+        assert pins.sizes == []  # a pinning call would stall the busy model's steps
+        other.idle(True)
+        deadline = time.monotonic() + 5
+        while a.allocated_bytes < 8 << 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pins.sizes == [4 << 20, 4 << 20] and a.free_bytes == 8 << 20
+    finally:
+        other.idle(True)

@@ -56,25 +56,29 @@ class HostBuffers:
         self.pinning_seconds = 0.0
         self._chunks: list[_Chunk] = []
         self._lock = threading.Lock()
-        self._idle = threading.Event()
         self._wake = threading.Event()
         if self.pinned:
             threading.Thread(target=self._grow_when_idle, name="warmslot-pinned", daemon=True).start()
 
     def prepare(self, initial: int) -> None:
         """Pin `initial` bytes now (up to the limit). Blocking; call it before serving."""
-        while self.pinned and self.allocated_bytes < min(initial, self.limit):
-            if not self._add_chunk(min(self.CHUNK, self.limit - self.allocated_bytes)):
+        target = min(initial, self.limit)
+        while self.pinned and self.allocated_bytes < target:
+            if not self._add_chunk(min(self.CHUNK, target - self.allocated_bytes)):
                 break
 
     def idle(self, idle: bool) -> None:
-        """The engine says whether it is idle: pinning more memory only happens then."""
-        if idle:
-            self._idle.set()
-            if self.free_bytes < self.reserve:
-                self._wake.set()
-        else:
-            self._idle.clear()
+        """The engine says whether it is idle: pinning more memory only happens when every
+        engine of the process is (a pinning call holds CUDA's driver up to a second, and
+        would stall another model's steps)."""
+        with _ALL_IDLE:
+            if idle:
+                _BUSY.discard(id(self))
+            else:
+                _BUSY.add(id(self))
+            _ALL_IDLE.notify_all()
+        if idle and self.free_bytes < self.reserve:
+            self._wake.set()
 
     def empty(self, size: int) -> np.ndarray:
         """An uninitialized uint8 array of `size` bytes."""
@@ -124,9 +128,19 @@ class HostBuffers:
         while True:
             self._wake.wait()
             self._wake.clear()
-            while self.free_bytes < self.reserve and self._idle.wait(timeout=1.0):
+            while self.free_bytes < self.reserve and _all_idle(timeout=1.0):
                 if not self._add_chunk(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes)):
                     break
+
+
+# the arenas (one per loaded model) whose engine is busy: pinning waits until none is
+_BUSY: set[int] = set()
+_ALL_IDLE = threading.Condition()
+
+
+def _all_idle(timeout: float) -> bool:
+    with _ALL_IDLE:
+        return _ALL_IDLE.wait_for(lambda: not _BUSY, timeout)
 
 
 class _Chunk:
