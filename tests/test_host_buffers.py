@@ -69,7 +69,7 @@ def test_an_arena_pins_more_only_while_every_engine_of_the_process_is_idle():
     try:
         other.idle(False)
         a.idle(True)  # idle, with nothing free: it would pin now
-        time.sleep(0.3)
+        time.sleep(1.5)  # longer than one wait of the pinning thread
         assert pins.sizes == []  # a pinning call would stall the busy model's steps
         other.idle(True)
         deadline = time.monotonic() + 5

@@ -153,10 +153,7 @@ def test_spare_streams_are_sized_from_the_memory_given():
 
     kw = dict(n_parallel=4, n_ctx=4096, kv_unified_setting="auto", type_k="f16", type_v="f16", on_gpu=False)
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=3 * 1024 * 1000, **kw).n_spare == 3
-    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU, no RAM given
-    # auto on the CPU: a quarter of the prompt cache's RAM, under the caps of 16 a slot and 64 in all
-    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, cache_ram=20 * 1024 * 1000, **kw).n_spare == 5
-    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, cache_ram=1 << 40, **kw).n_spare == 64
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU
     layout = plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=2 * 1024 * 1000, **kw)
     assert (layout.n_seq, layout.n_ctx) == (6, 6 * 1024)  # each slot keeps its 1024 cells
     assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **kw).n_spare == 0  # auto, no GPU

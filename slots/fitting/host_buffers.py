@@ -71,6 +71,8 @@ class HostBuffers:
         """The engine says whether it is idle: pinning more memory only happens when every
         engine of the process is (a pinning call holds CUDA's driver up to a second, and
         would stall another model's steps)."""
+        if not self.pinned:
+            return
         with _ALL_IDLE:
             if idle:
                 _BUSY.discard(id(self))
@@ -79,6 +81,12 @@ class HostBuffers:
             _ALL_IDLE.notify_all()
         if idle and self.free_bytes < self.reserve:
             self._wake.set()
+
+    def close(self) -> None:
+        """Its engine is gone (the model unloaded): it no longer holds the others' pinning back."""
+        with _ALL_IDLE:
+            _BUSY.discard(id(self))
+            _ALL_IDLE.notify_all()
 
     def empty(self, size: int) -> np.ndarray:
         """An uninitialized uint8 array of `size` bytes."""
@@ -128,7 +136,11 @@ class HostBuffers:
         while True:
             self._wake.wait()
             self._wake.clear()
-            while self.free_bytes < self.reserve and _all_idle(timeout=1.0):
+            while self.free_bytes < self.reserve:
+                if not _all_idle(timeout=1.0):
+                    if id(self) in _BUSY:
+                        break  # its own engine works: its next idle wakes this again
+                    continue  # another engine works: wait for it
                 if not self._add_chunk(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes)):
                     break
 

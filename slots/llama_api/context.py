@@ -157,6 +157,8 @@ class Context:
         if getattr(self, "ptr", None):
             llama_cpp.llama_free(self.ptr)
             self.ptr = None
+        if getattr(self, "host", None) is not None:
+            self.host.close()
 
 
 class Batch:
