@@ -30,6 +30,35 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.model)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def server_forks():
+    """One process that has imported the server, for the whole run: `helpers.warmslot_server`
+    forks each server from it (tests/server_forks.py). Where it cannot start, servers start
+    as processes of their own."""
+    import os
+    import sys
+    import tempfile
+
+    from tests import helpers
+    from tests import server_forks as forks
+
+    folder = tempfile.mkdtemp(prefix="warmslot-forks-")
+    path = os.path.join(folder, "forks.sock")  # a short path: a Unix socket's must stay under 108 bytes
+    root = pathlib.Path(__file__).resolve().parents[1]
+    try:
+        proc = forks.start_fork_server([sys.executable, str(root / "tests" / "server_suite.py"), "forks", path], cwd=root)
+    except RuntimeError as exc:
+        logging.getLogger("tests").warning("no fork server (%s): servers start on their own", exc)
+        yield
+        return
+    helpers.FORKS[:] = [forks.ForkClient(path)]
+    try:
+        yield
+    finally:
+        helpers.FORKS.clear()
+        forks.stop_fork_server(proc)
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, pathlib.Path]:
     out = tmp_path_factory.mktemp("tiny")

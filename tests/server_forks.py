@@ -168,6 +168,8 @@ def _become(message: dict, fds: list[int]) -> ForkRequest:
     for fd in fds:
         if fd > 2:
             os.close(fd)
+    if message.get("session"):  # a group of its own, as Popen(start_new_session=True) gives
+        os.setsid()
     for sig in (signal.SIGCHLD, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -275,15 +277,16 @@ class ForkClient:
         self.path = path
 
     def spawn(self, args: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
-              stdin=None, stdout=None, stderr=None) -> ForkedProcess:
+              stdin=None, stdout=None, stderr=None, session: bool = False) -> ForkedProcess:
         """A child running the server with `args` (stdin/stdout/stderr as subprocess.Popen
-        takes them: None inherits this process's, a file, a descriptor or DEVNULL)."""
+        takes them: None inherits this process's, a file, a descriptor or DEVNULL; `session`:
+        in a session and process group of its own)."""
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         fds = [_fd_of(stdin, 0), _fd_of(stdout, 1)]
         fds.append(fds[1] if stderr == subprocess.STDOUT else _fd_of(stderr, 2))
         message = {"args": [str(a) for a in args], "env": dict(os.environ if env is None else env),
-                   "cwd": str(cwd or os.getcwd())}
+                   "cwd": str(cwd or os.getcwd()), "session": session}
         _send(conn, message, fds)
         for stream, fd in zip((stdin, stdout, stderr), fds):
             if stream == subprocess.DEVNULL:

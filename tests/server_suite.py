@@ -229,7 +229,8 @@ def serve_forks(path: str) -> int:
     if request is None:
         return 0
     # a child: what `exec_server` would exec, run in this interpreter (sys.path as -m has it)
-    args = rewrite(request.args, json.loads(request.env["SERVER_SUITE_MODELS"]))
+    models = request.env.get("SERVER_SUITE_MODELS")  # the suite's: its Hugging Face models made local
+    args = rewrite(request.args, json.loads(models)) if models else request.args
     sys.path[:] = [request.cwd, *_PATH_AS_STARTED[1:]]
     sys.argv = ["warmslot", *args]
     runpy.run_module("warmslot.server", run_name="__main__", alter_sys=True)

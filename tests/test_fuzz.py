@@ -25,7 +25,9 @@ WARMSLOT_FUZZ_RANDOM=1 to explore new ones.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import time
 
@@ -96,19 +98,42 @@ def anthropic_error_shape(response) -> str | None:
     return None
 
 
+WORKERS = 2  # processes generating and sending cases: generation is Python-bound, the server waits
+
+
 def fuzz(url: str, total: int, record) -> list[Group]:
     """About `total` distinct requests by the plan (tests/fuzz_plan.py): per lane of a group,
     half of its cases break the schema (where something can), the rest follow it; each case
-    goes to every route of the group. Returns the plan."""
+    goes to every route of the group. The groups are shared out between WORKERS processes
+    (forked), each generating its groups' cases as one process would (derandomized per lane,
+    so the requests are the same however the groups are shared out). `record(label, status,
+    problem)` gets every answer. Returns the plan."""
     schema = schemathesis.openapi.from_url(url + "/openapi.json")
     groups = plan(schema.raw_schema, total, FLOOR)
-    sent: set[str] = set()
-    for group in groups:
-        for paths, cases in group.lanes():
-            operations = [schema[path][group.method] for path in paths]
-            broken = send(url, operations, GenerationMode.NEGATIVE, cases // 2, sent, record)
-            send(url, operations, GenerationMode.POSITIVE, cases - broken, sent, record)
+    with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork")) as pool:
+        for answers in pool.map(_fuzz_group, [url] * len(groups), groups):
+            for answer in answers:
+                record(*answer)
     return groups
+
+
+def _fuzz_group(url: str, group: Group) -> list[tuple[str, int, str | None]]:
+    """One group's cases (in a worker process): (label, status, problem) of every answer."""
+    schema = schemathesis.openapi.from_url(url + "/openapi.json")
+    answers: list[tuple[str, int, str | None]] = []
+
+    def record(case, response, problem):
+        if problem is not None:
+            body = case.body if not isinstance(case.body, bytes) else case.body[:300]
+            problem = f"{problem}\nbody: {json.dumps(body, default=repr)[:500]}"
+        answers.append((case.operation.label, response.status_code, problem))
+
+    sent: set[str] = set()
+    for paths, cases in group.lanes():
+        operations = [schema[path][group.method] for path in paths]
+        broken = send(url, operations, GenerationMode.NEGATIVE, cases // 2, sent, record)
+        send(url, operations, GenerationMode.POSITIVE, cases - broken, sent, record)
+    return answers
 
 
 def send(url: str, operations: list, mode: GenerationMode, n: int, sent: set[str], record) -> int:
@@ -163,11 +188,10 @@ def test_generated_requests_get_no_5xx_and_only_declared_openai_shaped_answers(s
     statuses: collections.Counter = collections.Counter()
     failures: list[str] = []
 
-    def record(case, response, problem):
-        statuses[(case.operation.label, response.status_code)] += 1
+    def record(label, status, problem):
+        statuses[(label, status)] += 1
         if problem is not None and len(failures) < 10:
-            body = case.body if not isinstance(case.body, bytes) else case.body[:300]
-            failures.append(f"{case.operation.label} -> {response.status_code}: {problem}\nbody: {json.dumps(body, default=repr)[:500]}")
+            failures.append(f"{label} -> {status}: {problem}")
 
     t0 = time.monotonic()
     groups = fuzz(server.url, N_REQUESTS, record)
