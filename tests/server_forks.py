@@ -4,8 +4,8 @@
 A fresh `python -m warmslot.server` spends most of its start (about half a second on two
 cores) importing llama.cpp's bindings, numpy, starlette and its own modules; the model load
 that follows takes a fraction of that on the tiny models of the tests. A test harness that
-starts a server per test (llama.cpp's server suite: hundreds of them) starts them here
-instead: each request forks a child of the one process that imported everything, and the
+starts a server per test (llama.cpp's server suite: hundreds of them; this repository's own
+tests, through `helpers.warmslot_server`) starts them here instead: each request forks a child of the one process that imported everything, and the
 child runs the server's `__main__` with the request's arguments, environment, working folder
 and standard streams. Each server is still a new process with nothing in it from another
 (the parent never loads a model, serves or starts a thread), so a test sees what it would
