@@ -173,8 +173,12 @@ def local_models() -> dict[str, list[str]]:
 
 
 def rewrite(args: list[str], models: dict[str, list[str]]) -> list[str]:
-    """The suite's arguments with its Hugging Face model replaced by the local one."""
+    """The suite's arguments with its Hugging Face model replaced by the local one (and
+    $SERVER_SUITE_THREADS threads where the test sets none: with several tests at once)."""
     out: list[str] = []
+    threads = os.environ.get("SERVER_SUITE_THREADS")
+    if threads and not {"-t", "--threads"} & set(args):
+        out += ["--threads", threads]
     repo = file = None
     i = 0
     while i < len(args):
@@ -422,6 +426,8 @@ def check(work: pathlib.Path, timeout: int, workers: int, forks: bool = True) ->
     expected = [r["test"] for r in table["tests"] if r["warmslot"] == "passed" and "unstable" not in r]
     # several servers at once (pytest-xdist; the suite gives each worker its own port)
     parallel = ["-n", str(workers)] if workers > 1 else []
+    if workers > 1:  # a core each, where the cores are shared: llama.cpp's threads spin while they wait
+        os.environ.setdefault("SERVER_SUITE_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
     outcomes = run_suite("warmslot", work, expected, None, timeout, parallel, forks)
     broken = [t for t in expected if outcomes.get(t) != "passed"]
     if broken:  # once more, alone: a test that passes then failed only under load
