@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Container, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -111,7 +111,7 @@ class Lookup:
 
 class PromptCache:
     def __init__(self, budget: int, fingerprint: str, truncatable: bool, shared: SharedBudget | None = None) -> None:
-        assert budget > 0 or shared is not None
+        assert budget > 0
         self._budget = budget
         self.shared = shared  # one budget with other models' caches (see shared_budget.py)
         self.fingerprint = fingerprint
@@ -151,10 +151,7 @@ class PromptCache:
         first what no waiting request continues, least recently used first. Mutates."""
         if self.nbytes <= self.budget:
             return
-        keys = [k for k in self._lru if k != self._pinned]
-        upcoming = self.upcoming() if self.upcoming is not None else ()
-        uses = next_uses(((e.id, e.tenant, e.tokens, e.prompt_end) for e in self._lru.values()), upcoming)
-        for key in victim_order(keys, uses):
+        for key in self._give_up_order():
             if self.nbytes <= self.budget:
                 break
             self._evict(self._lru[key])
@@ -306,12 +303,8 @@ class PromptCache:
         free = self.budget - self.nbytes + sum(e.nbytes for e in redundant)
         if nbytes <= free:
             return redundant, []
-        keys = [k for k in self._lru if k not in gone and k != self._pinned] + [-1]  # -1: the entry itself
-        candidates = [e for e in self._lru.values() if e.id not in gone] + [entry]
-        upcoming = self.upcoming() if self.upcoming is not None else ()
-        uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
         victims = []
-        for key in victim_order(keys, uses):
+        for key in self._give_up_order(gone, entry):
             if key == -1:
                 self.stats.refused += 1
                 return None
@@ -321,6 +314,18 @@ class PromptCache:
             if nbytes <= free:
                 return redundant, victims
         return None  # unreachable: the entry itself is in the order
+
+    def _give_up_order(self, gone: Container[int] = (), entry: CacheEntry | None = None) -> list[int]:
+        """The keys of the entries to give up, in order (see lookahead.py): all but those in
+        `gone` and the one being loaded, and `entry` as -1 when it is one to weigh. Read-only."""
+        keys = [k for k in self._lru if k not in gone and k != self._pinned]
+        candidates = [e for e in self._lru.values() if e.id not in gone]
+        if entry is not None:
+            keys.append(-1)
+            candidates.append(entry)
+        upcoming = self.upcoming() if self.upcoming is not None else ()
+        uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
+        return victim_order(keys, uses)
 
     def _evict(self, victim: CacheEntry) -> None:
         self.remove(victim)

@@ -43,10 +43,6 @@ class SharedBudget:
                 self._members = [*self._members, member]
 
     @property
-    def members(self) -> list[Member]:
-        return self._members
-
-    @property
     def nbytes(self) -> int:
         return sum(m.nbytes for m in self._members)
 

@@ -170,16 +170,21 @@ class ServerProcess:
         """Start the process without waiting for it to be ready (see start_together)."""
         self._t0 = time.perf_counter()
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                cwd=self.cwd,
-                start_new_session=True,  # own process group: stop() takes every child with it
-            )
+            self.proc = self._spawn(log)
         _live.add(self.proc)
+
+    def _spawn(self, log) -> subprocess.Popen:
+        """The process of `cmd`, its output in `log`, in a session of its own (a subclass may
+        start it otherwise, as the tests' forked servers do)."""
+        return subprocess.Popen(
+            self.cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,  # own process group: stop() takes every child with it
+        )
 
     def finish_start(self) -> ServerProcess:
         """Wait until ready (stopping the process if it never is)."""

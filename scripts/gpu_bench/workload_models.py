@@ -46,14 +46,14 @@ from scripts import bench_common as bc
 from scripts import server_process as sp
 
 from . import LLAMA_SERVER, WARMSLOT
-from .claude_code_sessions import UserSession, longest_prompt, session_schedule
+from .claude_code_sessions import UserSession, session_schedule
 from .claude_code_shapes import headers as side_headers
 from .client import at_once
-from .servers import Run, round_up
+from .servers import Run
 from .text import random_sentence
-from .workload_messages import add_ideal, request_row, stream_messages
+from .workload_messages import request_row, stream_messages
+from .workload_sessions import context_for, ttft_p50, with_new_tokens
 
-SMALL_NEW_TOKENS = 500
 COMMANDS = ("git status", "npm test -- --watch=false", "ls -la src/", "pytest -x tests/test_api.py", "cat README.md",
             "grep -rn TODO src/", "make build", "python -m pip list", "git diff HEAD~1", "docker compose ps")
 
@@ -181,13 +181,7 @@ def run_sessions(run: Run, url: str, sessions: list[UserSession], big: str, smal
             t.join(run.timeout())
 
     at_once(len(sessions), client, run.timeout() * a.mod_requests + 60)
-    rows = []
-    for per in main_rows:
-        add_ideal(per)
-        for row in per:
-            row["new_tokens"] = row.pop("ideal_computed", None)
-        rows += per
-    return rows, sorted(side_rows, key=lambda r: r["index"])
+    return with_new_tokens(main_rows), sorted(side_rows, key=lambda r: r["index"])
 
 
 def one_server(run: Run, server: str, folder: Path, ctx: int) -> dict[str, Any]:
@@ -238,8 +232,7 @@ def one_server(run: Run, server: str, folder: Path, ctx: int) -> dict[str, Any]:
 
 def summarise(rows: list[dict], sides: list[dict], alone: list[dict]) -> dict[str, Any]:
     ok = [r for r in rows if r.get("ok")]
-    main = [r["ttft_s"] for r in ok if r["agent"] == "main" and r.get("ttft_s") is not None
-            and r.get("new_tokens") is not None and r["new_tokens"] < SMALL_NEW_TOKENS]
+    main_p50, main_n = ttft_p50(ok, "main")
     side_ok = [r for r in sides if r.get("ok")]
     alone_ok = [r for r in alone if r.get("ok")]
     side_alone = percentiles([r["ttft_s"] for r in alone_ok if r.get("ttft_s") is not None])
@@ -248,7 +241,7 @@ def summarise(rows: list[dict], sides: list[dict], alone: list[dict]) -> dict[st
         "requests": len(rows), "ok": len(ok), "side_requests": len(sides), "side_ok": len(side_ok),
         "errors": [f"{r['agent']} #{r['index']}: {r.get('error')}" for r in rows if not r.get("ok")][:5]
                   + [f"side #{r['index']}: {r.get('error')}" for r in sides if not r.get("ok")][:5],
-        "main_ttft_s_p50": bc.percentile(main, 50), "main_ttft_n": len(main),
+        "main_ttft_s_p50": main_p50, "main_ttft_n": main_n,
         "title_ttft_s": [r.get("ttft_s") for r in ok if r["agent"] == "title"],
         "side_ttft_s": side, "side_total_s": percentiles([r["total_s"] for r in side_ok if r.get("total_s") is not None]),
         "side_alone_ttft_s": side_alone,
@@ -263,7 +256,7 @@ def workload_models(run: Run) -> dict[str, Any]:
         raise SystemExit("the models workload needs --mod-small (the small model's GGUF)")
     probe = UserSession(run.texts, 0, scale=a.mod_scale, gen_tokens=a.mod_gen_tokens, billing="cch", shapes="current")
     steps = session_schedule(a.mod_requests, probe.current)
-    ctx = a.mod_ctx_size or round_up(int((longest_prompt(probe, steps) + a.mod_gen_tokens) * 1.3) * a.mod_np, 1024)
+    ctx = a.mod_ctx_size or context_for(probe, a.mod_requests, a.mod_gen_tokens, a.mod_np)
     folder = models_folder(run)
     out: dict[str, Any] = {"settings": {
         "big": a.model, "small": a.mod_small, "sessions": a.mod_sessions, "np": a.mod_np, "ctx": ctx,

@@ -98,8 +98,33 @@ def parse_sessions_runs(a: argparse.Namespace) -> None:
 def sessions_ctx(a: argparse.Namespace, session: UserSession, np_: int) -> int:
     if a.sess_ctx_size:
         return a.sess_ctx_size
-    longest = longest_prompt(session, session_schedule(a.sess_requests, session.current)) + a.sess_gen_tokens
+    return context_for(session, a.sess_requests, a.sess_gen_tokens, np_)
+
+
+def context_for(session: UserSession, requests: int, gen_tokens: int, np_: int) -> int:
+    """-np x the longest prompt of `session`'s schedule and its reply, +30%."""
+    longest = longest_prompt(session, session_schedule(requests, session.current)) + gen_tokens
     return round_up(int(longest * 1.3) * np_, 1024)
+
+
+def with_new_tokens(per_session: list[list[dict]]) -> list[dict]:
+    """The rows of every session, each with its new tokens: its prompt less the prompt of the
+    same agent's previous request in the session."""
+    out = []
+    for rows in per_session:
+        add_ideal(rows)
+        for row in rows:
+            row["new_tokens"] = row.pop("ideal_computed", None)
+        out += rows
+    return out
+
+
+def ttft_p50(rows: list[dict], agent: str) -> tuple[float | None, int]:
+    """The TTFT p50 of `agent`'s answered requests that added fewer than SMALL_NEW_TOKENS, and
+    how many there were."""
+    sel = [r["ttft_s"] for r in rows if r.get("ok") and r["agent"] == agent and r.get("ttft_s") is not None
+           and r.get("new_tokens") is not None and r["new_tokens"] < SMALL_NEW_TOKENS]
+    return bc.percentile(sel, 50), len(sel)
 
 
 def make_sessions(run: Run, n: int) -> list[UserSession]:
@@ -156,13 +181,7 @@ def run_sessions(run: Run, srv: Served, sessions: list[UserSession], bodies: lis
     per_session: list[list[dict]] = [[] for _ in sessions]
     at_once(len(sessions), lambda k, t0: session_client(run, srv, sessions[k], bodies[k], t0, per_session[k]),
             run.timeout() * run.a.sess_requests + 30)
-    out = []
-    for rows in per_session:
-        add_ideal(rows)
-        for row in rows:
-            row["new_tokens"] = row.pop("ideal_computed", None)
-        out += rows
-    return out
+    return with_new_tokens(per_session)
 
 
 def copy_bytes(counters: dict[str, float]) -> dict[str, Any]:
@@ -190,11 +209,6 @@ def summarise(rows: list[dict], shared: dict[str, int | None], counters: dict[st
         vals = [r.get(key) for r in sel]
         return None if not sel or any(v is None for v in vals) else int(sum(vals))
 
-    def ttft_p50(agent: str) -> tuple[float | None, int]:
-        sel = [r["ttft_s"] for r in ok if r["agent"] == agent and r.get("ttft_s") is not None
-               and r.get("new_tokens") is not None and r["new_tokens"] < SMALL_NEW_TOKENS]
-        return bc.percentile(sel, 50), len(sel)
-
     out: dict[str, Any] = {
         "sessions": len({r["session"] for r in rows}), "requests": len(rows), "ok": len(ok),
         "errors": [f"session {r['session']} #{r['index']} {r['agent']}: {r.get('error')}" for r in rows
@@ -208,7 +222,7 @@ def summarise(rows: list[dict], shared: dict[str, int | None], counters: dict[st
                                                                      default=None),
     }
     (out["main_ttft_s_p50"], out["main_ttft_n"]), (out["sub_ttft_s_p50"], out["sub_ttft_n"]) = \
-        ttft_p50("main"), ttft_p50("sub")
+        ttft_p50(ok, "main"), ttft_p50(ok, "sub")
     ideal = out["ideal_per_agent_total"]
     if ideal is not None:
         for agent, tokens in shared.items():  # the shared prefix once per run, not once per session

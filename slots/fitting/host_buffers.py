@@ -73,19 +73,20 @@ class HostBuffers:
         would stall another model's steps)."""
         if not self.pinned:
             return
-        with _ALL_IDLE:
-            if idle:
-                _BUSY.discard(id(self))
-            else:
-                _BUSY.add(id(self))
-            _ALL_IDLE.notify_all()
+        self._busy(not idle)
         if idle and self.free_bytes < self.reserve:
             self._wake.set()
 
     def close(self) -> None:
         """Its engine is gone (the model unloaded): it no longer holds the others' pinning back."""
+        self._busy(False)
+
+    def _busy(self, busy: bool) -> None:
         with _ALL_IDLE:
-            _BUSY.discard(id(self))
+            if busy:
+                _BUSY.add(id(self))
+            else:
+                _BUSY.discard(id(self))
             _ALL_IDLE.notify_all()
 
     def empty(self, size: int) -> np.ndarray:
