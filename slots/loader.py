@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,6 +17,7 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
+from .fitting import host_buffers
 from .fitting.capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
 from .settings import EngineConfig
 from warmslot.slots.fitting.context_size import (
@@ -80,11 +82,17 @@ def load_parts(
     """Load the model and build the engine's parts. `wake(fn)` runs fn on the engine thread
     (the disk tier's reads report back through it). `kept`: the prompt cache and disk tier of
     an earlier load of the same parts (a server waking from sleep), used as they are."""
-    cfg, plan = fit_settings(cfg, _offloads(cfg))
-    with record_buffers() as buffers:
-        parts = _load(cfg, stats, progress, buffers, wake, plan, kept)
-    parts.info = _with_capacity(parts, cfg, buffers, plan)
+    started = time.monotonic()
+    with host_buffers.loading():  # no arena of another model pins meanwhile
+        cfg, plan = fit_settings(cfg, _offloads(cfg))
+        phases = {"fit": time.monotonic() - started}
+        with record_buffers() as buffers:
+            parts = _load(cfg, stats, progress, buffers, wake, plan, kept, phases)
+        parts.info = _with_capacity(parts, cfg, buffers, plan)
     log.info("capacity:\n%s", parts.info.capacity.table())
+    total = time.monotonic() - started
+    phases["the rest"] = total - sum(phases.values())
+    log.info("loaded in %.2f s (%s)", total, ", ".join(f"{name} {s:.2f} s" for name, s in phases.items()))
     context = parts.info.context
     parts.reload = dataclasses.replace(cfg, fit=False, n_ctx=context.n_ctx if context is not None else cfg.n_ctx)
     return parts
@@ -138,13 +146,17 @@ def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool, plan: FitPlan
 
 def _load(
     cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake, plan: FitPlan | None, kept,
+    phases: dict[str, float],
 ) -> Parts:
+    """The parts; `phases` gets the seconds of the slow steps (weights, context, pinning)."""
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
+    started = time.monotonic()
     model = Model(
         cfg.model_path, n_gpu_layers=cfg.n_gpu_layers, progress=progress, use_mmap=cfg.use_mmap, use_mlock=cfg.use_mlock,
         placement=cfg.placement, repack=cfg.repack, load_mtp=cfg.spec.type == "draft-mtp",
     )
+    phases["weights"] = time.monotonic() - started
     info = model.info
     on_gpu = _offloads(cfg)
     choice = _context_choice(cfg, model, on_gpu, plan)
@@ -171,12 +183,16 @@ def _load(
         pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
         n_rs_seq=cfg.spec.snapshots_for(classify_memory(info, cfg.swa_full)),
     )
+    started = time.monotonic()
     ctx = Context(model, params)
+    phases["context"] = time.monotonic() - started
     batch = Batch(ctx.n_batch, ctx.n_seq_max)
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
     if host.pinned:
         host.prepare(initial=min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
+        phases["pinning"] = host.pinning_seconds
+    if host.allocated_bytes:
         log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)

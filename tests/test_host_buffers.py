@@ -59,12 +59,13 @@ def test_pinning_at_load_stops_at_what_was_asked():
     assert pins.sizes == [4 << 20, 2 << 20] and host.allocated_bytes == 6 << 20
 
 
-def test_an_arena_pins_more_only_while_every_engine_of_the_process_is_idle():
+def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_a_while():
     import time
 
     pins = FakePinning()
     a = HostBuffers(pins, limit=64 << 20, reserve=8 << 20)
     a.IDLE_CHUNK = 4 << 20
+    a.QUIET = 0.6
     other = HostBuffers(FakePinning(), limit=64 << 20)  # another model's engine, busy
     try:
         other.idle(False)
@@ -72,9 +73,33 @@ def test_an_arena_pins_more_only_while_every_engine_of_the_process_is_idle():
         time.sleep(1.5)  # longer than one wait of the pinning thread
         assert pins.sizes == []  # a pinning call would stall the busy model's steps
         other.idle(True)
+        went_idle = time.monotonic()
+        time.sleep(0.3)
+        assert pins.sizes == []  # a request may come a moment after another: not yet
         deadline = time.monotonic() + 5
         while a.allocated_bytes < 8 << 20 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert time.monotonic() - went_idle >= a.QUIET
         assert pins.sizes == [4 << 20, 4 << 20] and a.free_bytes == 8 << 20
     finally:
         other.idle(True)
+
+
+def test_no_arena_pins_while_a_model_loads_and_for_a_quiet_while_after():
+    import time
+
+    from warmslot.slots.fitting.host_buffers import loading
+
+    pins = FakePinning()
+    a = HostBuffers(pins, limit=64 << 20, reserve=4 << 20)
+    a.IDLE_CHUNK = 4 << 20
+    a.QUIET = 0.5
+    with loading():
+        a.idle(True)
+        time.sleep(1.2)  # past its quiet time, but another model loads
+        assert pins.sizes == []
+    done = time.monotonic()
+    deadline = done + 5
+    while not pins.sizes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pins.sizes == [4 << 20] and time.monotonic() - done >= a.QUIET

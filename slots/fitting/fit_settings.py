@@ -13,8 +13,8 @@ import os
 from ..settings import EngineConfig
 from .context_size import available_ram
 from .fit import FitPlan, FitRequest, Headroom, ModelSizes, fit, headroom
-from .gguf_tensors import NotGGUF, tensor_sizes
-from ..llama_api import LlamaError, Model, gpu_memory, placement
+from .gguf_tensors import NotGGUF, read_header
+from ..llama_api import LlamaError, gpu_memory, kv_bytes_per_token, placement
 
 log = logging.getLogger("warmslot.engine")
 
@@ -57,19 +57,18 @@ def plan_for(cfg: EngineConfig, free_bytes: tuple[int, ...]) -> FitPlan | None:
     """What --fit chooses for `cfg` on devices with `free_bytes` free; None when the GGUF's
     tensor table or layer count cannot be read (then nothing is adjusted)."""
     try:
-        tensors = tensor_sizes(cfg.model_path)
+        meta, tensors = read_header(cfg.model_path)
     except (OSError, NotGGUF) as exc:
         log.warning("--fit: cannot read the tensor table of %s (%s): nothing is adjusted", cfg.model_path, exc)
         return None
-    # NOTE: a vocab-only load reads the metadata but leaves the hyperparameters (n_layer,
-    # n_ctx_train) at 0, so they are read from the metadata keys
-    meta = Model(cfg.model_path, vocab_only=True, repack=cfg.repack)
-    try:
-        arch = meta.info.arch
-        n_layer, n_ctx_train = _meta_int(meta, f"{arch}.block_count"), _meta_int(meta, f"{arch}.context_length")
-        per_token = meta.kv_bytes_per_token(cfg.type_k, cfg.type_v)
-    finally:
-        meta.close()
+    arch = meta.get("general.architecture")
+
+    def number(key: str) -> int | None:  # an architecture's metadata number (the header's, no vocabulary load)
+        value = meta.get(f"{arch}.{key}")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    n_layer, n_ctx_train = number("block_count") or 0, number("context_length") or 0
+    per_token = kv_bytes_per_token(number, cfg.type_k, cfg.type_v)
     if not n_layer or not n_ctx_train:
         log.warning("--fit: %s gives no layer count or training context: nothing is adjusted", cfg.model_path)
         return None
@@ -92,11 +91,6 @@ def _projector_bytes(cfg: EngineConfig) -> int:
         return os.path.getsize(cfg.mmproj)
     except OSError:
         return 0  # the projector's own load reports the missing file
-
-
-def _meta_int(model: Model, key: str) -> int:
-    value = (model.meta(key) or "").strip()
-    return int(value) if value.isdigit() else 0
 
 
 def _fit_devices(where: placement.Placement) -> list:

@@ -7,12 +7,16 @@ only keeps the arena's bookkeeping.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
 import threading
 import time
 import weakref
 from typing import Any, Protocol
 
 import numpy as np
+
+log = logging.getLogger("warmslot.engine")
 
 
 class PinnedAllocator(Protocol):
@@ -36,8 +40,12 @@ class HostBuffers:
     host buffer type, so state copies between RAM and VRAM run at bus speed instead of being
     staged through pageable memory. Pinning is slow (the kernel faults in and locks every
     page), so pinned memory comes from an arena of large chunks: `prepare()` pins `initial`
-    bytes up front (while the model loads), and a background thread adds chunks while the
-    engine is idle (`idle(True)`), keeping `reserve` bytes free, up to `limit` bytes in all.
+    bytes up front (while the model loads), and a background thread adds chunks once every
+    engine of the process has been idle (`idle(True)`) for `QUIET` seconds, keeping `reserve`
+    bytes free, up to `limit` bytes in all. A pinning call holds CUDA's driver (about half a
+    second a GiB), stalling every other CUDA call of the process meanwhile: waiting for a
+    quiet process keeps it out of a run of requests, where each request's gap to the next is
+    a few milliseconds.
     A request for a buffer never waits for pinning: when the arena has no room, it gets a
     plain numpy array. Buffers are carved first-fit from the chunks and go back to them when
     the last array viewing them is collected. Thread-safe.
@@ -45,6 +53,7 @@ class HostBuffers:
 
     CHUNK = 4 << 30  # pinned while loading
     IDLE_CHUNK = 2 << 30  # pinned while idle: smaller, so a request arriving meanwhile waits less
+    QUIET = 2.0  # seconds every engine has been idle before pinning starts
 
     def __init__(self, allocator: PinnedAllocator | None, limit: int = 16 << 30, reserve: int = 4 << 30) -> None:
         self._lib = allocator
@@ -69,8 +78,7 @@ class HostBuffers:
 
     def idle(self, idle: bool) -> None:
         """The engine says whether it is idle: pinning more memory only happens when every
-        engine of the process is (a pinning call holds CUDA's driver up to a second, and
-        would stall another model's steps)."""
+        engine of the process has been for `QUIET` seconds."""
         if not self.pinned:
             return
         self._busy(not idle)
@@ -87,6 +95,7 @@ class HostBuffers:
                 _BUSY.add(id(self))
             else:
                 _BUSY.discard(id(self))
+            _LAST_CHANGE[0] = time.monotonic()
             _ALL_IDLE.notify_all()
 
     def empty(self, size: int) -> np.ndarray:
@@ -138,22 +147,54 @@ class HostBuffers:
             self._wake.wait()
             self._wake.clear()
             while self.free_bytes < self.reserve:
-                if not _all_idle(timeout=1.0):
+                if not _quiet(self.QUIET, timeout=1.0):
                     if id(self) in _BUSY:
                         break  # its own engine works: its next idle wakes this again
-                    continue  # another engine works: wait for it
+                    continue  # another engine works, or one did a moment ago: wait
+                pinned, t0 = self.allocated_bytes, time.monotonic()
                 if not self._add_chunk(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes)):
                     break
+                log.info(
+                    "pinned %.1f GiB more host memory for states in %.2f s (%.1f GiB in all)",
+                    (self.allocated_bytes - pinned) / (1 << 30), time.monotonic() - t0, self.allocated_bytes / (1 << 30),
+                )
 
 
-# the arenas (one per loaded model) whose engine is busy: pinning waits until none is
+# the arenas (one per loaded model) whose engine is busy: pinning waits until none is, and
+# has not been for a while (when the set last changed)
 _BUSY: set[int] = set()
+_LAST_CHANGE = [0.0]
 _ALL_IDLE = threading.Condition()
 
 
-def _all_idle(timeout: float) -> bool:
+@contextlib.contextmanager
+def loading():
+    """A model loads meanwhile: no arena pins (a pinning call would slow the load, and the
+    first requests that wait for it), and the quiet time starts when it is done."""
+    token = object()
     with _ALL_IDLE:
-        return _ALL_IDLE.wait_for(lambda: not _BUSY, timeout)
+        _BUSY.add(id(token))
+    try:
+        yield
+    finally:
+        with _ALL_IDLE:
+            _BUSY.discard(id(token))
+            _LAST_CHANGE[0] = time.monotonic()
+            _ALL_IDLE.notify_all()
+
+
+def _quiet(seconds: float, timeout: float) -> bool:
+    """Wait up to `timeout` until no engine has been busy for `seconds`."""
+    deadline = time.monotonic() + timeout
+    with _ALL_IDLE:
+        while True:
+            now = time.monotonic()
+            quiet_until = _LAST_CHANGE[0] + seconds
+            if not _BUSY and now >= quiet_until:
+                return True
+            if now >= deadline:
+                return False
+            _ALL_IDLE.wait(deadline - now if _BUSY else min(deadline, quiet_until) - now)
 
 
 class _Chunk:
