@@ -80,8 +80,9 @@ def header(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> dict[st
     return {"X-Warmslot-Cache": "; ".join(parts)}
 
 
-def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | None) -> str:
-    """One line per request: slot, cached and computed tokens, timings, and any divergence."""
+def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | None, built_s: float | None = None) -> str:
+    """One line per request: slot, cached and computed tokens, timings (`built_s`: the prompt's
+    building, from its arrival), and any divergence."""
     if reuse is None:
         return f"{endpoint}: prompt {usage.prompt_tokens}"
     computed = usage.prompt_tokens - usage.cached_tokens
@@ -90,6 +91,8 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
         f"slot {reuse.slot} {endpoint}: prompt {usage.prompt_tokens} = {usage.cached_tokens} cached ({_name(reuse.source)}) "
         f"+ {computed} computed, ttft {usage.ttft_s * 1000:.0f} ms, {usage.completion_tokens} tokens at {rate:.1f}/s"
     )
+    if built_s is not None:
+        line += f", prompt built in {built_s * 1000:.0f} ms"
     if reuse.restored_checkpoint is not None:
         line += f", restored checkpoint {reuse.restored_checkpoint}"
     if reuse.state_bytes:

@@ -5,6 +5,7 @@ exactly as the README's quick start starts it (no model flag)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import httpx
@@ -50,6 +51,8 @@ def test_a_question_gets_an_answer_on_topic(server):
     reply = chat(server, [{"role": "user", "content": "What color is the sky on a clear day?"}], max_tokens=24)
     text = reply["choices"][0]["message"]["content"]
     assert "blue" in text.lower(), text  # an answer, not a continuation of the question
+    # its log line: where the prompt came from, its timings, and how long the prompt took to build
+    assert re.search(r"chat: prompt \d+ = \d+ cached \(\w+\) \+ \d+ computed, ttft \d+ ms, .* prompt built in \d+ ms", server.output())
 
 
 def test_a_required_tool_call_validates(server):

@@ -103,3 +103,57 @@ def test_no_arena_pins_while_a_model_loads_and_for_a_quiet_while_after():
     while not pins.sizes and time.monotonic() < deadline:
         time.sleep(0.01)
     assert pins.sizes == [4 << 20] and time.monotonic() - done >= a.QUIET
+
+
+class FakeRuntime:
+    """The two CUDA runtime calls the registering allocator makes: records each registration
+    and whether every page of the range was already written (faulted in) when it came."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.registered: list[tuple[int, int, int]] = []
+        self.errors_cleared = 0
+
+        def register(address, size, flags):
+            import ctypes
+            import mmap
+
+            pages = (ctypes.c_uint8 * size).from_address(address)
+            assert all(pages[i] == 0 for i in range(0, size, mmap.PAGESIZE))
+            self.registered.append((address, size, flags))
+            return 2 if self.fail else 0  # cudaErrorMemoryAllocation
+
+        def clear():
+            self.errors_cleared += 1
+            return 0
+
+        self.cudaHostRegister = register
+        self.cudaGetLastError = clear
+
+
+def test_pages_are_written_before_cuda_registers_them_and_buffers_view_them():
+    import mmap
+
+    from warmslot.slots.llama_api.backend import _RegisteredHost
+
+    runtime = FakeRuntime()
+    host = HostBuffers(_RegisteredHost(runtime), limit=64 << 20, reserve=0)
+    host.prepare(8 << 20)
+    assert host.allocated_bytes == 8 << 20
+    (address, size, flags), = runtime.registered
+    assert size == 8 << 20 and address % mmap.PAGESIZE == 0 and flags == 1  # portable: every device's context
+    a = host.empty(3 << 20)
+    a[:] = 7
+    assert a.ctypes.data == address and host.free_bytes == 5 << 20
+    del a
+    assert host.free_bytes == 8 << 20
+
+
+def test_a_registration_that_fails_leaves_no_pinned_memory():
+    from warmslot.slots.llama_api.backend import _RegisteredHost
+
+    runtime = FakeRuntime(fail=True)
+    host = HostBuffers(_RegisteredHost(runtime), limit=64 << 20, reserve=0)
+    host.prepare(8 << 20)
+    assert host.allocated_bytes == 0 and runtime.errors_cleared == 1
+    assert host.empty(2 << 20).nbytes == 2 << 20  # a plain array instead

@@ -11,7 +11,9 @@ thread pins host memory, one way after the other, each after a quiet second:
 - `cuda_host_alloc`: ggml's CUDA host buffer type (cudaMallocHost), as the state arena pins;
 - `register_touched`: pages allocated and written first (outside CUDA), then
   cudaHostRegister'ed whole;
-- `register_pieces`: the same pages registered in pieces of --piece MiB.
+- `register_pieces`: the same pages registered in pieces of --piece MiB;
+- `warmslot_allocator`: what the state arena uses (`llama_api.cuda_host_allocator`), its
+  writing of the pages included.
 
 For each: how long pinning took and the slowest decode step, wake-up and allocation while
 it ran, against their medians with nothing pinning. Then the copy speed host -> device of --copy MiB from pageable
@@ -115,14 +117,12 @@ def worst(dec, t0: float, t1: float) -> float | None:
 
 
 def pin_ways(rt: ctypes.CDLL, size: int, piece: int):
-    """(name, pin(), unpin()) for each way of pinning `size` bytes."""
-    from warmslot.slots.llama_api.backend import cuda_host_allocator
-
-    host = cuda_host_allocator()
+    """ggml's allocator, what the ways keep, a function that writes `size` new bytes, and
+    (name, pin) for each way of pinning `size` bytes."""
     kept: dict[str, object] = {}
 
     def alloc():
-        kept["h"] = host.allocate(size)
+        kept["h"] = kept["ggml"].allocate(size)
 
     def touched():
         a = np.ones(size, dtype=np.uint8)
@@ -138,7 +138,20 @@ def pin_ways(rt: ctypes.CDLL, size: int, piece: int):
         for off in range(0, size, piece):
             assert rt.cudaHostRegister(a.ctypes.data + off, min(piece, size - off), 0) == 0
 
-    return host, kept, touched, [("cuda_host_alloc", alloc), ("register_touched", register_whole), ("register_pieces", register_pieces)]
+    from warmslot.slots.llama_api import backend
+
+    ours = kept["ours"] = backend.cuda_host_allocator()
+
+    def warmslot_allocator():
+        assert isinstance(ours, backend._RegisteredHost) and ours.allocate(size)
+
+    ways = [("cuda_host_alloc", alloc), ("register_touched", register_whole), ("register_pieces", register_pieces)]
+    return backend._CudaHost(*_ggml_libs()), kept, touched, ways + [("warmslot_allocator", warmslot_allocator)]
+
+
+def _ggml_libs():
+    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
+    return ctypes.CDLL(os.path.join(lib_dir, "libggml-cuda.so")), ctypes.CDLL(os.path.join(lib_dir, "libggml-base.so"))
 
 
 def copy_speed(rt: ctypes.CDLL, host_ptr: int, size: int, reps: int = 3) -> dict[str, object]:
@@ -177,6 +190,7 @@ def main() -> None:
         t.start()
     size, piece = a.size * MIB, a.piece * MIB
     host, kept, touched, ways = pin_ways(rt, size, piece)
+    kept["ggml"] = host
     results: dict[str, object] = {"size_mib": a.size, "piece_mib": a.piece}
     time.sleep(2.0)
     t0 = time.perf_counter()
@@ -192,6 +206,7 @@ def main() -> None:
         t0 = time.perf_counter()
         pin()
         t1 = time.perf_counter()
+        time.sleep(0.5)  # a step blocked meanwhile is recorded when it ends
         results[name] = {
             "pin_s": round(t1 - t0, 4), "steps": len(steps_during(dec, t0, t1)), "max_step_ms": worst(dec, t0, t1),
             "max_wake_ms": worst(tick, t0, t1), "max_fault_ms": worst(fault, t0, t1),
@@ -213,6 +228,7 @@ def main() -> None:
         "across_pieces": copy_speed(rt, kept["a3"].ctypes.data + piece // 2, n),
         "within_one_piece": copy_speed(rt, kept["a3"].ctypes.data, min(n, piece)),
         "cuda_host_alloc": copy_speed(rt, host.address(kept["h"]), n),
+        "warmslot_allocator": copy_speed(rt, kept["ours"].address(1), n),
     }
     print(json.dumps(results, indent=1), flush=True)
     with open(a.out, "w") as f:

@@ -15,8 +15,6 @@ from ..process.config import ServerConfig, parse_config
 from ..process.flags import FLAGS
 from .catalog import CatalogError, ModelSpec, read_models_dir, read_models_file
 
-PINNED_AT_LOAD = 0  # pinned host memory a model prepares before it serves a waiting request
-
 # the fields of ServerConfig a model's flags may set: the rest is the whole server's
 MODEL_FIELDS = (
     "engine", "alias", "aliases", "chat_template", "chat_template_kwargs", "n_predict", "sampling", "tool_format",
@@ -83,9 +81,6 @@ def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_mo
         engine = dataclasses.replace(engine, shared_ram=ram)
     if engine.cache_vram is None:  # the first model loaded must not take the device memory of the others
         engine = dataclasses.replace(engine, spare_share=n_models)
-    # a model loads while a request waits for it: pinning host memory takes about 0.5 s a GiB,
-    # so it pins none before it serves, and all of it once the process is idle
-    engine = dataclasses.replace(engine, pinned_at_load=min(engine.pinned_at_load, PINNED_AT_LOAD))
     if spec.keep_alive is None:
         spec.keep_alive = config.sleep_idle_s if config.sleep_idle_s > 0 else float("inf")
     fields = {name: getattr(own, name) for name in MODEL_FIELDS}

@@ -57,6 +57,7 @@ class Generation:
         self.parsers = [plan.parser(server) for _ in range(self.n_choices)] if plan is not None else None
         self.echoes = [""] * self.n_choices  # what `echo` puts before each choice's text
         self.headers = explain.header(self.reuse, len(prompts[0]), self.prompt)
+        self.built_s: float | None = None  # how long its prompt took to build (or tokenize), its wait for the pool included
 
     def explanation(self) -> dict:
         """The cache explanation (the opt-in `warmslot.cache` body field)."""
@@ -159,7 +160,7 @@ class Generation:
         return len(await self.server.offload(self.server.builder.tokenizer.raw, text))
 
     def _log(self, usage) -> None:
-        log.info("%s", explain.log_line(self.endpoint, self.reuse, usage, self.prompt))
+        log.info("%s", explain.log_line(self.endpoint, self.reuse, usage, self.prompt, self.built_s))
         req = self.sub.req
         self.server.recent.add(summarize(req.id, req.origin, req.tenant, self.reuse, usage, self.prompt, self.media))
 
@@ -210,15 +211,19 @@ async def start_chat(
     """Plan a chat-shaped request, submit its choices and wait for admission."""
     check_n(server, params.gen.n)
     deadline = server.deadline(params.gen.timeout)  # from arrival: waiting for the pool counts too
+    started = time.monotonic()
     async with _waiting(endpoint):
         try:
             plan = await server.offload(plan_chat, server, params, budget, request=request, deadline=deadline)
         except ContextOverflow as exc:  # the builder stopped early: named as this API names its prompt
             exc.param = prompt_param
             raise
+    built_s = time.monotonic() - started
     params.gen.sampling.reasoning_budget = plan.budget
     sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline, request.url.path)
-    return Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan)
+    generation = Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan)
+    generation.built_s = built_s
+    return generation
 
 
 async def start_text(request: Request, server: Warmslot, key: str, params: CompletionParams) -> Generation:
@@ -226,6 +231,7 @@ async def start_text(request: Request, server: Warmslot, key: str, params: Compl
     check_n(server, params.gen.n)
     deadline = server.deadline(params.gen.timeout)
     many = len(params.prompts) > 1
+    started = time.monotonic()
     async with _waiting("completion"):
         prompts = [
             await server.offload(completion_tokens, server, p, f"prompt[{i}]" if many else "prompt", request=request, deadline=deadline)
@@ -234,8 +240,10 @@ async def start_text(request: Request, server: Warmslot, key: str, params: Compl
         echoes = [
             await server.offload(echo_text, server, p, t, request=request, deadline=deadline) for p, t in zip(params.prompts, prompts)
         ] if params.gen.echo else None
+    built_s = time.monotonic() - started
     sub = _submit(server, key, prompts, params.gen, None, "prompt", deadline, request.url.path)
     generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None)
+    generation.built_s = built_s
     if echoes is not None:
         generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
     return generation

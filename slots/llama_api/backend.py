@@ -6,6 +6,7 @@ import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 
 import ctypes
 import logging
+import mmap
 import os
 import threading
 from dataclasses import dataclass
@@ -87,8 +88,68 @@ class _CudaHost:
         return (ctypes.c_uint8 * size).from_address(address)
 
 
-def cuda_host_allocator() -> _CudaHost | None:
-    """ggml's CUDA pinned host allocator, when llama.cpp was built with CUDA and sees a GPU."""
+class _RegisteredHost:
+    """Page-locked host memory that CUDA registers (cudaHostRegister) after Python wrote it,
+    as `host_buffers.PinnedAllocator`.
+
+    Pinning costs two things: faulting in every page, and the driver locking and mapping them.
+    cudaMallocHost does both while it holds the driver, so every CUDA call of the process waits
+    (2 GiB: 1.2 s on an H200 host). Here the pages are written first, with no CUDA call, and the
+    driver only maps pages that exist (2 GiB: 0.12 s; `scripts/gpu_bench/pin_stall.py`)."""
+
+    TOUCH = 64 << 20  # bytes written per numpy call
+
+    def __init__(self, runtime: ctypes.CDLL) -> None:
+        runtime.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+        runtime.cudaHostRegister.restype = ctypes.c_int
+        self._register = runtime.cudaHostRegister
+        self._clear_error = runtime.cudaGetLastError
+        self._held: list[tuple[mmap.mmap, ctypes.c_char]] = []  # never unmapped: buffers may outlive a model
+
+    def allocate(self, size: int) -> int:
+        import numpy as np  # (llama_cpp is imported first, see the package docstring)
+
+        try:
+            memory = mmap.mmap(-1, size)
+        except (OSError, ValueError):
+            return 0
+        pages = np.frombuffer(memory, dtype=np.uint8)
+        for start in range(0, size, self.TOUCH):  # every page faulted in, outside the driver (numpy lets go of the GIL)
+            pages[start:start + self.TOUCH] = 0
+        del pages
+        anchor = ctypes.c_char.from_buffer(memory)
+        if self._register(ctypes.addressof(anchor), size, _HOST_REGISTER_PORTABLE) != 0:
+            self._clear_error()
+            del anchor
+            memory.close()
+            return 0
+        self._held.append((memory, anchor))
+        return len(self._held)
+
+    def address(self, handle: int) -> int:
+        return ctypes.addressof(self._held[handle - 1][1])
+
+    def view(self, address: int, size: int):
+        return (ctypes.c_uint8 * size).from_address(address)
+
+
+_HOST_REGISTER_PORTABLE = 1  # pinned for every device's context, not only the current one
+
+
+def _cuda_runtime() -> ctypes.CDLL | None:
+    """The CUDA runtime library ggml's CUDA backend loaded, if it is a shared one."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "/libcudart.so" in line})
+        return ctypes.CDLL(paths[0]) if paths else None
+    except OSError:
+        return None
+
+
+def cuda_host_allocator() -> _RegisteredHost | _CudaHost | None:
+    """Pinned host memory for states, when llama.cpp was built with CUDA and sees a GPU: pages
+    registered with the CUDA runtime, or ggml's CUDA host buffer type where the runtime cannot
+    be reached."""
     if not llama_cpp.llama_supports_gpu_offload():
         return None
     lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
@@ -99,7 +160,13 @@ def cuda_host_allocator() -> _CudaHost | None:
     except (OSError, AttributeError) as exc:
         log.info("no pinned host memory for states (%s)", exc)
         return None
-    return host if host.buft else None
+    if not host.buft:
+        return None
+    runtime = _cuda_runtime()
+    try:
+        return _RegisteredHost(runtime) if runtime is not None else host
+    except AttributeError:
+        return host
 
 
 def ggml_library(name: str) -> ctypes.CDLL:
