@@ -48,7 +48,9 @@ class FakePinning:
         return handle << 40
 
     def view(self, address: int, size: int):
-        return bytearray(size)
+        import ctypes
+
+        return (ctypes.c_uint8 * size)()  # memory of its own (the addresses are made up)
 
 
 def test_pinning_at_load_stops_at_what_was_asked():
@@ -157,3 +159,28 @@ def test_a_registration_that_fails_leaves_no_pinned_memory():
     host.prepare(8 << 20)
     assert host.allocated_bytes == 0 and runtime.errors_cleared == 1
     assert host.empty(2 << 20).nbytes == 2 << 20  # a plain array instead
+
+
+def test_a_state_that_found_no_room_gets_a_chunk_its_size_while_its_own_engine_works_but_no_other():
+    import time
+
+    pins = FakePinning()
+    a = HostBuffers(pins, limit=8 << 30, reserve=0)
+    a.IDLE_CHUNK = 4 << 20
+    other = HostBuffers(FakePinning(), limit=8 << 30)
+    try:
+        a.idle(False)  # its own engine saves a state
+        other.idle(False)  # another model's engine works too
+        assert a.empty(3 << 20).nbytes == 3 << 20  # no room: ordinary memory
+        time.sleep(1.2)
+        assert pins.sizes == []  # a pinning call now would stall the other model's steps
+        other.idle(True)
+        deadline = time.monotonic() + 5
+        while not pins.sizes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pins.sizes == [1 << 30]  # its engine still busy: a chunk, in whole GiB, at once
+        buf = a.empty(3 << 20)
+        assert a.free_bytes == (1 << 30) - (3 << 20) and buf.nbytes == 3 << 20  # the next one is pinned
+    finally:
+        a.idle(True)
+        other.idle(True)
