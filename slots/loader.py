@@ -189,11 +189,8 @@ def _load(
     batch = Batch(ctx.n_batch, ctx.n_seq_max)
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
-    if host.pinned:
-        host.prepare(initial=min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
-        phases["pinning"] = host.pinning_seconds
-    if host.allocated_bytes:
-        log.info("pinned %.1f GiB of host memory for states in %.1f s", host.allocated_bytes / (1 << 30), host.pinning_seconds)
+    if host.pinned:  # in the background, once the model serves
+        host.pin_soon(min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)
     ]

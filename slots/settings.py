@@ -36,7 +36,7 @@ class EngineConfig:
     spare_share: int = 1  # auto spares take 1/spare_share of the free device memory (a server of several models)
     shared_ram: SharedBudget | None = None  # a RAM budget shared with other models' prompt caches (cache_ram: its total)
     shared_disk: SharedBudget | None = None  # a disk budget shared with other models' disk tiers (cache_disk_size: its total)
-    pinned_at_load: int = 0  # pinned host memory prepared before the model serves (CUDA; the rest once the process is quiet)
+    pinned_at_load: int = 16 << 30  # pinned host memory for states, in the background once the model serves (CUDA)
     embeddings: bool = False  # a second context for embeddings (`embedder`)
     pooling: str = "auto"  # its pooling: auto (the model's), mean, cls, last
     reranking: bool = False  # a context with rank pooling for relevance scores (`reranker`)

@@ -53,12 +53,14 @@ class FakePinning:
         return (ctypes.c_uint8 * size)()  # memory of its own (the addresses are made up)
 
 
-def test_pinning_at_load_stops_at_what_was_asked():
+def test_pinning_after_the_load_stops_at_what_was_asked():
     pins = FakePinning()
-    host = HostBuffers(pins, limit=64 << 20)
+    host = HostBuffers(pins, limit=64 << 20, reserve=0)
     host.CHUNK = 4 << 20
-    host.prepare(6 << 20)
+    host.pin_soon(6 << 20)
+    wait_for(lambda: host.allocated_bytes >= 6 << 20)
     assert pins.sizes == [4 << 20, 2 << 20] and host.allocated_bytes == 6 << 20
+    host.close()
 
 
 def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_a_while():
@@ -84,10 +86,11 @@ def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_
         assert time.monotonic() - went_idle >= a.QUIET
         assert pins.sizes == [4 << 20, 4 << 20] and a.free_bytes == 8 << 20
     finally:
-        other.idle(True)
+        other.close()
+        a.close()
 
 
-def test_no_arena_pins_while_a_model_loads_and_for_a_quiet_while_after():
+def test_no_arena_pins_while_a_model_loads_and_with_another_model_only_after_a_quiet_while():
     import time
 
     from warmslot.slots.fitting.host_buffers import loading
@@ -96,15 +99,21 @@ def test_no_arena_pins_while_a_model_loads_and_for_a_quiet_while_after():
     a = HostBuffers(pins, limit=64 << 20, reserve=4 << 20)
     a.IDLE_CHUNK = 4 << 20
     a.QUIET = 0.5
-    with loading():
-        a.idle(True)
-        time.sleep(1.2)  # past its quiet time, but another model loads
-        assert pins.sizes == []
-    done = time.monotonic()
-    deadline = done + 5
-    while not pins.sizes and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert pins.sizes == [4 << 20] and time.monotonic() - done >= a.QUIET
+    other = HostBuffers(FakePinning(), limit=64 << 20, reserve=0)  # another model, idle
+    try:
+        with loading():
+            a.idle(True)
+            other.idle(True)
+            time.sleep(1.2)  # past its quiet time, but a model loads
+            assert pins.sizes == []
+        done = time.monotonic()
+        deadline = done + 5
+        while not pins.sizes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pins.sizes == [4 << 20] and time.monotonic() - done >= a.QUIET
+    finally:
+        other.close()
+        a.close()
 
 
 class FakeRuntime:
@@ -140,7 +149,8 @@ def test_pages_are_written_before_cuda_registers_them_and_buffers_view_them():
 
     runtime = FakeRuntime()
     host = HostBuffers(_RegisteredHost(runtime), limit=64 << 20, reserve=0)
-    host.prepare(8 << 20)
+    host.pin_soon(8 << 20)
+    wait_for(lambda: host.allocated_bytes == 8 << 20)
     assert host.allocated_bytes == 8 << 20
     (address, size, flags), = runtime.registered
     assert size == 8 << 20 and address % mmap.PAGESIZE == 0 and flags == 1  # portable: every device's context
@@ -149,38 +159,77 @@ def test_pages_are_written_before_cuda_registers_them_and_buffers_view_them():
     assert a.ctypes.data == address and host.free_bytes == 5 << 20
     del a
     assert host.free_bytes == 8 << 20
+    host.close()
 
 
 def test_a_registration_that_fails_leaves_no_pinned_memory():
+    import time
+
     from warmslot.slots.llama_api.backend import _RegisteredHost
 
     runtime = FakeRuntime(fail=True)
     host = HostBuffers(_RegisteredHost(runtime), limit=64 << 20, reserve=0)
-    host.prepare(8 << 20)
+    host.pin_soon(8 << 20)
+    wait_for(lambda: runtime.errors_cleared == 1)
     assert host.allocated_bytes == 0 and runtime.errors_cleared == 1
     assert host.empty(2 << 20).nbytes == 2 << 20  # a plain array instead
+    host.idle(True)
+    time.sleep(0.3)
+    assert len(runtime.registered) == 1  # and no new try each time the engine goes idle
+    host.close()
 
 
-def test_a_state_that_found_no_room_gets_a_chunk_its_size_while_its_own_engine_works_but_no_other():
+def wait_for(condition, seconds: float = 5.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_only_model_pins_after_its_load_and_for_a_state_that_found_no_room_while_its_engine_works():
+    import time
+
+    from warmslot.slots.fitting.host_buffers import loading
+
+    pins = FakePinning()
+    a = HostBuffers(pins, limit=8 << 30, reserve=0)
+    a.CHUNK = a.IDLE_CHUNK = 4 << 20
+    try:
+        a.idle(False)  # its engine works all along
+        with loading():
+            a.pin_soon(8 << 20)
+            time.sleep(1.2)
+            assert pins.sizes == []  # never while a model loads
+        wait_for(lambda: len(pins.sizes) == 2)
+        assert pins.sizes == [4 << 20, 4 << 20]  # right after it, its engine busy or not
+        assert a.empty(9 << 20).nbytes == 9 << 20  # no room: ordinary memory
+        wait_for(lambda: len(pins.sizes) == 3)
+        assert pins.sizes[2] == 1 << 30  # a chunk in whole GiB for the next state its size
+        kept = a.empty(9 << 20)
+        assert a.free_bytes == (8 << 20) + (1 << 30) - (9 << 20) and kept.nbytes == 9 << 20  # that one is pinned
+    finally:
+        a.close()
+
+
+def test_with_another_model_a_state_that_found_no_room_waits_for_a_quiet_process():
     import time
 
     pins = FakePinning()
     a = HostBuffers(pins, limit=8 << 30, reserve=0)
     a.IDLE_CHUNK = 4 << 20
-    other = HostBuffers(FakePinning(), limit=8 << 30)
+    a.QUIET = 0.5
+    other = HostBuffers(FakePinning(), limit=8 << 30, reserve=0)
     try:
-        a.idle(False)  # its own engine saves a state
-        other.idle(False)  # another model's engine works too
+        a.idle(False)
+        other.idle(True)
         assert a.empty(3 << 20).nbytes == 3 << 20  # no room: ordinary memory
         time.sleep(1.2)
-        assert pins.sizes == []  # a pinning call now would stall the other model's steps
-        other.idle(True)
-        deadline = time.monotonic() + 5
-        while not pins.sizes and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert pins.sizes == [1 << 30]  # its engine still busy: a chunk, in whole GiB, at once
-        buf = a.empty(3 << 20)
-        assert a.free_bytes == (1 << 30) - (3 << 20) and buf.nbytes == 3 << 20  # the next one is pinned
-    finally:
+        assert pins.sizes == []  # its engine works: a pinning call would stall the other model's too
         a.idle(True)
-        other.idle(True)
+        went_idle = time.monotonic()
+        wait_for(lambda: bool(pins.sizes))
+        assert pins.sizes == [1 << 30] and time.monotonic() - went_idle >= a.QUIET
+    finally:
+        other.close()
+        a.close()

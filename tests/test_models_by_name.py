@@ -91,6 +91,7 @@ def test_a_models_file_gives_each_model_its_flags(tmp_path):
     assert a_config.engine.shared_disk.total == a_config.engine.cache_disk_size == config.engine.cache_disk_size
     assert a_config.engine.spare_share == b_config.engine.spare_share == 2  # so are the auto spares' device memory
     assert a_config.sleep_idle_s < 0  # unloaded by the registry, never by a sleep of its own
+    assert a_config.engine.pinned_at_load == 0 < config.engine.pinned_at_load  # pinning would stall the other model
 
 
 @pytest.mark.parametrize("section, error", [

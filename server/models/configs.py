@@ -81,6 +81,8 @@ def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_mo
         engine = dataclasses.replace(engine, shared_ram=ram)
     if engine.cache_vram is None:  # the first model loaded must not take the device memory of the others
         engine = dataclasses.replace(engine, spare_share=n_models)
+    # pinning stalls every model's CUDA calls: with several, only on demand and while all are idle
+    engine = dataclasses.replace(engine, pinned_at_load=0)
     if spec.keep_alive is None:
         spec.keep_alive = config.sleep_idle_s if config.sleep_idle_s > 0 else float("inf")
     fields = {name: getattr(own, name) for name in MODEL_FIELDS}

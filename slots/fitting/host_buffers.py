@@ -36,26 +36,30 @@ class PinnedAllocator(Protocol):
 class HostBuffers:
     """Host memory for sequence states (checkpoints, prompt-cache entries).
 
-    When the model runs on a CUDA GPU the buffers are page-locked (pinned), so state copies between RAM and VRAM run at bus speed instead of being
-    staged through pageable memory. Pinning is slow (the kernel faults in and locks every
-    page), so pinned memory comes from an arena of large chunks: `prepare()` pins `initial`
-    bytes up front (while the model loads), and a background thread adds chunks once every
-    engine of the process has been idle (`idle(True)`) for `QUIET` seconds, keeping `reserve`
-    bytes free, up to `limit` bytes in all. A pinning call holds CUDA's driver (about 0.07 s a
-    GiB with the registering allocator, 0.6 s with cudaMallocHost), stalling every other CUDA
-    call of the process meanwhile: waiting for a quiet process keeps it out of a run of
-    requests, where each request's gap to the next is a few milliseconds. A state that found
-    no room is the exception: a chunk that holds one its size is pinned as soon as no other
-    model's engine is busy (its own may be: a 4 GiB state copies in 0.6 s from ordinary memory
-    and 0.08 s from pinned, and the chunk costs its engine 0.3 s once).
+    When the model runs on a CUDA GPU the buffers are page-locked (pinned), so state copies
+    between RAM and VRAM run at bus speed instead of being staged through pageable memory.
+    Pinning is slow (every page is faulted in and locked), so pinned memory comes from an
+    arena of large chunks, added by a background thread: `pin_soon()` asks for what a model
+    should have after its load, a state that found no room asks for a chunk its size, and
+    `reserve` bytes are kept free, up to `limit` bytes in all.
+
+    A pinning call holds CUDA's driver (about 0.07 s a GiB with the registering allocator, 0.6
+    s with cudaMallocHost), stalling every other CUDA call of the process meanwhile. So when
+    the arena is the process's only one, it pins as soon as no model is loading, its own
+    engine busy or not: the stall falls on the engine whose copies it speeds up (a 4 GiB state
+    loads in 0.6 s from ordinary memory and 0.08 s from pinned; its chunk holds the driver
+    about 0.3 s, once). With other models' arenas in the process, it pins only once every
+    engine has been idle (`idle(True)`) for `QUIET` seconds, which keeps it out of a run of
+    requests, where each request's gap to the next is a few milliseconds.
+
     A request for a buffer never waits for pinning: when the arena has no room, it gets a
     plain numpy array. Buffers are carved first-fit from the chunks and go back to them when
     the last array viewing them is collected. Thread-safe.
     """
 
-    CHUNK = 4 << 30  # pinned while loading
-    IDLE_CHUNK = 2 << 30  # pinned while idle: smaller, so a request arriving meanwhile waits less
-    QUIET = 2.0  # seconds every engine has been idle before pinning starts
+    CHUNK = 4 << 30  # pinned for pin_soon()
+    IDLE_CHUNK = 2 << 30  # pinned to keep `reserve` free: smaller, so a request arriving meanwhile waits less
+    QUIET = 2.0  # seconds every engine has been idle before pinning starts, with other models in the process
 
     def __init__(self, allocator: PinnedAllocator | None, limit: int = 16 << 30, reserve: int = 4 << 30) -> None:
         self._lib = allocator
@@ -66,31 +70,33 @@ class HostBuffers:
         self.free_bytes = 0
         self.pinning_seconds = 0.0
         self._wanted = 0  # the largest state that found no room since the last pinning
+        self._initial = 0  # what pin_soon() asked for
         self._chunks: list[_Chunk] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         if self.pinned:
+            with _ALL_IDLE:
+                _ARENAS.add(id(self))
             threading.Thread(target=self._grow_when_idle, name="warmslot-pinned", daemon=True).start()
 
-    def prepare(self, initial: int) -> None:
-        """Pin `initial` bytes now (up to the limit). Blocking; call it before serving."""
-        target = min(initial, self.limit)
-        while self.pinned and self.allocated_bytes < target:
-            if not self._add_chunk(min(self.CHUNK, target - self.allocated_bytes)):
-                break
+    def pin_soon(self, initial: int) -> None:
+        """Pin `initial` bytes in the background, as soon as the arena may (see the class)."""
+        self._initial = min(initial, self.limit)
+        self._wake.set()
 
     def idle(self, idle: bool) -> None:
-        """The engine says whether it is idle: pinning more memory only happens when every
-        engine of the process has been for `QUIET` seconds."""
+        """The engine says whether it is idle (see the class for when that matters)."""
         if not self.pinned:
             return
         self._busy(not idle)
-        if idle and self.free_bytes < self.reserve:
+        if idle:
             self._wake.set()
 
     def close(self) -> None:
         """Its engine is gone (the model unloaded): it no longer holds the others' pinning back."""
         self._busy(False)
+        with _ALL_IDLE:
+            _ARENAS.discard(id(self))
 
     def _busy(self, busy: bool) -> None:
         with _ALL_IDLE:
@@ -151,23 +157,42 @@ class HostBuffers:
             self._wake.wait()
             self._wake.clear()
             while True:
-                if self._wanted:  # a state went to ordinary memory: room for the next one
-                    wanted = self._wanted
-                    if not _idle_but(id(self), timeout=1.0):
-                        continue  # another model's engine works: wait for it
+                size, why = self._next_chunk()
+                if size <= 0:
+                    break
+                if not self._may_pin(timeout=1.0):
+                    if id(self) in _BUSY and not self._alone():
+                        break  # it waits for a quiet process: its engine's next idle wakes this again
+                    continue  # a model loads, or another engine works: wait
+                if why.startswith("for states"):
                     self._wanted = 0
-                    size = max(self.IDLE_CHUNK, -(-wanted // _GIB) * _GIB)
-                    if size <= self.limit - self.allocated_bytes:
-                        self._pin(size, f"for states of {wanted / _GIB:.1f} GiB")
-                    continue
-                if self.free_bytes >= self.reserve:
+                if not self._pin(size, why):  # no memory for it: states use ordinary memory from now on
+                    log.info("pinning %.1f GiB more host memory failed; %.1f GiB stays pinned", size / _GIB, self.allocated_bytes / _GIB)
+                    self.limit = self.allocated_bytes
                     break
-                if not _quiet(self.QUIET, timeout=1.0):
-                    if id(self) in _BUSY:
-                        break  # its own engine works: its next idle wakes this again
-                    continue  # another engine works, or one did a moment ago: wait
-                if not self._pin(min(self.IDLE_CHUNK, self.limit - self.allocated_bytes), "while idle"):
-                    break
+
+    def _next_chunk(self) -> tuple[int, str]:
+        """The size of the next chunk to pin, and why; 0 when none is needed."""
+        room = self.limit - self.allocated_bytes
+        wanted = self._wanted
+        if wanted:  # a state went to ordinary memory: room for the next one its size
+            size = max(self.IDLE_CHUNK, -(-wanted // _GIB) * _GIB)
+            if size <= room:
+                return size, f"for states of {wanted / _GIB:.1f} GiB"
+            self._wanted = 0
+        if self.allocated_bytes < self._initial:
+            return min(self.CHUNK, self._initial - self.allocated_bytes, room), "after the load"
+        if self.free_bytes < self.reserve:
+            return min(self.IDLE_CHUNK, room), "to keep some free"
+        return 0, ""
+
+    def _alone(self) -> bool:
+        with _ALL_IDLE:
+            return _ARENAS <= {id(self)}
+
+    def _may_pin(self, timeout: float) -> bool:
+        """Whether a pinning call may run now, waiting up to `timeout` for it."""
+        return _idle_but(id(self), timeout) if self._alone() else _quiet(self.QUIET, timeout)
 
     def _pin(self, size: int, why: str) -> bool:
         pinned, t0 = self.allocated_bytes, time.monotonic()
@@ -180,9 +205,10 @@ class HostBuffers:
         return True
 
 
-# the arenas (one per loaded model) whose engine is busy: pinning waits until none is, and
-# has not been for a while (when the set last changed)
+# the arenas (one per loaded model) whose engine is busy, and the models loading: pinning
+# waits until none is, and has not been for a while (when the set last changed)
 _BUSY: set[int] = set()
+_ARENAS: set[int] = set()  # the arenas of the loaded models
 _LAST_CHANGE = [0.0]
 _ALL_IDLE = threading.Condition()
 
