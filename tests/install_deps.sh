@@ -73,6 +73,7 @@ install_codex() {
     npm_install "@openai/codex@$CODEX_VERSION" codex tests/test_codex_cli.py
 }
 
+install_debian_packages
 install_claude_code
 install_codex
 exit 0

@@ -233,3 +233,15 @@ def test_with_another_model_a_state_that_found_no_room_waits_for_a_quiet_process
     finally:
         other.close()
         a.close()
+
+
+def test_an_arena_whose_model_unloaded_pins_no_more():
+    import time
+
+    pins = FakePinning()
+    a = HostBuffers(pins, limit=8 << 30, reserve=0)
+    a.close()
+    assert a.empty(3 << 20).nbytes == 3 << 20  # a state still asked for (ordinary memory)
+    a.pin_soon(8 << 20)
+    time.sleep(0.5)
+    assert pins.sizes == []

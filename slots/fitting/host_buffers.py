@@ -71,6 +71,7 @@ class HostBuffers:
         self.pinning_seconds = 0.0
         self._wanted = 0  # the largest state that found no room since the last pinning
         self._initial = 0  # what pin_soon() asked for
+        self._closed = False
         self._chunks: list[_Chunk] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -93,10 +94,13 @@ class HostBuffers:
             self._wake.set()
 
     def close(self) -> None:
-        """Its engine is gone (the model unloaded): it no longer holds the others' pinning back."""
+        """Its engine is gone (the model unloaded): it pins no more and no longer holds the
+        others' pinning back (its chunks stay: prompt-cache entries may still view them)."""
+        self._closed = True
         self._busy(False)
         with _ALL_IDLE:
             _ARENAS.discard(id(self))
+        self._wake.set()
 
     def _busy(self, busy: bool) -> None:
         with _ALL_IDLE:
@@ -153,14 +157,14 @@ class HostBuffers:
         return True
 
     def _grow_when_idle(self) -> None:
-        while True:
+        while not self._closed:
             self._wake.wait()
             self._wake.clear()
-            while True:
+            while not self._closed:
                 size, why = self._next_chunk()
                 if size <= 0:
                     break
-                if not self._may_pin(timeout=1.0):
+                if not self._may_pin(timeout=1.0) or self._closed:
                     if id(self) in _BUSY and not self._alone():
                         break  # it waits for a quiet process: its engine's next idle wakes this again
                     continue  # a model loads, or another engine works: wait
