@@ -8,7 +8,7 @@ from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llam
 from . import slot_files
 from .settings import EngineConfig
 from .fitting.context_size import available_ram, physical_memory
-from .fitting.gguf_tensors import NotGGUF, read_header as read_gguf_header
+from .fitting.gguf_tensors import NotGGUF, arch_numbers as gguf_arch_numbers, read_header as read_gguf_header
 from .crash_report import hold_sent_aborts, report_crashes, report_crashes_of
 from .embedding_worker import InputTooLong
 from .engine import Engine
@@ -84,7 +84,7 @@ __all__ = [
     "model_params",
     "placeholder_ids",
     "physical_memory",
-    "read_gguf_header",
+    "gguf_arch_numbers", "read_gguf_header",
     "supports_gpu_offload",
     "hold_sent_aborts",
     "report_crashes",

@@ -148,7 +148,7 @@ def _load(
     cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake, plan: FitPlan | None, kept,
     phases: dict[str, float],
 ) -> Parts:
-    """The parts; `phases` gets the seconds of the slow steps (weights, context, pinning)."""
+    """The parts; `phases` gets the seconds of the slow steps (weights, context)."""
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
     started = time.monotonic()

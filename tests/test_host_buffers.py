@@ -1,8 +1,13 @@
 """The pinned-memory arena's extent bookkeeping (pure logic; CUDA is not needed)."""
 
+import contextlib
+import ctypes
+import mmap
 import random
+import time
 
-from warmslot.slots.fitting.host_buffers import HostBuffers, _Chunk
+from warmslot.slots.fitting.host_buffers import HostBuffers, _Chunk, loading
+from warmslot.slots.llama_api.backend import _RegisteredHost
 
 
 def test_chunk_extents_stay_disjoint_merged_and_complete():
@@ -48,30 +53,40 @@ class FakePinning:
         return handle << 40
 
     def view(self, address: int, size: int):
-        import ctypes
-
         return (ctypes.c_uint8 * size)()  # memory of its own (the addresses are made up)
 
 
+@contextlib.contextmanager
+def arenas(*reserves: int, limit: int = 64 << 20, idle_chunk: int = 4 << 20, quiet: float = 0.5):
+    """One arena per model, each with its own fake pinning, closed at the end; the first is
+    the one the test watches (the pinning calls in `.sizes` of its allocator)."""
+    made = [HostBuffers(FakePinning(), limit=limit, reserve=reserve) for reserve in reserves]
+    for arena in made:
+        arena.IDLE_CHUNK, arena.QUIET = idle_chunk, quiet
+    try:
+        yield made
+    finally:
+        for arena in made:
+            arena.close()
+
+
+def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_pinning_after_the_load_stops_at_what_was_asked():
-    pins = FakePinning()
-    host = HostBuffers(pins, limit=64 << 20, reserve=0)
-    host.CHUNK = 4 << 20
-    host.pin_soon(6 << 20)
-    wait_for(lambda: host.allocated_bytes >= 6 << 20)
-    assert pins.sizes == [4 << 20, 2 << 20] and host.allocated_bytes == 6 << 20
-    host.close()
+    with arenas(0) as (host,):
+        host.CHUNK = 4 << 20
+        host.pin_soon(6 << 20)
+        wait_for(lambda: host.allocated_bytes >= 6 << 20)
+        assert host._lib.sizes == [4 << 20, 2 << 20] and host.allocated_bytes == 6 << 20
 
 
 def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_a_while():
-    import time
-
-    pins = FakePinning()
-    a = HostBuffers(pins, limit=64 << 20, reserve=8 << 20)
-    a.IDLE_CHUNK = 4 << 20
-    a.QUIET = 0.6
-    other = HostBuffers(FakePinning(), limit=64 << 20)  # another model's engine, busy
-    try:
+    with arenas(8 << 20, 4 << 20, quiet=0.6) as (a, other):  # the other model's engine is busy
+        pins = a._lib
         other.idle(False)
         a.idle(True)  # idle, with nothing free: it would pin now
         time.sleep(1.5)  # longer than one wait of the pinning thread
@@ -80,40 +95,22 @@ def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_
         went_idle = time.monotonic()
         time.sleep(0.3)
         assert pins.sizes == []  # a request may come a moment after another: not yet
-        deadline = time.monotonic() + 5
-        while a.allocated_bytes < 8 << 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: a.allocated_bytes >= 8 << 20)
         assert time.monotonic() - went_idle >= a.QUIET
         assert pins.sizes == [4 << 20, 4 << 20] and a.free_bytes == 8 << 20
-    finally:
-        other.close()
-        a.close()
 
 
 def test_no_arena_pins_while_a_model_loads_and_with_another_model_only_after_a_quiet_while():
-    import time
-
-    from warmslot.slots.fitting.host_buffers import loading
-
-    pins = FakePinning()
-    a = HostBuffers(pins, limit=64 << 20, reserve=4 << 20)
-    a.IDLE_CHUNK = 4 << 20
-    a.QUIET = 0.5
-    other = HostBuffers(FakePinning(), limit=64 << 20, reserve=0)  # another model, idle
-    try:
+    with arenas(4 << 20, 0) as (a, other):  # the other model is idle
+        pins = a._lib
         with loading():
             a.idle(True)
             other.idle(True)
             time.sleep(1.2)  # past its quiet time, but a model loads
             assert pins.sizes == []
         done = time.monotonic()
-        deadline = done + 5
-        while not pins.sizes and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: bool(pins.sizes))
         assert pins.sizes == [4 << 20] and time.monotonic() - done >= a.QUIET
-    finally:
-        other.close()
-        a.close()
 
 
 class FakeRuntime:
@@ -126,9 +123,6 @@ class FakeRuntime:
         self.errors_cleared = 0
 
         def register(address, size, flags):
-            import ctypes
-            import mmap
-
             pages = (ctypes.c_uint8 * size).from_address(address)
             assert all(pages[i] == 0 for i in range(0, size, mmap.PAGESIZE))
             self.registered.append((address, size, flags))
@@ -143,10 +137,6 @@ class FakeRuntime:
 
 
 def test_pages_are_written_before_cuda_registers_them_and_buffers_view_them():
-    import mmap
-
-    from warmslot.slots.llama_api.backend import _RegisteredHost
-
     runtime = FakeRuntime()
     host = HostBuffers(_RegisteredHost(runtime), limit=64 << 20, reserve=0)
     host.pin_soon(8 << 20)
@@ -163,10 +153,6 @@ def test_pages_are_written_before_cuda_registers_them_and_buffers_view_them():
 
 
 def test_a_registration_that_fails_leaves_no_pinned_memory():
-    import time
-
-    from warmslot.slots.llama_api.backend import _RegisteredHost
-
     runtime = FakeRuntime(fail=True)
     host = HostBuffers(_RegisteredHost(runtime), limit=64 << 20, reserve=0)
     host.pin_soon(8 << 20)
@@ -179,23 +165,10 @@ def test_a_registration_that_fails_leaves_no_pinned_memory():
     host.close()
 
 
-def wait_for(condition, seconds: float = 5.0) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 def test_the_only_model_pins_after_its_load_and_for_a_state_that_found_no_room_while_its_engine_works():
-    import time
-
-    from warmslot.slots.fitting.host_buffers import loading
-
-    pins = FakePinning()
-    a = HostBuffers(pins, limit=8 << 30, reserve=0)
-    a.CHUNK = a.IDLE_CHUNK = 4 << 20
-    try:
+    with arenas(0, limit=8 << 30) as (a,):
+        pins = a._lib
+        a.CHUNK = 4 << 20
         a.idle(False)  # its engine works all along
         with loading():
             a.pin_soon(8 << 20)
@@ -208,19 +181,11 @@ def test_the_only_model_pins_after_its_load_and_for_a_state_that_found_no_room_w
         assert pins.sizes[2] == 1 << 30  # a chunk in whole GiB for the next state its size
         kept = a.empty(9 << 20)
         assert a.free_bytes == (8 << 20) + (1 << 30) - (9 << 20) and kept.nbytes == 9 << 20  # that one is pinned
-    finally:
-        a.close()
 
 
 def test_with_another_model_a_state_that_found_no_room_waits_for_a_quiet_process():
-    import time
-
-    pins = FakePinning()
-    a = HostBuffers(pins, limit=8 << 30, reserve=0)
-    a.IDLE_CHUNK = 4 << 20
-    a.QUIET = 0.5
-    other = HostBuffers(FakePinning(), limit=8 << 30, reserve=0)
-    try:
+    with arenas(0, 0, limit=8 << 30) as (a, other):
+        pins = a._lib
         a.idle(False)
         other.idle(True)
         assert a.empty(3 << 20).nbytes == 3 << 20  # no room: ordinary memory
@@ -230,14 +195,9 @@ def test_with_another_model_a_state_that_found_no_room_waits_for_a_quiet_process
         went_idle = time.monotonic()
         wait_for(lambda: bool(pins.sizes))
         assert pins.sizes == [1 << 30] and time.monotonic() - went_idle >= a.QUIET
-    finally:
-        other.close()
-        a.close()
 
 
 def test_an_arena_whose_model_unloaded_pins_no_more():
-    import time
-
     pins = FakePinning()
     a = HostBuffers(pins, limit=8 << 30, reserve=0)
     a.close()

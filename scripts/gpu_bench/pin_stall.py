@@ -38,12 +38,12 @@ MIB = 1 << 20
 
 
 def cudart() -> ctypes.CDLL:
-    """The CUDA runtime that ggml-cuda loaded."""
-    lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
-    ctypes.CDLL(os.path.join(lib_dir, "libggml-cuda.so"))
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "libcudart" in line}
-    rt = ctypes.CDLL(sorted(paths)[0])
+    """The CUDA runtime that ggml-cuda loaded (the one the state arena registers with)."""
+    from warmslot.slots.llama_api.backend import _cuda_runtime
+
+    _ggml_libs()
+    rt = _cuda_runtime()
+    assert rt is not None, "no shared CUDA runtime in the process"
     rt.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
     rt.cudaHostUnregister.argtypes = [ctypes.c_void_p]
     rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]

@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 
 from warmslot.slots import NotGGUF, available_ram, gpu_memory, kv_bytes_per_token, supports_gpu_offload
-from warmslot.slots import read_gguf_header as read_header
+from warmslot.slots import gguf_arch_numbers as arch_numbers, read_gguf_header as read_header
 
 from .registry import ModelEntry, Models, ModelState
 
@@ -106,11 +106,7 @@ def estimate(path: str, mmproj: str, n_ctx: int, type_k: str, type_v: str, cache
     if mmproj:
         weights += os.path.getsize(mmproj) if os.path.isfile(mmproj) else 0
     arch = meta.get("general.architecture", "")
-
-    def number(key: str) -> int | None:
-        value = meta.get(f"{arch}.{key}")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
+    number = arch_numbers(meta)
     not_counted = ["compute buffers"]
     per_token = kv_bytes_per_token(number, type_k, type_v)
     kv = None

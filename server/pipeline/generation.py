@@ -41,7 +41,7 @@ class Generation:
 
     def __init__(
         self, server: Warmslot, endpoint: str, gen: GenerationParams, sub: Submission, started: Event,
-        prompts: list[list[int]], plan: ChatPlan | None,
+        prompts: list[list[int]], plan: ChatPlan | None, built_s: float | None = None,
     ) -> None:
         self.server = server
         self.endpoint = endpoint  # names the request in the log
@@ -57,7 +57,7 @@ class Generation:
         self.parsers = [plan.parser(server) for _ in range(self.n_choices)] if plan is not None else None
         self.echoes = [""] * self.n_choices  # what `echo` puts before each choice's text
         self.headers = explain.header(self.reuse, len(prompts[0]), self.prompt)
-        self.built_s: float | None = None  # how long its prompt took to build (or tokenize), its wait for the pool included
+        self.built_s = built_s  # how long its prompt took to build (or tokenize), its wait for the pool included
 
     def explanation(self) -> dict:
         """The cache explanation (the opt-in `warmslot.cache` body field)."""
@@ -221,9 +221,7 @@ async def start_chat(
     built_s = time.monotonic() - started
     params.gen.sampling.reasoning_budget = plan.budget
     sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline, request.url.path)
-    generation = Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan)
-    generation.built_s = built_s
-    return generation
+    return Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan, built_s)
 
 
 async def start_text(request: Request, server: Warmslot, key: str, params: CompletionParams) -> Generation:
@@ -242,8 +240,7 @@ async def start_text(request: Request, server: Warmslot, key: str, params: Compl
         ] if params.gen.echo else None
     built_s = time.monotonic() - started
     sub = _submit(server, key, prompts, params.gen, None, "prompt", deadline, request.url.path)
-    generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None)
-    generation.built_s = built_s
+    generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None, built_s)
     if echoes is not None:
         generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
     return generation

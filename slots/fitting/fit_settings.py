@@ -13,7 +13,7 @@ import os
 from ..settings import EngineConfig
 from .context_size import available_ram
 from .fit import FitPlan, FitRequest, Headroom, ModelSizes, fit, headroom
-from .gguf_tensors import NotGGUF, read_header
+from .gguf_tensors import NotGGUF, arch_numbers, read_header
 from ..llama_api import LlamaError, gpu_memory, kv_bytes_per_token, placement
 
 log = logging.getLogger("warmslot.engine")
@@ -61,12 +61,7 @@ def plan_for(cfg: EngineConfig, free_bytes: tuple[int, ...]) -> FitPlan | None:
     except (OSError, NotGGUF) as exc:
         log.warning("--fit: cannot read the tensor table of %s (%s): nothing is adjusted", cfg.model_path, exc)
         return None
-    arch = meta.get("general.architecture")
-
-    def number(key: str) -> int | None:  # an architecture's metadata number (the header's, no vocabulary load)
-        value = meta.get(f"{arch}.{key}")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
+    number = arch_numbers(meta)  # the header's numbers: no vocabulary load
     n_layer, n_ctx_train = number("block_count") or 0, number("context_length") or 0
     per_token = kv_bytes_per_token(number, cfg.type_k, cfg.type_v)
     if not n_layer or not n_ctx_train:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from typing import Callable
 
 _SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value type -> bytes
 _SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -53,8 +54,8 @@ def _read(buf, file_size: int) -> tuple[dict[str, int | float | bool | str], dic
         elif kind == _STRING:
             meta[key] = _string(buf, pos)[0]
         pos = _skip_value(buf, pos, kind)
-    alignment = meta.get(_ALIGNMENT_KEY, 32)
-    alignment = alignment if isinstance(alignment, int) and not isinstance(alignment, bool) and alignment > 0 else 32
+    alignment = _integer(meta.get(_ALIGNMENT_KEY))
+    alignment = alignment if alignment is not None and alignment > 0 else 32
     offsets: list[tuple[int, str]] = []
     for _ in range(n_tensors):
         name, pos = _string(buf, pos)
@@ -68,6 +69,18 @@ def _read(buf, file_size: int) -> tuple[dict[str, int | float | bool | str], dic
     ends = [o for o, _ in ordered[1:]] + [file_size - data_start]
     sizes = {name: end - offset for (offset, name), end in zip(ordered, ends)}
     return meta, {name: sizes[name] for _, name in offsets}
+
+
+def arch_numbers(meta: dict[str, int | float | bool | str]) -> Callable[[str], int | None]:
+    """`number(key)` over a header's metadata (`read_header`): the integer at
+    `{architecture}.{key}`, None when it is absent or not one integer (arrays are left out of
+    the metadata), as `kv_bytes_per_token` reads the head counts."""
+    arch = meta.get("general.architecture", "")
+    return lambda key: _integer(meta.get(f"{arch}.{key}"))
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _string(buf, pos: int) -> tuple[str, int]:

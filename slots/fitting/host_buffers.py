@@ -68,7 +68,6 @@ class HostBuffers:
         self.reserve = min(reserve, limit)
         self.allocated_bytes = 0  # pinned bytes held by the arena
         self.free_bytes = 0
-        self.pinning_seconds = 0.0
         self._wanted = 0  # the largest state that found no room since the last pinning
         self._initial = 0  # what pin_soon() asked for
         self._closed = False
@@ -103,13 +102,7 @@ class HostBuffers:
         self._wake.set()
 
     def _busy(self, busy: bool) -> None:
-        with _ALL_IDLE:
-            if busy:
-                _BUSY.add(id(self))
-            else:
-                _BUSY.discard(id(self))
-            _LAST_CHANGE[0] = time.monotonic()
-            _ALL_IDLE.notify_all()
+        _mark_busy(id(self), busy)
 
     def empty(self, size: int) -> np.ndarray:
         """An uninitialized uint8 array of `size` bytes."""
@@ -145,9 +138,7 @@ class HostBuffers:
             if size <= 0 or self.allocated_bytes + size > self.limit:
                 return False
             self.allocated_bytes += size  # claimed before the slow allocation
-        t0 = time.monotonic()
         handle = self._lib.allocate(size)
-        self.pinning_seconds += time.monotonic() - t0
         with self._lock:
             if not handle:
                 self.allocated_bytes -= size
@@ -222,15 +213,22 @@ def loading():
     """A model loads meanwhile: no arena pins (a pinning call would slow the load, and the
     first requests that wait for it), and the quiet time starts when it is done."""
     token = object()
-    with _ALL_IDLE:
-        _BUSY.add(id(token))
+    _mark_busy(id(token), True)
     try:
         yield
     finally:
-        with _ALL_IDLE:
-            _BUSY.discard(id(token))
-            _LAST_CHANGE[0] = time.monotonic()
-            _ALL_IDLE.notify_all()
+        _mark_busy(id(token), False)
+
+
+def _mark_busy(key: int, busy: bool) -> None:
+    """An engine (or a load) starts or stops working: the quiet time starts again."""
+    with _ALL_IDLE:
+        if busy:
+            _BUSY.add(key)
+        else:
+            _BUSY.discard(key)
+        _LAST_CHANGE[0] = time.monotonic()
+        _ALL_IDLE.notify_all()
 
 
 def _idle_but(arena: int, timeout: float) -> bool:

@@ -129,8 +129,7 @@ class _RegisteredHost:
     def address(self, handle: int) -> int:
         return ctypes.addressof(self._held[handle - 1][1])
 
-    def view(self, address: int, size: int):
-        return (ctypes.c_uint8 * size).from_address(address)
+    view = _CudaHost.view
 
 
 _HOST_REGISTER_PORTABLE = 1  # pinned for every device's context, not only the current one
