@@ -22,12 +22,21 @@ logging.getLogger("llama.cpp").setLevel(logging.ERROR)
 MODEL_FIXTURES = {"tiny_models", "tiny_moe", "default_model", "qwen35_vocab", "tiny_mmproj", "chat_model"}
 
 
+# The longest modules, longest first. The run starts them first: tests run two at a time,
+# a module on one worker (pytest-xdist's loadfile, pyproject.toml), and a long module taken
+# last would leave the other worker idle until it ends.
+LONGEST_FIRST = ("test_llama_server_suite", "test_fuzz", "test_codex_cli", "test_claude_code_replay",
+                 "test_agent_loop", "test_agent_clients", "test_embeddings", "test_openai_surface")
+
+
 def pytest_collection_modifyitems(items):
     """Mark every test that uses a model fixture `model`, so `-m "not model"` leaves it out
-    even where its module mixes model tests with pure ones."""
+    even where its module mixes model tests with pure ones; put the longest modules first."""
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py"), len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)

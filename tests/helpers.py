@@ -21,6 +21,9 @@ from warmslot.slots import Engine, EngineConfig, GenerateRequest, QueueSink, Res
 
 # Small batches keep the sliding-window cache small enough that long prompts evict it.
 REUSE_ENGINE = dict(n_batch=64, n_ubatch=64, n_ctx=1024)
+# llama.cpp threads of a test's engine or server: two on two cores, one where tests run two at
+# a time (pytest-xdist, see conftest.py), so that no engine's threads wait on a core another holds
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 
 
 def tiny_engine(path, **overrides) -> Engine:
@@ -32,7 +35,7 @@ def tiny_engine(path, **overrides) -> Engine:
         n_ctx=overrides.pop("n_ctx", 1024),
         n_batch=overrides.pop("n_batch", 512),
         n_ubatch=overrides.pop("n_ubatch", 512),
-        n_threads=2,
+        n_threads=THREADS,
         flash_attn=overrides.pop("flash_attn", "off"),
         type_k="f32",
         type_v="f32",
@@ -93,11 +96,11 @@ class ForkedServer(ServerProcess):
 
 
 def warmslot_server(model, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
-    """A started `python -m warmslot.server` on 2 threads; the caller stops it. Forked from
+    """A started `python -m warmslot.server` on THREADS threads; the caller stops it. Forked from
     the test session's fork server unless `env` adds to the environment (a module may read
     it when imported, and the fork server imported them all before)."""
     kind = ForkedServer if FORKS and env is None else ServerProcess
-    return kind("warmslot", warmslot_command(model, ["-t", "2", *args]), env=env, ready_timeout=180)
+    return kind("warmslot", warmslot_command(model, ["-t", str(THREADS), *args]), env=env, ready_timeout=180)
 
 
 def metric(server: ServerProcess, name: str) -> float:

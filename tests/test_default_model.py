@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from scripts.server_process import ServerProcess
+from tests.helpers import THREADS
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -28,7 +29,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def server(chat_model):
-    cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "-np", "1", "-c", "2048"]
+    cmd = [sys.executable, "-m", "warmslot.server", "-t", str(THREADS), "-np", "1", "-c", "2048"]
     proc = ServerProcess("warmslot", cmd, ready_timeout=180)
     yield proc
     proc.stop()

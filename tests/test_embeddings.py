@@ -7,7 +7,7 @@ import pytest
 from warmslot.slots.embedding_worker import Embedder, InputTooLong, choose_pooling
 from warmslot.slots.llama_api import Model
 from warmslot.slots.llama_api.embedding import EmbeddingContext
-from tests.helpers import random_tokens
+from tests.helpers import random_tokens, THREADS
 
 pytestmark = pytest.mark.model
 
@@ -32,7 +32,7 @@ def _inputs(model) -> list[list[int]]:
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
 def test_pooled_vectors_equal_llama_cpp_token_vectors_pooled(model, pooling):
     inputs = _inputs(model)
-    raw = EmbeddingContext(model, n_ctx=256, n_seq=1, pooling="none", n_threads=2, flash_attn="off")
+    raw = EmbeddingContext(model, n_ctx=256, n_seq=1, pooling="none", n_threads=THREADS, flash_attn="off")
     try:
         expected = []
         for tokens in inputs:
@@ -40,7 +40,7 @@ def test_pooled_vectors_equal_llama_cpp_token_vectors_pooled(model, pooling):
             expected.append(v / np.linalg.norm(v))
     finally:
         raw.close()
-    embedder = Embedder(model, pooling=pooling, n_ctx=256, n_threads=2)
+    embedder = Embedder(model, pooling=pooling, n_ctx=256, n_threads=THREADS)
     try:
         assert embedder.pooling == pooling
         got = embedder.embed(inputs).result(60)
@@ -55,7 +55,7 @@ def test_pooled_vectors_equal_llama_cpp_token_vectors_pooled(model, pooling):
 
 
 def test_an_input_longer_than_the_context_is_refused(model):
-    embedder = Embedder(model, pooling="mean", n_ctx=64, n_threads=2)
+    embedder = Embedder(model, pooling="mean", n_ctx=64, n_threads=THREADS)
     try:
         assert embedder.n_ctx == 64
         assert len(embedder.embed([random_tokens(9, 64)]).result(60)) == 1
@@ -84,7 +84,7 @@ def test_a_2000_token_input_keeps_memory_bounded(default_model):
     """A generative model computes logits for every output token: 2,000 tokens of Gemma's
     262k vocabulary once took 4 GB of buffers, kept for the context's life."""
     m = Model(str(default_model), n_gpu_layers=0)
-    embedder = Embedder(m, pooling="mean", n_ctx=2048, n_threads=2)
+    embedder = Embedder(m, pooling="mean", n_ctx=2048, n_threads=THREADS)
     try:
         before = _rss_mib()
         (vector,) = embedder.embed([random_tokens(5, 2000)]).result(300)
@@ -100,12 +100,12 @@ def test_a_2000_token_input_keeps_memory_bounded(default_model):
 def test_a_long_input_in_chunks_equals_llama_cpp_token_vectors_pooled(default_model):
     m = Model(str(default_model), n_gpu_layers=0)
     tokens = random_tokens(6, 300)  # several chunks
-    raw = EmbeddingContext(m, n_ctx=512, n_seq=1, pooling="none", n_threads=2, flash_attn="off")
+    raw = EmbeddingContext(m, n_ctx=512, n_seq=1, pooling="none", n_threads=THREADS, flash_attn="off")
     try:
         expected = raw.per_token(tokens).astype(np.float64).mean(axis=0)
     finally:
         raw.close()
-    embedder = Embedder(m, pooling="mean", n_ctx=512, n_threads=2)
+    embedder = Embedder(m, pooling="mean", n_ctx=512, n_threads=THREADS)
     try:
         (got,) = embedder.embed([tokens]).result(120)
     finally:
@@ -117,12 +117,12 @@ def test_a_long_input_in_chunks_equals_llama_cpp_token_vectors_pooled(default_mo
 def test_pooling_none_gives_each_tokens_vector_decoded_in_chunks(default_model):
     m = Model(str(default_model), n_gpu_layers=0)
     tokens = random_tokens(7, 150)  # past one chunk
-    whole = EmbeddingContext(m, n_ctx=512, n_seq=1, pooling="none", n_threads=2, flash_attn="off")  # one decode
+    whole = EmbeddingContext(m, n_ctx=512, n_seq=1, pooling="none", n_threads=THREADS, flash_attn="off")  # one decode
     try:
         expected = whole.per_token(tokens).astype(np.float64)
     finally:
         whole.close()
-    embedder = Embedder(m, pooling="none", n_ctx=512, n_threads=2)
+    embedder = Embedder(m, pooling="none", n_ctx=512, n_threads=THREADS)
     try:
         (got,) = embedder.embed([tokens]).result(120)
         assert embedder._ctx.decodes == 3  # 64-token chunks
@@ -141,7 +141,7 @@ def test_many_short_inputs_share_decodes_and_match_one_by_one(model):
         inputs = [model.tokenize(" ".join(words[i % 10 : i % 10 + 1 + i % 3]), add_special=True) for i in range(40)]
     else:
         inputs = [random_tokens(100 + i, 1 + i % 3) for i in range(40)]
-    embedder = Embedder(model, pooling="mean", n_ctx=256, n_threads=2)
+    embedder = Embedder(model, pooling="mean", n_ctx=256, n_threads=THREADS)
     try:
         ctx = embedder._ctx
         before = ctx.decodes
@@ -158,7 +158,7 @@ def test_many_short_inputs_share_decodes_and_match_one_by_one(model):
 
 def test_a_cancelled_request_stops_between_decodes(default_model):
     m = Model(str(default_model), n_gpu_layers=0)
-    embedder = Embedder(m, pooling="mean", n_ctx=256, n_threads=2)
+    embedder = Embedder(m, pooling="mean", n_ctx=256, n_threads=THREADS)
 
     class CancelAfterFirst:
         def __init__(self) -> None:

@@ -14,7 +14,7 @@ import threading
 import httpx
 import pytest
 
-from tests.helpers import warmslot_server
+from tests.helpers import THREADS, warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -167,7 +167,7 @@ def warmslot_server_hf(env: dict[str, str], *args: str):
     """A warmslot server whose model comes from -hf (no -m)."""
     from scripts.server_process import ServerProcess
 
-    return ServerProcess("warmslot-hf", [*WARMSLOT, "-t", "2", "-np", "1", "-c", "1024", *args], env=env, ready_timeout=180)
+    return ServerProcess("warmslot-hf", [*WARMSLOT, "-t", str(THREADS), "-np", "1", "-c", "1024", *args], env=env, ready_timeout=180)
 
 
 def test_hub_retry_warnings_print_once():

@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from scripts.server_process import ServerProcess
-from tests.helpers import abort_while_streaming, metric
+from tests.helpers import abort_while_streaming, metric, THREADS
 from warmslot.server.models.capacity import Together, estimate, most_at_once
 from warmslot.server.models.catalog import CatalogError, NameMatcher, parse_duration, read_models_dir, read_models_file
 from warmslot.server.models.configs import model_configs
@@ -180,7 +180,7 @@ def serve(tmp_path, tiny_models, *args: str) -> ServerProcess:
         "[*]\nctx-size = 1024\nparallel = 1\ncache-ram = 64\ncache-type-k = f32\ncache-type-v = f32\n\n"
         "[small]\nalias = claude-*haiku*, gpt-mini\n\n[big]\nalias = claude-*\n"
     )
-    cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "--models-dir", str(folder), "--models-file", str(ini),
+    cmd = [sys.executable, "-m", "warmslot.server", "-t", str(THREADS), "--models-dir", str(folder), "--models-file", str(ini),
            "--admin-key", "admin", "--metrics-open", *args]
     return ServerProcess("warmslot", cmd, ready_timeout=120, env={"GGML_NO_BACKTRACE": "1"})
 
@@ -410,7 +410,7 @@ def test_a_model_that_fails_to_load_answers_500_and_is_tried_again(tmp_path, tin
     broken.write_bytes(b"not a gguf file at all")
     ini = tmp_path / "models.ini"
     ini.write_text(f"[*]\nctx-size = 512\nparallel = 1\n\n[small]\nmodel = {tiny_models['attention']}\n\n[broken]\nmodel = {broken}\n")
-    cmd = [sys.executable, "-m", "warmslot.server", "-t", "2", "--models-file", str(ini)]
+    cmd = [sys.executable, "-m", "warmslot.server", "-t", str(THREADS), "--models-file", str(ini)]
     with ServerProcess("warmslot", cmd, ready_timeout=120) as proc:
         for attempt in (1, 2):
             r = httpx.post(proc.url + "/v1/chat/completions", json={"model": "broken", "messages": TURN, "max_tokens": 4}, timeout=60)

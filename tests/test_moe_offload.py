@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine, warmslot_server
+from tests.helpers import assert_same_answer, cold_run, generate, random_tokens, REUSE_ENGINE, THREADS, tiny_engine, warmslot_server
 from warmslot.slots import Placement, placement
 
 P = random_tokens(11, 200)
@@ -97,7 +97,7 @@ def test_a_saved_slot_restores_across_the_split(moe_server):
 
 
 def warmslot_cli(*args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "warmslot.server", "-t", "2", "--port", "0", *args]
+    command = [sys.executable, "-m", "warmslot.server", "-t", str(THREADS), "--port", "0", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

@@ -8,7 +8,7 @@ import pytest
 from warmslot.slots.embedding_worker import InputTooLong, Reranker
 from warmslot.slots.llama_api import Model
 from warmslot.slots.llama_api.embedding import EmbeddingContext
-from tests.helpers import warmslot_server
+from tests.helpers import THREADS, warmslot_server
 
 pytestmark = pytest.mark.model
 
@@ -25,8 +25,8 @@ def model(tiny_models):
 def test_scores_are_the_last_hidden_state_of_each_pair(model):
     """Without a classifier head, llama.cpp's rank pooling of a causal model is the pair's last
     token's hidden state; the score is its first value, alone or with other pairs in a request."""
-    reranker = Reranker(model, n_ctx=256, n_threads=2)
-    raw = EmbeddingContext(model, n_ctx=256, n_seq=1, pooling="none", n_threads=2)
+    reranker = Reranker(model, n_ctx=256, n_threads=THREADS)
+    raw = EmbeddingContext(model, n_ctx=256, n_seq=1, pooling="none", n_threads=THREADS)
     try:
         pairs = [reranker.prompt(model, "cats", doc) for doc in DOCS]
         assert not reranker.together  # no classifier: a decode per pair
@@ -44,7 +44,7 @@ def test_scores_are_the_last_hidden_state_of_each_pair(model):
 
 
 def test_pair_prompt_puts_query_then_document_between_special_tokens(model):
-    reranker = Reranker(model, n_ctx=64, n_threads=2)
+    reranker = Reranker(model, n_ctx=64, n_threads=THREADS)
     try:
         q, d = model.tokenize("cats"), model.tokenize("a cat on a mat")
         tokens = reranker.prompt(model, "cats", "a cat on a mat")

@@ -5,6 +5,7 @@ import httpx
 import pytest
 
 from scripts.server_process import ServerProcess, free_port, warmslot_command
+from tests.helpers import THREADS
 from warmslot.server.api.vertex.route import from_env, request_format
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -24,7 +25,7 @@ def server(tiny_models):
     port = free_port("127.0.0.1")
     env = {"AIP_MODE": "PREDICTION", "AIP_HTTP_PORT": str(port), "AIP_HEALTH_ROUTE": "/ping"}
     # --port says otherwise: AIP_HTTP_PORT wins, as Vertex AI needs
-    proc = ServerProcess("warmslot", warmslot_command(tiny_models["attention"], ["-t", "2", "-np", "2", "-c", "512"]),
+    proc = ServerProcess("warmslot", warmslot_command(tiny_models["attention"], ["-t", str(THREADS), "-np", "2", "-c", "512"]),
                          port=port, env=env, ready_timeout=180, listen=lambda host, _port: ["--host", host, "--port", "1"])
     yield proc
     proc.stop()
