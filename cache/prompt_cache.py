@@ -134,6 +134,7 @@ class PromptCache:
         # with a shared budget: the budget shrank below what this cache holds (another model's
         # cache grew into its share); the owner calls trim() on its own thread
         self.on_over: Callable[[], None] | None = None
+        self.reserved = 0  # RAM the model holds beside the cache out of a shared budget (CPU spare streams)
         if shared is not None:
             shared.join(self)
 

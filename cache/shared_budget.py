@@ -4,7 +4,7 @@ Each cache stays owned by its engine thread: no cache ever evicts another's entr
 cache's budget is what the others leave free, and never less than its share (`total // n`
 of the n caches that joined):
 
-    budget(c) = max(total // n, total - sum of the others' bytes)
+    budget(c) = max(total // n, total - sum of the others' bytes) - what c's model holds beside it
 
 So one busy model may fill the whole budget while the others hold little, and a model that
 comes back always has its share to grow into. When it grows into it, the caches now over
@@ -25,6 +25,7 @@ from typing import Protocol
 
 class Member(Protocol):
     nbytes: int  # what the cache holds
+    reserved: int  # what its model holds beside it out of the same budget (spare streams in RAM)
 
     def budget_changed(self) -> None:
         """The budget may have shrunk below what the cache holds: trim on the owner's thread."""
@@ -44,14 +45,14 @@ class SharedBudget:
 
     @property
     def nbytes(self) -> int:
-        return sum(m.nbytes for m in self._members)
+        return sum(m.nbytes + m.reserved for m in self._members)
 
     def share(self) -> int:
         return self.total // max(1, len(self._members))
 
     def budget_of(self, member: Member) -> int:
-        others = sum(m.nbytes for m in self._members if m is not member)
-        return max(self.share(), self.total - others)
+        others = sum(m.nbytes + m.reserved for m in self._members if m is not member)
+        return max(0, max(self.share(), self.total - others) - member.reserved)
 
     def grew(self, member: Member) -> None:
         """`member` stored more: tell the others that are now over their budget."""

@@ -30,7 +30,10 @@ that many slots decoding at once (one request each, started together): `off` aga
 whose drafter proposes a token the model never emits at every step (greedy, so every draft is
 rejected and the adaptive draft length stays at its floor), and free text at temperature 0.8
 `off` against `ngram-simple`. Tokens/s is the generated tokens of all slots over the median
-request's decode time.
+request's decode time. The default policy compares an n-gram request's drafts with what it
+then emits before it verifies one (speculator._shadow): `reject` reports those drafts as
+checked (`reject_checked`) and the ones verified (`reject_drafted`, tokens). `reject_verified`
+runs the same drafter with every draft verified, the cost that policy avoids.
 
 Benchmark models come from scripts/bench_models.py (written to /tmp/models unless given with
 --gguf).
@@ -188,12 +191,17 @@ def batch(engine: Engine, prompts: list[list[int]], n: int, sampling: SamplingPa
             "engine": engine_time}
 
 
-def _greedy_and_free(gguf: str, config: SpecConfig, args, np_: int, drafter=None) -> tuple[list[dict], list[dict]]:
+def _greedy_and_free(gguf: str, config: SpecConfig, args, np_: int, drafter=None,
+                     verify_all: bool = False) -> tuple[list[dict], list[dict]]:
     """On a fresh engine of np_ slots: the greedy runs of the rewrite prompt (with `drafter`
-    in place of ngram-simple, if given), then the free-text runs at temperature 0.8."""
+    in place of ngram-simple, if given; `verify_all`: every draft verified, none only checked),
+    then the free-text runs at temperature 0.8. Each greedy run carries `checked`, the drafts
+    compared with the output instead of verified."""
     greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=1)
     engine = engine_for(gguf, config, args, n_parallel=np_)
-    real = speculative.NgramDrafter
+    real, shadow = speculative.NgramDrafter, speculative._shadow
+    if verify_all:
+        speculative._shadow = lambda active, draft: True
     try:
         def prompts(rep, kind):
             body = FREE_PROMPT.split("\n", 1)[1] if kind == "free" else rewrite_prompt(0)[:2000]
@@ -201,9 +209,13 @@ def _greedy_and_free(gguf: str, config: SpecConfig, args, np_: int, drafter=None
         batch(engine, prompts(99, "free"), 8, greedy)  # warm-up
         speculative.NgramDrafter = drafter or real
         try:
-            rewrite = [batch(engine, prompts(r, "reject"), args.n_predict, greedy) for r in range(args.reps)]
+            rewrite = []
+            for r in range(args.reps):
+                checked = engine.stats.spec_drafts_checked
+                rewrite.append(batch(engine, prompts(r, "reject"), args.n_predict, greedy))
+                rewrite[-1]["checked"] = engine.stats.spec_drafts_checked - checked
         finally:
-            speculative.NgramDrafter = real
+            speculative.NgramDrafter, speculative._shadow = real, shadow
         free = [batch(engine, prompts(r, "free"), args.n_predict, sampled) for r in range(args.reps)]
     finally:
         engine.stop()
@@ -217,17 +229,26 @@ def verify_cost(gguf: str, args, spec: SpecConfig) -> dict:
         row: dict = {}
         row["off"], row["free_off"] = _greedy_and_free(gguf, SpecConfig(), args, np_)
         row["reject"], row["free_ngram-simple"] = _greedy_and_free(gguf, spec, args, np_, RejectDrafter)
+        row["reject_verified"], _ = _greedy_and_free(gguf, spec, args, np_, RejectDrafter, verify_all=True)
         med = {k: statistics.median(x["tokens_per_s"] for x in v) for k, v in row.items()}
         out[str(np_)] = {
             "tokens_per_s": med,
             "reject_cost": 1 - med["reject"] / med["off"] if med["off"] else None,
+            "reject_verified_cost": 1 - med["reject_verified"] / med["off"] if med["off"] else None,
             "free_ratio": med["free_ngram-simple"] / med["free_off"] if med["free_off"] else None,
+            "reject_checked": sum(x["checked"] for x in row["reject"]),
             "reject_drafted": sum(x["drafted"] for x in row["reject"]),
             "reject_accepted": sum(x["accepted"] for x in row["reject"]),
+            "reject_verified_drafted": sum(x["drafted"] for x in row["reject_verified"]),
+            "reject_verified_accepted": sum(x["accepted"] for x in row["reject_verified"]),
             "runs": row,
         }
-        print(f"np {np_}: off {med['off']:.1f} reject {med['reject']:.1f} tok/s (cost {out[str(np_)]['reject_cost']:.1%}); "
-              f"free off {med['free_off']:.1f} ngram {med['free_ngram-simple']:.1f}", flush=True)
+        r = out[str(np_)]
+        print(f"np {np_}: off {med['off']:.1f} reject {med['reject']:.1f} tok/s (cost {r['reject_cost']:.1%}, "
+              f"{r['reject_checked']} drafts checked, {r['reject_drafted']} tokens verified); every draft verified "
+              f"{med['reject_verified']:.1f} (cost {r['reject_verified_cost']:.1%}, {r['reject_verified_drafted']} tokens, "
+              f"{r['reject_verified_accepted']} accepted); free off {med['free_off']:.1f} ngram {med['free_ngram-simple']:.1f}",
+              flush=True)
     return out
 
 

@@ -140,6 +140,22 @@ def drafts(timings: dict | None) -> tuple[int, int]:
     return int(t.get("draft_n") or 0), int(t.get("draft_n_accepted") or 0)
 
 
+def pinned_settled(url: str, client: httpx.Client, timeout: float = 60.0) -> float:
+    """Wait until a warmslot server's pinned host memory stops growing (on a GPU it pins in
+    the background once it serves, and each pinning call holds the CUDA driver a moment):
+    the decode speeds below are then those of a server that has settled. Seconds waited."""
+    t0 = time.perf_counter()
+    last = None
+    while time.perf_counter() - t0 < timeout:
+        engine = client.get(url + "/engine").json()
+        pinned, limit = engine.get("pinned_bytes", 0), (engine.get("capacity") or {}).get("pinned_limit_bytes", 0)
+        if not limit or (pinned == last and pinned > 0):
+            break
+        last = pinned
+        time.sleep(3.0)  # longer than one pinning call (a 4 GiB chunk: 2.5 s on an H200 host)
+    return round(time.perf_counter() - t0, 1)
+
+
 def run_config(name: str, server: str, flags: list[str], a: argparse.Namespace, model: str, workloads: list[str]) -> dict:
     cmd = server_command(server, flags, a, model)
     out: dict = {"server": server, "flags": flags, "command": cmd, "workloads": {}}
@@ -150,6 +166,8 @@ def run_config(name: str, server: str, flags: list[str], a: argparse.Namespace, 
         warm = stream_request(srv.url, "/v1/chat/completions", request_body("free", 999, 8), client=client)
         if not warm.ok:
             raise RuntimeError(f"{name}: warm-up failed: {warm.error}\n{srv.output_tail()}")
+        if server == "warmslot":
+            out["pinned_wait_s"] = pinned_settled(srv.url, client)
         for wl in workloads:
             runs, aggregate = [], []
             for i in range(a.reps):

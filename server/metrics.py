@@ -182,6 +182,10 @@ class EngineCollector:
             value=stats.spec_rollbacks,
         )
         yield CounterMetricFamily("warmslot_spec_rollback_seconds", "Time spent rolling back drafts", value=stats.spec_rollback_seconds)
+        yield CounterMetricFamily(
+            "warmslot_spec_drafts_checked", "N-gram drafts compared with the token then emitted instead of verified "
+            "(a request whose drafts miss verifies none)", value=stats.spec_drafts_checked,
+        )
         drafter = CounterMetricFamily(
             "warmslot_spec_drafter_tokens", "Tokens a draft model or the MTP block took into its own memory to follow the "
             "slots: evaluated, or restored with the slot's contents from the prompt cache or another slot", labels=["source"],

@@ -32,7 +32,7 @@ from warmslot.slots.fitting.context_size import (
 from .embedding_worker import Embedder, Reranker
 from .fitting.fit import FitPlan
 from .fitting.fit_settings import capacity_headroom, fit_settings
-from .fitting.layout import KvLayout, plan_layout
+from .fitting.layout import KvLayout, plan_layout, ram_spares_bytes
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
 from .llama_api.mtmd import Projector, ProjectorParams
 from .memory import SlotMemory
@@ -163,8 +163,12 @@ def _load(
     layout = plan_layout(
         model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
-        on_gpu=on_gpu, spare_share=cfg.spare_share,
+        on_gpu=on_gpu, cache_ram=cfg.cache_ram, spare_share=cfg.spare_share,
     )
+    # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget
+    spares_ram = ram_spares_bytes(model, layout, cfg.type_k, cfg.type_v) if not on_gpu and cfg.cache_vram is None else 0
+    if spares_ram and cfg.shared_ram is None:
+        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
     params = ContextParams(
         n_ctx=layout.n_ctx,
@@ -207,6 +211,8 @@ def _load(
         if kept is not None and kept[0] is not None:
             log.warning("the state layout changed (%s); the prompt cache starts empty", fingerprint)
         cache, disk = _cache_tiers(cfg, ctx, stats, fingerprint, kind, wake)
+    if cache is not None and cache.shared is not None:
+        cache.reserved = spares_ram  # held out of the shared budget (set again at every load)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -299,6 +305,8 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         kv_bytes_per_token=info.kv_bytes_per_token, state_bytes_per_slot=per_slot, n_ctx_slot=info.n_ctx_slot,
         n_ctx_train=info.n_ctx_train,
     )
+    cache = parts.cache  # its budget: less the CPU's spare streams; a shared one's total
+    cache_ram = (cache.shared.total - cache.reserved if cache.shared is not None else cache.budget) if cache is not None else cfg.cache_ram
     capacity = Capacity(
         context=info.context, n_slots=info.n_slots, n_seq=info.n_seq, n_ctx_slot=info.n_ctx_slot,
         weights_bytes=buffers_by_device(buffers, "model") or {"unknown": info.size_bytes},
@@ -307,7 +315,7 @@ def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str
         recurrent_bytes_per_slot=sum(recurrent.values()) // info.n_seq if recurrent else None,
         compute_bytes=buffers_by_device(buffers, "compute"),
         checkpoints_per_slot=cfg.ctx_checkpoints, checkpoint_bytes_per_slot=cfg.checkpoint_bytes,
-        cache_ram_bytes=cfg.cache_ram, cache_ram_auto=cfg.cache_ram_auto,
+        cache_ram_bytes=cache_ram, cache_ram_auto=cfg.cache_ram_auto, spares_ram_bytes=cfg.cache_ram - cache_ram,
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
         device_memory=device_memory(buffers),
         embeddings_bytes=sum(e.memory_bytes for e in (parts.embedder, parts.reranker) if e is not None),

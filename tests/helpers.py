@@ -39,6 +39,9 @@ def tiny_engine(path, **overrides) -> Engine:
         flash_attn=overrides.pop("flash_attn", "off"),
         type_k="f32",
         type_v="f32",
+        # no spare streams unless a test asks for them: the tests of slots and of the RAM tier
+        # see the slots alone (a server started by its command line gets the default)
+        cache_vram=overrides.pop("cache_vram", 0),
         **overrides,
     )
     engine = Engine(config)

@@ -290,7 +290,7 @@ def test_the_server_is_healthy_and_idle_after_the_fuzzing(server):
     while any(s["state"] != "idle" for s in view["slots"]) and time.monotonic() < deadline:
         time.sleep(0.1)
         view = httpx.get(server.url + "/engine").json()
-    assert [s["state"] for s in view["slots"]] == ["idle", "idle"]
+    assert len(view["slots"]) >= 2 and all(s["state"] == "idle" for s in view["slots"])  # slots and spare streams
     assert view["queue_depth"] == 0
     r = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, timeout=60)
     assert r.status_code == 200

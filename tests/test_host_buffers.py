@@ -205,3 +205,28 @@ def test_an_arena_whose_model_unloaded_pins_no_more():
     a.pin_soon(8 << 20)
     time.sleep(0.5)
     assert pins.sizes == []
+
+
+def test_a_model_loaded_again_takes_the_pinned_memory_its_unloaded_arena_held_and_pins_nothing_new():
+    pins = FakePinning()  # one allocator for the process, as cuda_host_allocator() gives
+    first = HostBuffers(pins, limit=64 << 20, reserve=0)
+    first.CHUNK = 4 << 20
+    first.pin_soon(8 << 20)
+    wait_for(lambda: first.allocated_bytes == 8 << 20)
+    kept = first.empty(3 << 20)  # a prompt-cache entry that outlives the model
+    first.close()
+    assert pins.sizes == [4 << 20, 4 << 20]
+    second = HostBuffers(pins, limit=64 << 20, reserve=0)  # the model loads again
+    try:
+        second.CHUNK = 4 << 20
+        assert second.allocated_bytes == 8 << 20 and second.free_bytes == 5 << 20  # the entry keeps its part
+        second.pin_soon(8 << 20)
+        time.sleep(0.3)
+        assert pins.sizes == [4 << 20, 4 << 20]  # nothing new pinned
+        del kept
+        assert second.free_bytes == 8 << 20  # the entry's part went back to the new arena
+        other = HostBuffers(FakePinning(), limit=64 << 20, reserve=0)  # another allocator's chunks are not its
+        assert other.allocated_bytes == 0
+        other.close()
+    finally:
+        second.close()

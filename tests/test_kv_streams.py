@@ -153,7 +153,10 @@ def test_spare_streams_are_sized_from_the_memory_given():
 
     kw = dict(n_parallel=4, n_ctx=4096, kv_unified_setting="auto", type_k="f16", type_v="f16", on_gpu=False)
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=3 * 1024 * 1000, **kw).n_spare == 3
-    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU, no RAM given
+    # auto on the CPU: a quarter of the prompt cache's RAM, at most 3 a slot
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, cache_ram=20 * 1024 * 1000, **kw).n_spare == 5
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, cache_ram=1 << 40, **kw).n_spare == 3 * 4
     layout = plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=2 * 1024 * 1000, **kw)
     assert (layout.n_seq, layout.n_ctx) == (6, 6 * 1024)  # each slot keeps its 1024 cells
     assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **kw).n_spare == 0  # auto, no GPU
@@ -338,8 +341,9 @@ def test_a_short_prefix_in_a_stream_apart_from_the_busy_ones_is_computed_next_to
 
 @pytest.mark.model
 def test_no_slot_is_available_when_parallel_requests_run_though_spare_streams_are_idle(default_model):
-    """GET /slots lists the spare streams too; fail_on_no_slot answers 503 once --parallel
-    requests run, whatever the idle spares."""
+    """GET /slots lists the --parallel slots, as llama-server does, and GET /engine the spare
+    streams beside them; fail_on_no_slot answers 503 once --parallel requests run, whatever
+    the idle spares."""
     import httpx
 
     from tests.helpers import warmslot_server
@@ -348,7 +352,8 @@ def test_no_slot_is_available_when_parallel_requests_run_though_spare_streams_ar
     client = httpx.Client(timeout=60)
     try:
         slots = client.get(server.url + "/slots").json()
-        assert len(slots) > 2 and client.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200
+        assert [s["id"] for s in slots] == [0, 1] and client.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200
+        assert len(client.get(server.url + "/engine").json()["slots"]) > 2
         body = {"prompt": "a b c", "max_tokens": 1000, "ignore_eos": True, "stream": True}
         running = [client.send(client.build_request("POST", server.url + "/v1/completions", json=body), stream=True) for _ in range(2)]
         lines = [r.iter_lines() for r in running]  # kept: a stream closed ends its request

@@ -185,5 +185,8 @@ def test_a_shared_budget_lends_what_the_other_caches_leave_and_gives_each_its_sh
     a.trim()  # on its own engine thread: least recently used first
     assert a.nbytes <= a.budget and pool.nbytes <= 1000
     assert kept[1] not in list(a.entries()) and kept[8] in list(a.entries())
+    # what a model holds beside its cache (spare streams in RAM) counts against the budget
+    b.reserved = 200
+    assert b.budget == max(500, 1000 - a.nbytes) - 200
     a.sanity_check()
     b.sanity_check()

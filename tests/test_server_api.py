@@ -48,8 +48,9 @@ def test_slots_is_llama_servers_array_and_engine_the_whole_view(server, client):
     assert [s["id"] for s in slots] == [0, 1]
     assert all(s["n_ctx"] == 2048 and s["is_processing"] is False and s["state"] == "idle" for s in slots)
     assert httpx.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200  # a slot is idle
-    view = httpx.get(server.url + "/engine").json()
-    assert [s["id"] for s in view["slots"]] == [0, 1] and view["queue_depth"] == 0 and "cache" in view
+    view = httpx.get(server.url + "/engine").json()  # every sequence: the slots, then the spare streams
+    ids = [s["id"] for s in view["slots"]]
+    assert ids[:2] == [0, 1] and ids == list(range(len(ids))) and view["queue_depth"] == 0 and "cache" in view
 
 
 def test_models_lists_the_loaded_model(client):

@@ -109,6 +109,7 @@ class DiskCache(DiskDirectory, DiskWriter):
         self.directory = os.path.abspath(directory)
         self._budget = budget
         self.shared = shared  # one budget with other models' disk tiers (cache/shared_budget.py)
+        self.reserved = 0
         self.fingerprint = fingerprint
         self.truncatable = truncatable
         self.stats = DiskStats()

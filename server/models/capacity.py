@@ -97,7 +97,8 @@ def estimate(path: str, mmproj: str, n_ctx: int, type_k: str, type_v: str, cache
     """(weights bytes, KV cache bytes or None, what is not counted) of a model not loaded yet,
     from its GGUF files (every part of a split one) and its projector's (pure: files only).
     The KV cache is the slots' `n_ctx` cells, plus `--cache-vram` for spare sequences; spares
-    are none on the CPU and chosen at load on a GPU without --cache-vram (see layout.py)."""
+    are chosen at load on a GPU without --cache-vram, and on the CPU come out of the prompt
+    cache's RAM, which is counted apart (see layout.py)."""
     try:
         meta, tensors = read_header(path)
         weights = sum(tensors.values()) + sum(sum(read_header(p)[1].values()) for p in _other_parts(path))

@@ -213,7 +213,7 @@ def paths() -> dict[str, Any]:
         "/tokenize": post(_TOKENIZE_REQUEST, _TOKENIZE, "token ids of a text or of rendered messages"),
         "/apply-template": post(_TOKENIZE_REQUEST, required_object("prompt"), "the prompt text the chat template renders for messages and tools"),
         "/detokenize": post(_DETOKENIZE_REQUEST, {"type": "object", "required": ["content"], "properties": {"content": {"type": "string"}}}, "the text of token ids"),
-        "/slots": get(_SLOT_ARRAY, "the slots and spare sequences, as llama-server lists slots (own tenants only, unless the admin key); ?fail_on_no_slot=1: 503 when --parallel requests run", 401, 500, 501, 503),
+        "/slots": get(_SLOT_ARRAY, "--parallel entries, as llama-server lists slots: the sequences running requests, then idle ones (GET /engine lists the spare sequences too) (own tenants only, unless the admin key); ?fail_on_no_slot=1: 503 when --parallel requests run", 401, 500, 501, 503),
         "/engine": get(_SLOTS, "the slots, the queue, the prompt cache and the capacity (own tenants only, unless the admin key)", 401, 500, 501, 503),
         "/engine/requests": {"get": {
             "summary": "the last requests that ended, every tenant's, redacted as /slots is (admin key); ?limit=N: the newest N",

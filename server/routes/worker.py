@@ -76,7 +76,8 @@ async def get_model_info(request: Request) -> Response:
         "n_params": info.n_params,
         "n_vocab": info.n_vocab,
         "n_ctx_train": info.n_ctx_train,
-        "n_ctx": info.n_ctx,
+        # the slots' context, as -c gives it: spare streams (one per sequence) not counted
+        "n_ctx": info.n_ctx if info.kv_unified else info.n_slots * info.n_ctx_slot,
         "n_ctx_slot": info.n_ctx_slot,
         "memory": info.memory.value,
     })

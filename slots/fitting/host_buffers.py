@@ -55,6 +55,12 @@ class HostBuffers:
     A request for a buffer never waits for pinning: when the arena has no room, it gets a
     plain numpy array. Buffers are carved first-fit from the chunks and go back to them when
     the last array viewing them is collected. Thread-safe.
+
+    Pinned memory is never given back to the system: prompt-cache entries that outlive their
+    model may still view it. When a model unloads (`close`), its chunks go to the process's
+    pool, and the next arena takes them from there when it is made, before it pins anything:
+    a model that loads again (after sleeping, or by name) starts with its pinned memory at no
+    cost, and loads and unloads never pin more than the most that was ever held at once.
     """
 
     CHUNK = 4 << 30  # pinned for pin_soon()
@@ -72,9 +78,10 @@ class HostBuffers:
         self._initial = 0  # what pin_soon() asked for
         self._closed = False
         self._chunks: list[_Chunk] = []
-        self._lock = threading.Lock()
+        self._lock = _CHUNKS  # one lock for every arena's chunks: a closed arena's go to the next
         self._wake = threading.Event()
         if self.pinned:
+            self._adopt()
             with _ALL_IDLE:
                 _ARENAS.add(id(self))
             threading.Thread(target=self._grow_when_idle, name="warmslot-pinned", daemon=True).start()
@@ -93,12 +100,18 @@ class HostBuffers:
             self._wake.set()
 
     def close(self) -> None:
-        """Its engine is gone (the model unloaded): it pins no more and no longer holds the
-        others' pinning back (its chunks stay: prompt-cache entries may still view them)."""
+        """Its engine is gone (the model unloaded): it pins no more, no longer holds the
+        others' pinning back, and its chunks go to the pool for the next arena (buffers still
+        viewing them keep their part until they are collected)."""
         self._closed = True
         self._busy(False)
         with _ALL_IDLE:
             _ARENAS.discard(id(self))
+        with self._lock:
+            for chunk in self._chunks:
+                chunk.owner = None
+            _POOL.extend((self._lib, chunk) for chunk in self._chunks)
+            self._chunks.clear()
         self._wake.set()
 
     def _busy(self, busy: bool) -> None:
@@ -117,7 +130,7 @@ class HostBuffers:
             return np.empty(size, dtype=np.uint8)
         chunk, offset = found
         raw = self._lib.view(chunk.address + offset, need)
-        weakref.finalize(raw, self._give_back, chunk, offset, need)
+        weakref.finalize(raw, _give_back, chunk, offset, need)
         return np.frombuffer(raw, dtype=np.uint8, count=size)
 
     def _take(self, size: int) -> tuple["_Chunk", int] | None:
@@ -128,10 +141,18 @@ class HostBuffers:
                 return chunk, offset
         return None
 
-    def _give_back(self, chunk: "_Chunk", offset: int, size: int) -> None:
+    def _adopt(self) -> None:
+        """Take the pool's chunks (a closed arena's, already pinned) up to the limit."""
         with self._lock:
-            chunk.give_back(offset, size)
-            self.free_bytes += size
+            for lib, chunk in list(_POOL):
+                if lib is self._lib and self.allocated_bytes + chunk.size <= self.limit:
+                    _POOL.remove((lib, chunk))
+                    chunk.owner = self
+                    self._chunks.append(chunk)
+                    self.allocated_bytes += chunk.size
+                    self.free_bytes += sum(length for _, length in chunk.free)
+        if self._chunks:
+            log.info("took %.1f GiB of pinned host memory an unloaded model held", self.allocated_bytes / _GIB)
 
     def _add_chunk(self, size: int) -> bool:
         with self._lock:
@@ -143,7 +164,7 @@ class HostBuffers:
             if not handle:
                 self.allocated_bytes -= size
                 return False
-            self._chunks.append(_Chunk(handle, self._lib.address(handle), size))
+            self._chunks.append(_Chunk(handle, self._lib.address(handle), size, self))
             self.free_bytes += size
         return True
 
@@ -251,12 +272,26 @@ def _quiet(seconds: float, timeout: float) -> bool:
             _ALL_IDLE.wait(deadline - now if _BUSY else min(deadline, quiet_until) - now)
 
 
-class _Chunk:
-    """One pinned allocation and its free extents (sorted, merged)."""
+_CHUNKS = threading.RLock()  # every arena's chunks, and the pool (reentrant: a finalizer may run under it)
+_POOL: list[tuple[Any, "_Chunk"]] = []  # (allocator, chunk) of closed arenas, pinned still, for the next arena
 
-    def __init__(self, handle: int, address: int, size: int) -> None:
+
+def _give_back(chunk: "_Chunk", offset: int, size: int) -> None:
+    """A buffer's last view is gone: its bytes go back to their chunk (and its arena's count)."""
+    with _CHUNKS:
+        chunk.give_back(offset, size)
+        if chunk.owner is not None:
+            chunk.owner.free_bytes += size
+
+
+class _Chunk:
+    """One pinned allocation, its free extents (sorted, merged) and its arena (None: pooled)."""
+
+    def __init__(self, handle: int, address: int, size: int, owner: "HostBuffers | None" = None) -> None:
         self.handle = handle
         self.address = address
+        self.size = size
+        self.owner = owner
         self.free: list[list[int]] = [[0, size]]  # [offset, length]
 
     def take(self, size: int) -> int | None:

@@ -31,6 +31,13 @@ RESERVE_BYTES = 1 << 30
 # per-step walk over its sequences short (llama.cpp allows 256 in one context)
 MAX_SPARE_PER_SLOT = 16
 MAX_SPARE = 64
+# auto on the CPU, where the KV cache is in RAM: spare streams take at most this share of the
+# prompt cache's RAM (--cache-ram), which keeps the rest, and at most CPU_SPARE_PER_SLOT per
+# slot. A conversation kept in a stream comes back with no copy at all, one in the prompt
+# cache with two (out and back in). The cap keeps a start short: llama.cpp clears every
+# stream's cells when it makes the context, and on the CPU that is RAM written at startup.
+CPU_SHARE_OF_CACHE_RAM = 4
+CPU_SPARE_PER_SLOT = 3
 LLAMA_MAX_SEQ = 256  # sequences one llama.cpp context takes, spares included
 
 
@@ -74,13 +81,15 @@ def plan_layout(
     type_k: str,
     type_v: str,
     on_gpu: bool,
+    cache_ram: int = 0,
     spare_share: int = 1,
 ) -> KvLayout:
     """The layout for a model. `n_ctx` is the slots' cells in all (0: the model's training
     context, at most DEFAULT_MAX_CTX); `cache_vram` the device memory for spare sequences
     (None: auto, as many spare streams as free device memory holds after a margin, at
-    most MAX_SPARE_PER_SLOT per slot; two spare sequences per slot in one pool for recurrent
-    and hybrid models on a GPU; none on the CPU). A server of several models gives each model's
+    most MAX_SPARE_PER_SLOT per slot; on the CPU as many as a quarter of `cache_ram` (the
+    prompt cache's RAM) holds, at most CPU_SPARE_PER_SLOT per slot; two spare sequences per slot in one pool
+    for recurrent and hybrid models on a GPU). A server of several models gives each model's
     auto spares 1/`spare_share` of the free device memory, so that the first model loaded
     leaves room for the others."""
     n_ctx = n_ctx or min(model.info.n_ctx_train or DEFAULT_MAX_CTX, DEFAULT_MAX_CTX)
@@ -91,12 +100,12 @@ def plan_layout(
         spare = 2 * n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
         return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
     per_slot = max(1, n_ctx // n_parallel)
-    spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, spare_share)
+    spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share)
     n_seq = n_parallel + spare
     return KvLayout(False, n_parallel, n_seq, per_slot * n_seq)
 
 
-def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, spare_share) -> int:
+def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share) -> int:
     if cache_vram == 0:
         return 0
     if kind not in (MemoryKind.ATTENTION, MemoryKind.SWA):
@@ -112,11 +121,23 @@ def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v
     stream_bytes = per_token * per_slot
     if cache_vram is not None:
         return min(cache_vram // stream_bytes, LLAMA_MAX_SEQ - n_parallel)
-    devices = gpu_memory() if on_gpu else []
-    if not devices:
+    if on_gpu:
+        devices = gpu_memory()
+        if not devices:
+            return 0
+        free = sum(d.free for d in devices)
+        total = sum(d.total for d in devices)
+        slots_bytes = stream_bytes * n_parallel
+        budget = (free - slots_bytes - int(total * RESERVE_FRACTION) - RESERVE_BYTES) // max(1, spare_share)
+        cap = MAX_SPARE_PER_SLOT * n_parallel
+    else:
+        budget = cache_ram // CPU_SHARE_OF_CACHE_RAM
+        cap = CPU_SPARE_PER_SLOT * n_parallel
+    return max(0, min(MAX_SPARE, cap, budget // stream_bytes))
+
+
+def ram_spares_bytes(model: Model, layout: KvLayout, type_k: str, type_v: str) -> int:
+    """RAM the spare streams of `layout` take on the CPU (their share of the prompt cache's)."""
+    if layout.unified or not layout.n_spare:
         return 0
-    free = sum(d.free for d in devices)
-    total = sum(d.total for d in devices)
-    slots_bytes = stream_bytes * n_parallel
-    budget = (free - slots_bytes - int(total * RESERVE_FRACTION) - RESERVE_BYTES) // max(1, spare_share)
-    return max(0, min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, budget // stream_bytes))
+    return model.kv_bytes_per_token(type_k, type_v) * (layout.n_ctx // layout.n_seq) * layout.n_spare

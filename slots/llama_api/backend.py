@@ -5,6 +5,7 @@ from __future__ import annotations
 import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 
 import ctypes
+import functools
 import logging
 import mmap
 import os
@@ -145,10 +146,12 @@ def _cuda_runtime() -> ctypes.CDLL | None:
         return None
 
 
+@functools.cache
 def cuda_host_allocator() -> _RegisteredHost | _CudaHost | None:
     """Pinned host memory for states, when llama.cpp was built with CUDA and sees a GPU: pages
     registered with the CUDA runtime, or ggml's CUDA host buffer type where the runtime cannot
-    be reached."""
+    be reached. One for the process: every model's arena pins through it, and a model that
+    unloads leaves its chunks to the next (host_buffers.HostBuffers)."""
     if not llama_cpp.llama_supports_gpu_offload():
         return None
     lib_dir = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")

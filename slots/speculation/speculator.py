@@ -241,6 +241,7 @@ class Speculator:
         cut = next((i for i, t in enumerate(draft) if t < 0), len(draft))
         draft = draft[:cut]  # an image's placeholder ids are no tokens to decode
         if active.shadowing and not _shadow(active, draft):
+            self.stats.spec_drafts_checked += bool(draft)
             return []
         return draft if len(draft) >= max(1, n_min) else []
 
