@@ -199,6 +199,10 @@ def run_config(name: str, server: str, flags: list[str], a: argparse.Namespace, 
                 "acceptance": sum(r["accepted"] for r in runs) / drafted if drafted else None,
                 "runs": runs,
             }
+        if server == "warmslot":  # where the engine's time went: steps, llama_decode calls, device waits, drafts
+            metrics = bc.parse_prometheus(client.get(srv.url + "/metrics").text)
+            out["engine_counters"] = {k: v for k, v in metrics.items() if k.startswith((
+                "warmslot_engine_", "warmslot_spec_", "warmslot_decode_", "llamacpp:n_decode_total"))}
     return out
 
 
