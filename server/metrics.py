@@ -182,6 +182,10 @@ class EngineCollector:
             value=stats.spec_rollbacks,
         )
         yield CounterMetricFamily("warmslot_spec_rollback_seconds", "Time spent rolling back drafts", value=stats.spec_rollback_seconds)
+        yield CounterMetricFamily("warmslot_spec_drafter_calls", "Steps in which a draft model or the MTP block drafted",
+                                  value=stats.spec_drafter_calls)
+        yield CounterMetricFamily("warmslot_spec_drafter_seconds", "Time those drafts took: catching up with the slots, "
+                                  "then one decode per drafted position", value=stats.spec_drafter_seconds)
         yield CounterMetricFamily(
             "warmslot_spec_drafts_checked", "N-gram drafts compared with the token then emitted instead of verified "
             "(a request whose drafts miss verifies none)", value=stats.spec_drafts_checked,

@@ -106,6 +106,8 @@ class EngineStats:
     spec_accepted: Counter = field(default_factory=Counter)
     spec_verify_steps: int = 0  # drafts verified
     spec_drafts_checked: int = 0  # n-gram drafts compared with the output instead of verified (speculator._shadow)
+    spec_drafter_calls: int = 0  # steps in which a draft model or the MTP block drafted
+    spec_drafter_seconds: float = 0.0  # the time they took (catching up with the slots, then drafting)
     spec_rollbacks: int = 0  # recurrent and hybrid memory: drafts cut, their state put back
     spec_rollback_seconds: float = 0.0
     spec_state_copies: int = 0  # drafts whose recurrent state was copied before the step (longer than the snapshots)
