@@ -234,7 +234,7 @@ def _load(
         cfg.n_parallel,
         ctx.n_ctx,
         f"in one pool (up to {ctx.n_ctx_seq} per slot)" if unified else f"as a stream of {ctx.n_ctx_seq} per slot",
-        f", {layout.n_spare} spare streams keep idle conversations on the device" if layout.n_spare else "",
+        f", {layout.n_spare} spare streams keep idle conversations in the KV cache" if layout.n_spare else "",
         ctx.n_batch,
         ctx.n_ubatch,
         ctx.n_threads,
