@@ -200,14 +200,14 @@ def _greedy_and_free(gguf: str, config: SpecConfig, args, np_: int, drafter=None
     greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=1)
     engine = engine_for(gguf, config, args, n_parallel=np_)
     real, shadow = speculative.NgramDrafter, speculative._shadow
-    if verify_all:
-        speculative._shadow = lambda active, draft: True
     try:
         def prompts(rep, kind):
             body = FREE_PROMPT.split("\n", 1)[1] if kind == "free" else rewrite_prompt(0)[:2000]
             return [engine.model.tokenize(f"Request {rep * 100 + j}.\n{body}", add_special=True) for j in range(np_)]
         batch(engine, prompts(99, "free"), 8, greedy)  # warm-up
         speculative.NgramDrafter = drafter or real
+        if verify_all:
+            speculative._shadow = lambda active, draft: True
         try:
             rewrite = []
             for r in range(args.reps):
