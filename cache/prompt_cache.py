@@ -20,6 +20,12 @@ long system prompt, all come back warm.
   tokens up to the end of its last prompt and can serve that prefix (see `covers`): a strict
   prefix of the newer entry, or the previous turn of the same conversation (whose generated
   reply the next turn re-rendered).
+- Segments (attention memory, `segment_buffer` set): an entry that shares a prefix of at
+  least `chains.SEGMENT_MIN_TOKENS` with one the cache holds stores only the state of its own
+  tokens, chained to that entry (`base`, `base_len`; segments.py). So a system prompt and
+  tools that many conversations share, and the turns of one conversation, are held once.
+  A base is not dropped or evicted while an entry chains to it: it goes right after the
+  last entry that needs it. Loading a chained entry joins the chain (`whole_state`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Callable, Container, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import chains, segments
 from .checkpoints import CheckpointList
 from .lookahead import next_uses, victim_order
 from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
@@ -75,6 +82,15 @@ class CacheEntry:
     prompt_end: int = 0  # length of the last prompt in it; what follows is a generated reply
     keep_s: float | None = None  # retention on disk: 0 never written there, None no limit but LRU
     draft: DraftState | None = None  # the drafter's memory of it (speculative decoding)
+    # a segment: `state` holds tokens [base_len, len) only, and `base` the state before them
+    base: "CacheEntry | None" = None
+    base_len: int = 0
+    linear: bool = False  # its state holds each token's position once, so it may be a base
+    layout: segments.Layout | None = None  # its state parsed (segments on)
+
+    @property
+    def chained(self) -> bool:
+        return self.base is not None
 
     @property
     def nbytes(self) -> int:
@@ -95,6 +111,9 @@ class CacheStats:
     loaded_bytes: int = 0
     save_seconds: float = 0.0
     load_seconds: float = 0.0
+    chained: int = 0  # entries stored as segments of another entry
+    chain_bytes_spared: int = 0  # bytes those entries did not store (their bases hold them)
+    join_seconds: float = 0.0  # joining chains into whole states for loads and the disk tier
 
 
 EntryMatch = Candidate  # Candidate[CacheEntry]: a RAM entry, the tokens shared and usable
@@ -130,11 +149,15 @@ class PromptCache:
         # the prompts (tenant, tokens) of the requests waiting for a slot, next first: what
         # eviction keeps (see lookahead.py); None: least recently used first
         self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
-        self._pinned: int | None = None  # an entry being loaded: not evicted meanwhile
+        self._pinned: CacheEntry | None = None  # an entry being loaded: not evicted meanwhile
         # with a shared budget: the budget shrank below what this cache holds (another model's
         # cache grew into its share); the owner calls trim() on its own thread
         self.on_over: Callable[[], None] | None = None
         self.reserved = 0  # RAM the model holds beside the cache out of a shared budget (CPU spare streams)
+        # segments (see the module): where chained states are written (the engine's pinned host
+        # memory); None: every entry holds its whole state
+        self.segment_buffer: Callable[[int], np.ndarray] | None = None
+        self._children: dict[int, int] = {}  # entry id -> entries chained to it
         if shared is not None:
             shared.join(self)
 
@@ -224,7 +247,17 @@ class PromptCache:
             tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
             prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s, draft=draft,
         )
-        plan = self._make_room(entry, entry.nbytes)
+        base, shared, cells = None, 0, None
+        size = entry.nbytes
+        if self.segment_buffer is not None:
+            entry.layout = segments.parse(state)
+            entry.linear = entry.layout is not None and entry.layout.linear(len(tokens))
+            if entry.linear:
+                base, shared = self._base_for(entry.tokens, tenant)
+            if base is not None:
+                cells = segments.from_(entry.layout, shared)
+                size += segments.size([(entry.layout, cells)]) - int(state.nbytes)
+        plan = self._make_room(entry, size, base)
         if plan is None:
             if entry.nbytes <= self.budget and self.on_evict is not None:
                 self.on_evict(entry)  # refused: the disk tier still keeps it
@@ -235,6 +268,17 @@ class PromptCache:
             self.stats.dropped_redundant += 1
         for victim in victims:
             self._evict(victim)
+        if base is not None:
+            t0 = time.monotonic()
+            tail = segments.join([(entry.layout, cells)], self.segment_buffer)
+            tail.flags.writeable = False
+            self.stats.join_seconds += time.monotonic() - t0
+            self.stats.chained += 1
+            self.stats.chain_bytes_spared += int(state.nbytes) - int(tail.nbytes)
+            entry.state, entry.layout = tail, segments.parse(tail)
+            entry.base, entry.base_len = base, shared
+            self._children[base.id] = self._children.get(base.id, 0) + 1
+        assert entry.nbytes == size
         self._tries.setdefault(tenant, PrefixTrie()).insert(entry.tokens, entry)
         self._lru[entry.id] = entry
         self.nbytes += entry.nbytes
@@ -245,41 +289,71 @@ class PromptCache:
         return entry
 
     def admits(self, tokens: Sequence[int], checkpoints: CheckpointList, tenant: str, prompt_end: int | None,
-               nbytes: int) -> bool:
+               nbytes: int, state_bytes: int = 0) -> bool:
         """Whether an entry of `nbytes` would be stored now (insert would not refuse it), so
-        that a slot's state is not copied for nothing. Counts a refusal; else read-only."""
+        that a slot's state is not copied for nothing. With segments, the `state_bytes` of
+        it are counted for the tokens that no base holds. Counts a refusal; else read-only."""
         probe = CacheEntry(tuple(tokens), np.empty(0, np.uint8), checkpoints, tenant, self.fingerprint,
                            prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)))
-        return self._make_room(probe, nbytes) is not None
+        base, shared = self._base_for(probe.tokens, tenant) if self.segment_buffer is not None else (None, 0)
+        if base is not None and tokens:
+            nbytes -= state_bytes * shared // len(tokens)
+        return self._make_room(probe, nbytes, base) is not None
+
+    def whole_state(self, entry: CacheEntry, empty: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
+        """The entry's whole sequence state: its own, or its chain joined into `empty(n)`
+        (default: the segment buffer). Read-only but for the join's statistics."""
+        if entry.base is None:
+            return entry.state
+        t0 = time.monotonic()
+        whole = chains.join(entry, empty or self.segment_buffer or (lambda n: np.empty(n, np.uint8)))
+        self.stats.join_seconds += time.monotonic() - t0
+        return whole
+
+    def _base_for(self, tokens: tuple[int, ...], tenant: str) -> tuple[CacheEntry | None, int]:
+        trie = self._tries.get(tenant)
+        return chains.base_for(trie.match(tokens), tokens, self.fingerprint) if trie is not None else (None, 0)
 
     @contextmanager
     def pinned(self, entry: CacheEntry | None):
-        """Keep `entry` (being loaded into a slot) out of eviction for the block."""
-        self._pinned = entry.id if entry is not None else None
+        """Keep `entry` (being loaded into a slot) and the bases it needs out of eviction for
+        the block."""
+        self._pinned = entry
         try:
             yield
         finally:
             self._pinned = None
 
     def touch(self, entry: CacheEntry) -> None:
-        """Mark an entry used (after loading it). Mutates LRU order only; an entry already
-        evicted is left alone."""
-        entry.last_used = time.monotonic()
-        if entry.id in self._lru:
-            self._lru.move_to_end(entry.id)
+        """Mark an entry used (after loading it), and the bases it chains to. Mutates LRU
+        order only; an entry already evicted is left alone."""
+        now = time.monotonic()
+        for node in chains.chain(entry):
+            node.last_used = now
+            if node.id in self._lru:
+                self._lru.move_to_end(node.id)
 
     def remove(self, entry: CacheEntry) -> None:
+        """Take an entry out (never one that others chain to)."""
+        assert not self._children.get(entry.id), "an entry chained to goes after its dependents"
         trie = self._tries[entry.tenant]
         removed = trie.remove(entry.tokens, entry)
         assert removed
         del self._lru[entry.id]
         self.nbytes -= entry.nbytes
+        if entry.base is not None:
+            left = self._children[entry.base.id] - 1
+            if left:
+                self._children[entry.base.id] = left
+            else:
+                del self._children[entry.base.id]
         if not len(trie):
             del self._tries[entry.tenant]
 
     def clear(self) -> None:
         self._tries.clear()
         self._lru.clear()
+        self._children.clear()
         self.nbytes = 0
 
     def sanity_check(self) -> None:
@@ -292,20 +366,31 @@ class PromptCache:
         assert self.nbytes <= self.budget or self.shared is not None  # a shared one trims after a call
         times = [e.last_used for e in self._lru.values()]
         assert times == sorted(times), "LRU order follows last use"
+        children: dict[int, int] = {}
+        for e in self._lru.values():
+            if e.base is not None:
+                assert e.base.id in self._lru, "a base stays while an entry chains to it"
+                assert 0 < e.base_len < len(e) and e.base_len <= len(e.base)
+                assert e.tokens[:e.base_len] == e.base.tokens[:e.base_len]
+                children[e.base.id] = children.get(e.base.id, 0) + 1
+        assert children == self._children, (children, self._children)
 
-    def _make_room(self, entry: CacheEntry, nbytes: int) -> tuple[list[CacheEntry], list[CacheEntry]] | None:
+    def _make_room(self, entry: CacheEntry, nbytes: int, base: CacheEntry | None = None,
+                   ) -> tuple[list[CacheEntry], list[CacheEntry]] | None:
         """The entries to drop (redundant) and to evict for `entry` of `nbytes` to fit, or
         None when it does not: larger than the budget, or first in the order of what goes
-        (a refusal, counted). Else read-only."""
+        (a refusal, counted). `base` (the entry it chains to) and its chain stay. Else
+        read-only."""
         if nbytes > self.budget:
             return None
-        redundant = self._redundant(entry)
-        gone = {e.id for e in redundant}
+        needed = {e.id for e in chains.chain(base)} if base is not None else set()
+        redundant = [e for e in self._redundant(entry) if e.id not in needed and not self._children.get(e.id)]
+        gone = {e.id for e in redundant} | needed
         free = self.budget - self.nbytes + sum(e.nbytes for e in redundant)
         if nbytes <= free:
             return redundant, []
         victims = []
-        for key in self._give_up_order(gone, entry):
+        for key in self._give_up_order(gone, entry, freed=redundant):
             if key == -1:
                 self.stats.refused += 1
                 return None
@@ -316,17 +401,22 @@ class PromptCache:
                 return redundant, victims
         return None  # unreachable: the entry itself is in the order
 
-    def _give_up_order(self, gone: Container[int] = (), entry: CacheEntry | None = None) -> list[int]:
+    def _give_up_order(self, gone: Container[int] = (), entry: CacheEntry | None = None,
+                       freed: Iterable[CacheEntry] = ()) -> list[int]:
         """The keys of the entries to give up, in order (see lookahead.py): all but those in
-        `gone` and the one being loaded, and `entry` as -1 when it is one to weigh. Read-only."""
-        keys = [k for k in self._lru if k not in gone and k != self._pinned]
+        `gone` and the one being loaded (with the bases it needs), and `entry` as -1 when it
+        is one to weigh. A base comes right after the last entry chained to it (`freed`:
+        entries already on their way out). Read-only."""
+        pinned = {e.id for e in chains.chain(self._pinned)} if self._pinned is not None else set()
+        keys = [k for k in self._lru if k not in gone and k not in pinned]
         candidates = [e for e in self._lru.values() if e.id not in gone]
         if entry is not None:
             keys.append(-1)
             candidates.append(entry)
         upcoming = self.upcoming() if self.upcoming is not None else ()
         uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
-        return victim_order(keys, uses)
+        order = victim_order(keys, uses)
+        return chains.bases_after_dependents(order, self._children, self._lru, freed) if self._children else order
 
     def _evict(self, victim: CacheEntry) -> None:
         self.remove(victim)

@@ -233,6 +233,9 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_prompt_cache_loaded_bytes", "Bytes loaded from the prompt cache into slots", value=s.loaded_bytes)
         yield CounterMetricFamily("warmslot_prompt_cache_save_seconds", "Time spent saving slots into the prompt cache", value=s.save_seconds)
         yield CounterMetricFamily("warmslot_prompt_cache_load_seconds", "Time spent loading prompt-cache entries into slots", value=s.load_seconds)
+        yield CounterMetricFamily("warmslot_prompt_cache_chained", "Entries stored as a segment chained to another entry that holds their prefix", value=s.chained)
+        yield CounterMetricFamily("warmslot_prompt_cache_chain_bytes_spared", "State bytes that chained entries did not store (their bases hold them)", value=s.chain_bytes_spared)
+        yield CounterMetricFamily("warmslot_prompt_cache_join_seconds", "Time spent joining chained entries into whole states (loads, disk writes)", value=s.join_seconds)
 
     def _disk(self, view):
         rejected = CounterMetricFamily("warmslot_disk_cache_rejected", "Files of the disk tier and slot files not used, by reason", labels=["reason"])

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
+
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache, DiskEntry, DiskLookup, DiskStats, Payload, Rejected
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
@@ -180,9 +182,12 @@ class DiskTier:
     # -- writing (engine thread) -----------------------------------------------------------
 
     def spill(self, entry: CacheEntry) -> None:
-        """Queue a RAM entry for the disk (the RAM cache evicts it). Index work only."""
-        self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant, entry.prompt_end,
-                      wall_time(entry.last_used), entry.keep_s, entry.draft)
+        """Queue a RAM entry for the disk (the RAM cache evicts it). Index work only, but
+        for joining a chained entry's state."""
+        if self._on_disk_already(entry):
+            return
+        self.disk.put(entry.tokens, self.ram.whole_state(entry, _plain), list(entry.checkpoints), entry.tenant,
+                      entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft)
 
     def shutdown(
         self, slots, state_of: Callable[[int], object], timeout: float | None = None, draft_of: Callable[[object], object] | None = None,
@@ -202,7 +207,7 @@ class DiskTier:
                              slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s, draft):
                 queued += 1
         for entry in reversed(list(self.ram.entries())):
-            if entry.keep_s != 0 and self.disk.put(entry.tokens, entry.state, list(entry.checkpoints), entry.tenant,
+            if entry.keep_s != 0 and not self._on_disk_already(entry) and self.disk.put(entry.tokens, self.ram.whole_state(entry, _plain), list(entry.checkpoints), entry.tenant,
                                                    entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft):
                 queued += 1
         t0 = time.monotonic()
@@ -211,8 +216,23 @@ class DiskTier:
         log.info("disk cache: %d entries kept at shutdown (%.1f MiB in all) in %.2f s",
                  queued, self.disk.nbytes / (1 << 20), time.monotonic() - t0)
 
+    def _on_disk_already(self, entry: CacheEntry) -> bool:
+        """Whether, with segments, a disk entry serves everything `entry` could: a base that
+        RAM kept for the entries chained to it, once one of them is written. Attention
+        memory only, where any prefix of an entry serves."""
+        if self.ram.segment_buffer is None:
+            return False
+        end = entry.prompt_end or len(entry)
+        found = self.disk.lookup(entry.tokens[:end], entry.tenant, lambda e, matched: matched).best
+        return found is not None and found.matched >= end
+
     def view(self) -> DiskView:
         """Sizes and a copy of the counters; any thread."""
         d = self.disk
         stats = replace(d.stats, rejected=collections.Counter(d.stats.rejected))
         return DiskView(d.directory, d.budget, d.nbytes, d.n_entries, stats)
+
+
+def _plain(n: int) -> np.ndarray:
+    """A buffer for a joined state that waits for the disk writer (not pinned memory)."""
+    return np.empty(n, dtype=np.uint8)

@@ -149,8 +149,10 @@ class SlotMemory:
         if existing is not None:
             self.cache.touch(existing)
             return existing
-        size = self.ctx.state_size(slot.id) + slot.checkpoints.nbytes
-        if self.cache.on_evict is None and not self.cache.admits(slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size):
+        state_bytes = self.ctx.state_size(slot.id)
+        size = state_bytes + slot.checkpoints.nbytes
+        if self.cache.on_evict is None and not self.cache.admits(
+                slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size, state_bytes):
             log.debug("slot %d: not saved: the waiting requests need what the prompt cache holds sooner", slot.id)
             return None
         t0 = time.monotonic()
@@ -175,7 +177,9 @@ class SlotMemory:
         the cache, unchanged."""
         t0 = time.monotonic()
         self.ctx.seq_clear(target.id)
-        if not self.ctx.state_set(target.id, entry.state, partial=False):
+        # a chained entry (cache/segments.py) is joined into one whole state in host memory
+        state = entry.state if entry.base is None else self.cache.whole_state(entry)
+        if not self.ctx.state_set(target.id, state, partial=False):
             log.warning("slot %d: loading a cache entry of %d tokens failed", target.id, len(entry))
             self.clear(target)
             return False
@@ -184,7 +188,7 @@ class SlotMemory:
         target.tenant = entry.tenant
         target.prompt_end = entry.prompt_end
         target.keep_s = entry.keep_s
-        n_bytes = int(entry.state.nbytes)
+        n_bytes = int(state.nbytes)
         if self.drafter is not None and entry.draft is not None:
             self.drafter.load_state(target.id, entry.draft)
             n_bytes += entry.draft.nbytes

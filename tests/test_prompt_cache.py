@@ -190,3 +190,70 @@ def test_a_shared_budget_lends_what_the_other_caches_leave_and_gives_each_its_sh
     assert b.budget == max(500, 1000 - a.nbytes) - 200
     a.sanity_check()
     b.sanity_check()
+
+
+# -- segments (cache/segments.py): entries that share a prefix store it once -------------
+
+ROW = 16  # bytes of a K row and of a V row per cell, one layer
+
+
+def attention_state(n: int, seed: int = 0) -> np.ndarray:
+    """A sequence state in llama.cpp's format for attention memory: n cells at positions
+    0..n-1 of sequence 0, one layer, K and V rows whose bytes name their position."""
+    import struct
+    from warmslot.cache import segments
+    cells = np.zeros((n, 3), "<i4")
+    cells[:, 0], cells[:, 1] = np.arange(n), 1
+    rows = (np.arange(n, dtype=np.uint32)[:, None] * 7 + seed).astype(np.uint8).repeat(ROW, 1)
+    raw = (struct.pack("<IiII", segments.SEQ_MAGIC, 0, 1, n) + cells.tobytes() + struct.pack("<II", 0, 1)
+           + struct.pack("<iQ", 1, ROW) + rows.tobytes() + struct.pack("<iQ", 1, ROW) + rows.tobytes())
+    return np.frombuffer(raw, np.uint8).copy()
+
+
+def segment_cache(budget: int) -> PromptCache:
+    cache = PromptCache(budget=budget, fingerprint="m", truncatable=True)
+    cache.segment_buffer = lambda n: np.empty(n, np.uint8)
+    return cache
+
+
+def test_an_entry_sharing_a_prefix_stores_its_own_cells_and_joins_back_whole():
+    cache = segment_cache(1 << 20)
+    shared = list(range(1000, 1100))
+    a = cache.insert(shared + [1] * 20, attention_state(120), CheckpointList(4, 1 << 20), tenant="")
+    b = cache.insert(shared + [2] * 30, attention_state(130, seed=1), CheckpointList(4, 1 << 20), tenant="")
+    assert not a.chained and b.chained and (b.base, b.base_len) == (a, 100)
+    whole_b = attention_state(130, seed=1)
+    assert b.nbytes < whole_b.nbytes * 0.3  # 30 of 130 cells
+    joined = cache.whole_state(b)
+    # the shared cells come from a, the rest from b: the rows name their position and seed
+    from warmslot.cache import segments
+    layout = segments.parse(joined)
+    assert layout is not None and layout.linear(130)
+    assert all(int(layout.k[0][1][p, 0]) == (p * 7) % 256 for p in range(100))
+    assert all(int(layout.k[0][1][p, 0]) == (p * 7 + 1) % 256 for p in range(100, 130))
+    assert cache.stats.chained == 1
+    cache.sanity_check()
+
+
+def test_a_base_is_evicted_right_after_the_entries_chained_to_it_and_never_dropped_as_redundant():
+    whole = attention_state(120).nbytes
+    cache = segment_cache(3 * whole)
+    shared = list(range(1000, 1100))
+    base = cache.insert(shared + [1] * 20, attention_state(120), CheckpointList(4, 1 << 20), tenant="")
+    # the next turn of the base's conversation: the base is a strict prefix, yet it stays
+    turn = cache.insert(shared + [1] * 20 + [5] * 10, attention_state(130), CheckpointList(4, 1 << 20), tenant="")
+    assert turn.base is base and base in list(cache.entries())
+    others = [cache.insert(shared + [10 + i] * 20, attention_state(120), CheckpointList(4, 1 << 20), tenant="")
+              for i in range(30)]
+    cache.sanity_check()
+    assert cache.stats.evictions > 0 and cache.nbytes <= 3 * whole
+    held = list(cache.entries())
+    # many more entries than three whole states fit, each chained to the base
+    assert len(held) > 6 and all(e.base is base for e in held if e is not base)
+    assert others[-1] in held
+    # the base went last: every entry evicted before it, none after
+    cache.touch(held[-1])
+    for i in range(3):
+        cache.insert(list(range(5000 + i * 200, 5000 + i * 200 + 120)), attention_state(120), CheckpointList(4, 1 << 20), tenant="")
+        cache.sanity_check()
+    assert base not in list(cache.entries()) and not any(e.base is base for e in cache.entries())

@@ -23,6 +23,7 @@ def engine_config(a: argparse.Namespace, disk_size: int, parser: argparse.Argume
         fit_target=a.fit_target << 20,
         ctx_checkpoints=max(1, a.ctx_checkpoints),
         park_idle=not a.no_park_idle,
+        cache_segments=not a.no_cache_segments,
         cache_ram_auto=isinstance(a.cache_ram, AutoSize),
         use_mmap=not a.no_mmap,
         repack=True if a.repack and not a.no_repack else None,

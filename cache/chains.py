@@ -1,0 +1,102 @@
+"""Chains of prompt-cache entries (see segments.py): an entry stored as a segment holds the
+state of its own tokens, and its base (and the base's base...) the state before them.
+
+Pure functions over entries; `PromptCache` keeps the entries and counts the links."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from . import segments
+from .prefix_trie import Match
+
+
+class CacheEntry(Protocol):
+    """What a chain needs of a prompt-cache entry (prompt_cache.CacheEntry)."""
+
+    id: int
+    tokens: tuple[int, ...]
+    base: "CacheEntry | None"
+    base_len: int
+    layout: segments.Layout | None
+    linear: bool
+    fingerprint: str
+    last_used: float
+
+    def __len__(self) -> int: ...
+
+SEGMENT_MIN_TOKENS = 64  # a shorter shared prefix is not worth a chain link
+
+
+def chain(entry: CacheEntry) -> list[CacheEntry]:
+    """The entry and the bases it needs, itself first."""
+    out = [entry]
+    while out[-1].base is not None:
+        out.append(out[-1].base)
+    return out
+
+
+def join(entry: CacheEntry, empty: Callable[[int], np.ndarray]) -> np.ndarray:
+    """The chained entry's whole state, joined into `empty(n)`: each link gives its cells
+    below the point where the one after it starts."""
+    pieces = []
+    node, end = entry, len(entry)
+    while node is not None:
+        layout = node.layout
+        assert layout is not None, "a chain link keeps its parsed state"
+        if node is entry:
+            cells = np.arange(layout.n)
+        else:
+            cells = np.flatnonzero((layout.pos >= node.base_len) & (layout.pos < end))
+        pieces.append((layout, cells))
+        end = min(end, node.base_len)
+        node = node.base if end > 0 else None
+    return segments.join(pieces[::-1], empty)
+
+
+def base_for(match: Match[CacheEntry], tokens: Sequence[int], fingerprint: str) -> tuple[CacheEntry | None, int]:
+    """The entry a new one of `tokens` chains to, from the walk of its tenant's tree, and the
+    tokens they share: the longest prefix held (ties: the most recently used), at least
+    SEGMENT_MIN_TOKENS long, and of the entries holding it, the one nearest the chain's
+    root (so an entry depends on no link that holds none of what it shares)."""
+    best, shared = None, 0
+    for matched, entry in itertools.chain(match.prefixes, ((match.depth, e) for e in match.extensions())):
+        matched = min(matched, len(entry), len(tokens) - 1)
+        if matched < SEGMENT_MIN_TOKENS or not entry.linear or entry.fingerprint != fingerprint:
+            continue
+        if best is None or (matched, entry.last_used) > (shared, best.last_used):
+            best, shared = entry, matched
+    while best is not None and best.base is not None and best.base_len >= shared:
+        best = best.base
+    return best, shared
+
+
+def bases_after_dependents(order: Iterable[int], children: Mapping[int, int], entries: Mapping[int, CacheEntry],
+                           freed: Iterable[CacheEntry] = ()) -> list[int]:
+    """`order` (keys of entries to give up; -1 for a new entry) with every base moved to
+    right after the last entry chained to it; a base whose dependents do not all go stays
+    out. `children` counts the entries chained to each key; `freed` are already leaving."""
+    left = dict(children)
+    for e in freed:
+        if e.base is not None:
+            left[e.base.id] -= 1
+    out: list[int] = []
+    held: set[int] = set()
+    for key in order:
+        if key != -1 and left.get(key, 0) > 0:
+            held.add(key)
+            continue
+        out.append(key)
+        node = entries[key] if key != -1 else None
+        while node is not None and node.base is not None:
+            parent = node.base.id
+            left[parent] -= 1
+            if left[parent] or parent not in held:
+                break
+            held.discard(parent)
+            out.append(parent)
+            node = entries[parent]
+    return out

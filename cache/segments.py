@@ -1,0 +1,245 @@
+"""A sequence state cut into segments and joined again: the prompt cache stores once what
+conversations share.
+
+A conversation that extends another one the cache holds (its next turn, or another session
+on the same system prompt and tools) is stored as a segment: the state of its own tokens
+only, chained to the entry whose first tokens it shares (`CacheEntry.base`). Loading it
+joins the chain into one whole state in host memory and loads that, so the device receives
+what it always did, while RAM holds each shared prefix once.
+
+This works on attention memory, where a position's K and V rows are all a position holds.
+The state format is llama.cpp's sequence state (`llama_state_seq_get_data_ext`, flags 0) for
+attention memory, read from its writer (`llama_kv_cache::state_write`) and checked by the
+tests of every build this package pins:
+
+    u32 magic, i32 sequence id
+    u32 n_stream; per stream: u32 cell count, and when it is not 0:
+        cells: i32 position, u32 number of sequence ids, [12 bytes of M-RoPE extension], i32 ids
+        u32 v_trans, u32 n_layer
+        per layer, K: i32 type, u64 row bytes, a row per cell
+        per layer, V: the same; transposed (v_trans): i32 type, u32 element bytes, u32 n_embd,
+            then per embedding column the element of every cell
+
+A blob that does not parse exactly (another memory kind, a cell of several sequences, bytes
+left over) is not cut: its entry stays whole. Nothing here calls llama.cpp.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+SEQ_MAGIC = 0xAF143CD8  # the first four bytes of every sequence state
+HEADER = struct.Struct("<Ii")
+EXTENSION_BYTES = 12  # a cell's M-RoPE extension
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """Where a sequence state's parts lie: read-only views into its blob."""
+
+    blob: np.ndarray
+    seq: int
+    n_stream: int
+    stream: int  # the stream holding the cells
+    cells: np.ndarray  # (n, record bytes) uint8: the cells' records
+    pos: np.ndarray  # (n,) int32
+    v_trans: int
+    k: tuple[tuple[bytes, np.ndarray], ...]  # per layer: header bytes, (n, row) rows
+    v: tuple[tuple[bytes, np.ndarray], ...]  # per layer: header bytes, (n, row) or (n_embd, n, el)
+
+    @property
+    def n(self) -> int:
+        return len(self.pos)
+
+    def linear(self, n_tokens: int) -> bool:
+        """Whether it holds positions 0..n_tokens-1, each once, as a plain token run does
+        (not media, whose positions differ from token indices)."""
+        if self.n != n_tokens:
+            return False
+        if n_tokens == 0:
+            return True
+        seen = np.zeros(n_tokens, dtype=bool)
+        if self.pos.min() < 0 or self.pos.max() >= n_tokens:
+            return False
+        seen[self.pos] = True
+        return bool(seen.all())
+
+
+def parse(blob: np.ndarray) -> Layout | None:
+    """The layout of an attention sequence state, or None when the blob is not one."""
+    for extension in (0, EXTENSION_BYTES):
+        try:
+            layout = _parse(blob, extension)
+        except (ValueError, struct.error):
+            continue
+        if layout is not None:
+            return layout
+    return None
+
+
+def _parse(blob: np.ndarray, extension: int) -> Layout | None:
+    raw = memoryview(blob).cast("B")
+    size = len(raw)
+    at = 0
+
+    def take(n: int) -> memoryview:
+        nonlocal at
+        if n < 0 or at + n > size:
+            raise ValueError("truncated")
+        part = raw[at:at + n]
+        at += n
+        return part
+
+    magic, seq = HEADER.unpack(take(HEADER.size))
+    if magic != SEQ_MAGIC:
+        return None
+    (n_stream,) = struct.unpack("<I", take(4))
+    if not 0 < n_stream <= 4096:
+        return None
+    found: Layout | None = None
+    for stream in range(n_stream):
+        (n,) = struct.unpack("<I", take(4))
+        if n == 0:
+            continue
+        if found is not None:
+            return None  # a sequence's cells lie in one stream
+        record = 12 + extension
+        start = at
+        cells = np.frombuffer(blob, np.uint8, n * record, start).reshape(n, record)
+        take(n * record)
+        words = cells[:, :8].copy().view("<i4")  # position, number of ids
+        if not np.all(words[:, 1] == 1):
+            return None
+        ids = cells[:, 8 + extension:12 + extension].copy().view("<i4")[:, 0]
+        if not np.all(ids == ids[0]):
+            return None
+        pos = np.ascontiguousarray(words[:, 0]).astype(np.int32)
+        v_trans, n_layer = struct.unpack("<II", take(8))
+        if v_trans > 1 or not 0 < n_layer <= 4096:
+            return None
+        k = []
+        for _ in range(n_layer):
+            header = bytes(take(12))
+            row = struct.unpack("<iQ", header)[1]
+            k.append((header, _rows(blob, take, at, n, row)))
+        v = []
+        for _ in range(n_layer):
+            if not v_trans:
+                header = bytes(take(12))
+                row = struct.unpack("<iQ", header)[1]
+                v.append((header, _rows(blob, take, at, n, row)))
+            else:
+                header = bytes(take(12))
+                _, el, emb = struct.unpack("<iII", header)
+                begin = at
+                take(emb * n * el)
+                v.append((header, np.frombuffer(blob, np.uint8, emb * n * el, begin).reshape(emb, n, el)))
+        found = Layout(blob, seq, n_stream, stream, cells, pos, v_trans, tuple(k), tuple(v))
+    if at != size or found is None:
+        return None
+    return found
+
+
+def _rows(blob: np.ndarray, take, at: int, n: int, row: int) -> np.ndarray:
+    if row == 0 or row > 1 << 24:
+        raise ValueError("row size")
+    take(n * row)
+    return np.frombuffer(blob, np.uint8, n * row, at).reshape(n, row)
+
+
+Piece = tuple[Layout, np.ndarray]  # a state and the indices of the cells taken from it
+
+
+def size(pieces: Sequence[Piece]) -> int:
+    """Bytes of the state `join` would make of `pieces`."""
+    head = pieces[-1][0]
+    n = sum(len(idx) for _, idx in pieces)
+    total = HEADER.size + 4 + 4 * head.n_stream
+    if n == 0:
+        return total
+    total += n * head.cells.shape[1] + 8
+    for _, rows in head.k:
+        total += 12 + n * rows.shape[1]
+    for _, rows in head.v:
+        total += 12 + n * (rows.shape[1] if rows.ndim == 2 else rows.shape[0] * rows.shape[2])
+    return total
+
+
+def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndarray:
+    """One state of the chosen cells of each piece, in order (a chain's prefix first): what
+    llama.cpp loads whole. `empty(n)` gives the output buffer (pinned memory, where the
+    device will read it). Every piece must come from one model and context layout."""
+    head = pieces[-1][0]
+    for layout, _ in pieces:
+        if (layout.n_stream, layout.v_trans, len(layout.k), layout.cells.shape[1]) != (
+                head.n_stream, head.v_trans, len(head.k), head.cells.shape[1]):
+            raise ValueError("the pieces come from different layouts")
+    out = empty(size(pieces))
+    n = sum(len(idx) for _, idx in pieces)
+    at = 0
+
+    def put(data: bytes) -> None:
+        nonlocal at
+        out[at:at + len(data)] = np.frombuffer(data, np.uint8)
+        at += len(data)
+
+    def gather(parts: Sequence[np.ndarray], width: int) -> None:
+        """The chosen rows of each piece's (n, width) array, one after another."""
+        nonlocal at
+        dst = out[at:at + n * width].reshape(n, width)
+        row = 0
+        for part, (_, idx) in zip(parts, pieces):
+            _take(part, idx, dst[row:row + len(idx)])
+            row += len(idx)
+        at += n * width
+
+    put(HEADER.pack(SEQ_MAGIC, head.seq) + struct.pack("<I", head.n_stream))
+    stream = head.stream if n else -1
+    for s in range(head.n_stream):
+        put(struct.pack("<I", n if s == stream else 0))
+        if s != stream:
+            continue
+        gather([layout.cells for layout, _ in pieces], head.cells.shape[1])
+        put(struct.pack("<II", head.v_trans, len(head.k)))
+        for layer, (header, rows) in enumerate(head.k):
+            put(header)
+            gather([layout.k[layer][1] for layout, _ in pieces], rows.shape[1])
+        for layer, (header, rows) in enumerate(head.v):
+            put(header)
+            if rows.ndim == 2:
+                gather([layout.v[layer][1] for layout, _ in pieces], rows.shape[1])
+                continue
+            emb, _, el = rows.shape
+            dst = out[at:at + emb * n * el].reshape(emb, n, el)
+            col = 0
+            for layout, idx in pieces:
+                dst[:, col:col + len(idx)] = layout.v[layer][1][:, idx]
+                col += len(idx)
+            at += emb * n * el
+    assert at == len(out)
+    return out
+
+
+def _take(src: np.ndarray, idx: np.ndarray, dst: np.ndarray) -> None:
+    """dst = src[idx], without a temporary copy where idx is a run of consecutive cells."""
+    if len(idx) == 0:
+        return
+    first, last = int(idx[0]), int(idx[-1])
+    if last - first + 1 == len(idx):
+        dst[...] = src[first:last + 1]
+    else:
+        np.take(src, idx, axis=0, out=dst)
+
+
+def below(layout: Layout, end: int) -> np.ndarray:
+    """The indices of the cells at positions below `end`, in the order they lie."""
+    return np.flatnonzero(layout.pos < end)
+
+
+def from_(layout: Layout, start: int) -> np.ndarray:
+    """The indices of the cells at `start` and after."""
+    return np.flatnonzero(layout.pos >= start)

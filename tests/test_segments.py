@@ -1,0 +1,178 @@
+"""Prompt-cache entries stored as segments (cache/segments.py): conversations that share a
+system prompt, and the turns of one conversation, hold the shared state once in RAM, and
+come back with the same answer as a cold run, through the real engine."""
+
+import numpy as np
+import pytest
+
+from warmslot.cache import segments
+from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
+from tests.test_disk_tier import disk_engine, entry_files
+
+pytestmark = pytest.mark.model
+
+SHARED = random_tokens(80, 200)  # a system prompt and tools that every conversation sends
+CONVERSATIONS = [SHARED + random_tokens(81 + i, 50) for i in range(4)]
+
+
+def whole_bytes(engine, entry) -> int:
+    return engine.call(lambda e: int(e.cache.whole_state(entry).nbytes)).result()
+
+
+# one slot in a unified pool; two slots with a stream each, flash attention off (transposed V)
+# and on (V by rows)
+LAYOUTS = {
+    "unified": dict(n_parallel=1),
+    "streams": dict(n_parallel=2, kv_unified="off"),
+    "streams-flash": dict(n_parallel=2, kv_unified="off", flash_attn="on"),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_cold(tiny_models, layout):
+    path = tiny_models["attention"]
+    args = {**REUSE_ENGINE, **LAYOUTS[layout]}
+    engine = tiny_engine(path, **args)
+    try:
+        for prompt in CONVERSATIONS:
+            r = generate(engine, prompt, max_tokens=4)
+            assert r.error is None
+        # every slot's conversation goes to RAM: one more conversation per slot
+        for i in range(args["n_parallel"]):
+            generate(engine, random_tokens(90 + i, 70), max_tokens=4)
+        cache = engine.cache
+        stats = cache.stats
+        assert stats.chained >= 3 and stats.chain_bytes_spared > 0
+        held = [e for e in cache.entries() if e.tokens[:len(SHARED)] == tuple(SHARED)]
+        assert len(held) == 4
+        chained = [e for e in held if e.chained]
+        assert len(chained) == 3 and all(e.base_len == len(SHARED) for e in chained)
+        # RAM holds the shared 200 tokens once: well under four whole states
+        wholes = sum(whole_bytes(engine, e) for e in held)
+        assert sum(e.nbytes for e in held) < 0.5 * wholes
+        engine.call(lambda e: e.cache.sanity_check()).result()
+        hits, joins = stats.hits, stats.join_seconds
+        warm = [generate(engine, prompt, return_prompt_logits=True) for prompt in CONVERSATIONS[1:3]]
+        for prompt, r in zip(CONVERSATIONS[1:3], warm):
+            assert (r.reuse.source, r.usage.cached_tokens) == ("ram", len(prompt))
+        assert stats.hits >= hits + 2 and stats.join_seconds > joins
+        # and a next turn of a chained conversation goes on from it
+        turn = CONVERSATIONS[3] + random_tokens(95, 20)
+        nxt = generate(engine, turn, return_prompt_logits=True)
+        assert nxt.usage.cached_tokens >= len(CONVERSATIONS[3])
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
+    cold_args = {**REUSE_ENGINE, **{k: v for k, v in LAYOUTS[layout].items() if k == "flash_attn"}}
+    same = assert_same_answer if "flash" not in layout else same_with_flash
+    for prompt, r in zip(CONVERSATIONS[1:3], warm):
+        same(r, cold_run(path, prompt, engine_args=cold_args))
+    same(nxt, cold_run(path, turn, engine_args=cold_args, boundaries=(len(CONVERSATIONS[3]),)))
+
+
+def same_with_flash(warm, ref) -> None:
+    """With flash attention, the CPU sums V in half precision in cell order, so the same
+    state in other cells moves logits by up to a few 1e-2 (docs/state-segments.md, section
+    5): the same tokens, and logits within that."""
+    assert warm.error is None and ref.error is None
+    assert warm.tokens == ref.tokens and len(warm.tokens) == 16
+    assert float(np.abs(warm.prompt_logits - ref.prompt_logits).max()) < 5e-2
+
+
+def test_a_joined_chain_is_the_state_the_slot_held(tiny_models):
+    """The state a chained entry joins into holds the same cells, position for position and
+    byte for byte, as the state saved from the slot."""
+    engine = tiny_engine(tiny_models["attention"], **REUSE_ENGINE)
+    try:
+        def saved_and_joined(e):
+            slot = e.slots[0]
+            return e.ctx.state_get(slot.id, partial=False)
+        generate(engine, CONVERSATIONS[0], max_tokens=4)
+        generate(engine, CONVERSATIONS[1], max_tokens=4)
+        original = engine.call(saved_and_joined).result()  # the slot now holds conversation 1
+        generate(engine, random_tokens(97, 70), max_tokens=4)  # conversation 1 goes to RAM
+        (entry,) = [e for e in engine.cache.entries() if e.tokens[:len(CONVERSATIONS[1])] == tuple(CONVERSATIONS[1])]
+        assert entry.chained
+        joined = engine.call(lambda e: e.cache.whole_state(entry)).result()
+    finally:
+        engine.stop()
+    a, b = segments.parse(original), segments.parse(joined)
+    assert a is not None and b is not None and a.n == b.n
+    ia, ib = np.argsort(a.pos), np.argsort(b.pos)
+    assert np.array_equal(a.pos[ia], b.pos[ib])
+    for (_, ka), (_, kb) in zip(a.k + a.v, b.k + b.v):
+        assert np.array_equal(ka[ia] if ka.ndim == 2 else ka[:, ia], kb[ib] if kb.ndim == 2 else kb[:, ib])
+
+
+@pytest.mark.parametrize("kind", ["swa", "recurrent", "hybrid"])
+def test_memory_that_is_more_than_its_cells_keeps_whole_entries(tiny_models, kind):
+    engine = tiny_engine(tiny_models[kind], **REUSE_ENGINE)
+    try:
+        for prompt in CONVERSATIONS[:3]:
+            generate(engine, prompt, max_tokens=4)
+        assert engine.cache.n_entries >= 2
+        assert engine.cache.stats.chained == 0 and not any(e.chained for e in engine.cache.entries())
+    finally:
+        engine.stop()
+
+
+def test_bases_leave_ram_only_after_what_chains_to_them_and_the_budget_holds(tiny_models):
+    """A budget of about three whole conversations, twelve conversations on one system
+    prompt: entries are evicted, a base never before the entries chained to it, and the
+    cache stays within its budget; a conversation still held comes back as cold."""
+    path = tiny_models["attention"]
+    probe = tiny_engine(path, **REUSE_ENGINE)
+    try:
+        generate(probe, CONVERSATIONS[0], max_tokens=4)
+        whole = probe.call(lambda e: e.ctx.state_size(0)).result()
+    finally:
+        probe.stop()
+    budget = 3 * whole
+    engine = tiny_engine(path, cache_ram=budget, **REUSE_ENGINE)
+    try:
+        prompts = [SHARED + random_tokens(200 + i, 50) for i in range(12)]
+        for prompt in prompts:
+            assert generate(engine, prompt, max_tokens=4).error is None
+            assert engine.cache.nbytes <= budget
+            engine.call(lambda e: e.cache.sanity_check()).result()
+        stats = engine.cache.stats
+        assert stats.evictions > 0 and stats.chained > 3
+        # more conversations are held than whole states would fit
+        held = [e for e in engine.cache.entries() if e.tokens[:len(SHARED)] == tuple(SHARED)]
+        assert len(held) > 3
+        last_held = max((e for e in held if e.chained), key=lambda e: e.last_used)
+        prompt = list(last_held.tokens[:len(SHARED) + 50])
+        warm = generate(engine, prompt, return_prompt_logits=True)
+        assert warm.reuse.source == "ram" and warm.usage.cached_tokens == len(prompt)
+    finally:
+        engine.stop()
+    assert_same_answer(warm, cold_run(path, prompt))
+
+
+def test_a_chained_entry_goes_to_disk_whole_and_its_base_is_not_written_twice(tiny_models, tmp_path):
+    path, directory = tiny_models["attention"], tmp_path / "disk"
+    engine = disk_engine(path, directory)
+    try:
+        first = CONVERSATIONS[0]
+        r1 = generate(engine, first, max_tokens=4)
+        generate(engine, random_tokens(97, 60), max_tokens=4)  # the first turn goes to RAM
+        turn = first + r1.tokens + random_tokens(99, 30)  # the next turn: chains to the first
+        assert generate(engine, turn, max_tokens=4).reuse.source == "ram"
+        generate(engine, random_tokens(98, 60), max_tokens=4)  # the conversation goes to RAM
+        assert engine.cache.stats.chained >= 1
+    finally:
+        engine.stop()  # RAM entries are written on the way out, the newest first
+    files = entry_files(directory)
+    from warmslot.cache.disk import format as fmt
+    headers = [fmt.read_header(str(f)) for f in files]
+    conv = [h for h in headers if h.tokens[:len(first)] == tuple(first)]
+    # the first turn, which only served as the next one's base, is not written: the next serves it
+    assert len(conv) == 1 and len(conv[0].tokens) >= len(turn)
+    engine = disk_engine(path, directory)
+    try:
+        prompt = turn + random_tokens(96, 10)
+        warm = generate(engine, prompt, return_prompt_logits=True, boundaries=(len(turn),))
+        assert warm.reuse.source == "disk" and warm.usage.cached_tokens == len(turn)
+    finally:
+        engine.stop()
+    assert_same_answer(warm, cold_run(path, prompt, boundaries=(len(turn),)))
