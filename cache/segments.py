@@ -26,6 +26,9 @@ left over) is not cut: its entry stays whole. Nothing here calls llama.cpp.
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import os
 import struct
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -181,6 +184,7 @@ def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndar
     out = empty(size(pieces))
     n = sum(len(idx) for _, idx in pieces)
     at = 0
+    copies: list[Callable[[], None]] = []  # the row copies, run at the end (on threads when large)
 
     def put(data: bytes) -> None:
         nonlocal at
@@ -193,7 +197,7 @@ def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndar
         dst = out[at:at + n * width].reshape(n, width)
         row = 0
         for part, (_, idx) in zip(parts, pieces):
-            _take(part, idx, dst[row:row + len(idx)])
+            copies.append(functools.partial(_take, part, idx, dst[row:row + len(idx)]))
             row += len(idx)
         at += n * width
 
@@ -217,11 +221,35 @@ def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndar
             dst = out[at:at + emb * n * el].reshape(emb, n, el)
             col = 0
             for layout, idx in pieces:
-                dst[:, col:col + len(idx)] = layout.v[layer][1][:, idx]
+                copies.append(functools.partial(_take_columns, layout.v[layer][1], idx, dst[:, col:col + len(idx)]))
                 col += len(idx)
             at += emb * n * el
     assert at == len(out)
+    _run(copies, len(out))
     return out
+
+
+COPY_THREADS = min(8, os.cpu_count() or 1)  # a host copy of GBs runs at several times one core's speed
+THREADED_BYTES = 64 << 20
+
+
+@functools.cache
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="warmslot-join")
+
+
+def _run(copies: list[Callable[[], None]], nbytes: int) -> None:
+    """Run the copies; numpy lets go of the GIL while it copies, so large joins use threads."""
+    if nbytes < THREADED_BYTES or COPY_THREADS < 2:
+        for copy in copies:
+            copy()
+        return
+    for future in [_pool().submit(copy) for copy in copies]:
+        future.result()
+
+
+def _take_columns(src: np.ndarray, idx: np.ndarray, dst: np.ndarray) -> None:
+    dst[...] = src[:, idx]
 
 
 def _take(src: np.ndarray, idx: np.ndarray, dst: np.ndarray) -> None:
