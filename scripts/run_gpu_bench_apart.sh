@@ -50,7 +50,7 @@ for r in $runs; do
     case $r in
         8w) run_on $gpu qwen3-8b-sessions-16on4-warmslot "${dense[@]}" --sess-runs 16:4 --servers warmslot ;;
         8wn) run_on $gpu qwen3-8b-sessions-16on4-warmslot-no-segments "${dense[@]}" --sess-runs 16:4 --servers warmslot \
-                 --warmslot-args "--no-cache-segments" ;;
+                 --warmslot-args=--no-cache-segments ;;
         8l) run_on $gpu qwen3-8b-sessions-16on4-llama-server "${dense[@]}" --sess-runs 16:4 --servers llama-server ;;
         8w42) run_on $gpu qwen3-8b-sessions-4on2-warmslot "${dense[@]}" --sess-runs 4:2 --servers warmslot ;;
         8l42) run_on $gpu qwen3-8b-sessions-4on2-llama-server "${dense[@]}" --sess-runs 4:2 --servers llama-server ;;
