@@ -178,8 +178,12 @@ class SlotMemory:
         t0 = time.monotonic()
         self.ctx.seq_clear(target.id)
         # a chained entry (cache/segments.py) is joined into one whole state in host memory
-        state = entry.state if entry.base is None else self.cache.whole_state(entry)
-        if not self.ctx.state_set(target.id, state, partial=False):
+        try:
+            state = entry.state if entry.base is None else self.cache.whole_state(entry)
+        except ValueError as exc:  # links of another layout: never made by one context
+            log.warning("slot %d: joining a cache entry of %d tokens failed: %s", target.id, len(entry), exc)
+            state = None
+        if state is None or not self.ctx.state_set(target.id, state, partial=False):
             log.warning("slot %d: loading a cache entry of %d tokens failed", target.id, len(entry))
             self.clear(target)
             return False
