@@ -5,7 +5,7 @@
 #
 # Usage: OUT=DIR [LIMIT=570] [RUNS="8w 8l 27w 27l"] scripts/run_gpu_bench_apart.sh
 #   RUNS, one GPU each in order: 8w / 8l  the dense 8B shape, 16 sessions on -np 4, warmslot / llama-server
-#                                8wn       as 8w, with --no-cache-segments (every prompt-cache entry whole)
+#                                8wn/8w42n as 8w/8w42, with --no-cache-segments (every prompt-cache entry whole)
 #                                27w / 27l the hybrid 27B shape, 4 sessions on -np 2 (--sess-shapes legacy:
 #                                          llama-server's Qwen3.5 template raises on a later system message)
 #                                8w42/8l42 the dense 8B shape, 4 sessions on -np 2, warmslot / llama-server
@@ -53,6 +53,8 @@ for r in $runs; do
                  --warmslot-args=--no-cache-segments ;;
         8l) run_on $gpu qwen3-8b-sessions-16on4-llama-server "${dense[@]}" --sess-runs 16:4 --servers llama-server ;;
         8w42) run_on $gpu qwen3-8b-sessions-4on2-warmslot "${dense[@]}" --sess-runs 4:2 --servers warmslot ;;
+        8w42n) run_on $gpu qwen3-8b-sessions-4on2-warmslot-no-segments "${dense[@]}" --sess-runs 4:2 --servers warmslot \
+                   --warmslot-args=--no-cache-segments ;;
         8l42) run_on $gpu qwen3-8b-sessions-4on2-llama-server "${dense[@]}" --sess-runs 4:2 --servers llama-server ;;
         m1) run_on $gpu qwen3-8b-models-1session "${dense[@]}" "${models_run[@]}" --mod-sessions 1 --log-dir "$out/logs-m1" ;;
         m2) run_on $gpu qwen3-8b-models-2sessions "${dense[@]}" "${models_run[@]}" --mod-sessions 2 --log-dir "$out/logs-m2" ;;
