@@ -235,11 +235,13 @@ class PromptCache:
     def insert(
         self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str,
         prompt_end: int | None = None, keep_s: float | None = None, draft: DraftState | None = None,
+        transient: bool = False,
     ) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
-        buffers). Evicts entries to fit (see the module); drops entries this one makes
-        redundant. Returns None when the entry alone exceeds the budget, or when it would be
-        the first to go. Mutates."""
+        buffers; a `transient` state is a scratch buffer that the caller reuses: what is kept
+        of it is copied). Evicts entries to fit (see the module); drops entries this one
+        makes redundant. Returns None when the entry alone exceeds the budget, or when it
+        would be the first to go. Mutates."""
         state.flags.writeable = False
         for array in draft.arrays if draft is not None else ():
             array.flags.writeable = False
@@ -260,6 +262,8 @@ class PromptCache:
         plan = self._make_room(entry, size, base)
         if plan is None:
             if entry.nbytes <= self.budget and self.on_evict is not None:
+                if transient:
+                    entry.state = self._keep(state, None, lambda n: np.empty(n, np.uint8))
                 self.on_evict(entry)  # refused: the disk tier still keeps it
             return None
         redundant, victims = plan
@@ -278,6 +282,9 @@ class PromptCache:
             entry.state, entry.layout = tail, segments.parse(tail)
             entry.base, entry.base_len = base, shared
             self._children[base.id] = self._children.get(base.id, 0) + 1
+        elif transient:
+            entry.state = self._keep(state, entry.layout, self.segment_buffer or (lambda n: np.empty(n, np.uint8)))
+            entry.layout = segments.parse(entry.state) if entry.layout is not None else None
         assert entry.nbytes == size
         self._tries.setdefault(tenant, PrefixTrie()).insert(entry.tokens, entry)
         self._lru[entry.id] = entry
@@ -309,6 +316,23 @@ class PromptCache:
         whole = chains.join(entry, empty or self.segment_buffer or (lambda n: np.empty(n, np.uint8)))
         self.stats.join_seconds += time.monotonic() - t0
         return whole
+
+    def chain_point(self, tokens: Sequence[int], tenant: str) -> int:
+        """How many of `tokens` an entry stored now would share with the entry it chains to
+        (0: it would be stored whole). Read-only."""
+        return self._base_for(tuple(tokens), tenant)[1] if self.segment_buffer is not None else 0
+
+    def _keep(self, state: np.ndarray, layout: segments.Layout | None, empty: Callable[[int], np.ndarray]) -> np.ndarray:
+        """A copy of a scratch state to keep (on threads where it is large)."""
+        t0 = time.monotonic()
+        if layout is not None:
+            kept = segments.join([(layout, np.arange(layout.n))], empty)
+        else:
+            kept = empty(int(state.nbytes))
+            kept[...] = state
+        kept.flags.writeable = False
+        self.stats.join_seconds += time.monotonic() - t0
+        return kept
 
     def _base_for(self, tokens: tuple[int, ...], tenant: str) -> tuple[CacheEntry | None, int]:
         trie = self._tries.get(tenant)

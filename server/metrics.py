@@ -150,6 +150,7 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=snap.n_ctx)
         yield GaugeMetricFamily("warmslot_host_pinned_bytes", "Page-locked host memory held for states (CUDA only)", value=snap.pinned_bytes)
         yield GaugeMetricFamily("warmslot_host_pinned_free_bytes", "Pinned host memory not in use", value=snap.pinned_free_bytes)
+        yield CounterMetricFamily("warmslot_host_unpinned_state_bytes", "Bytes of states that found no room in pinned memory and went through ordinary memory (CUDA only; slower copies)", value=snap.unpinned_state_bytes)
 
     def _engine_time(self, stats):
         yield CounterMetricFamily("warmslot_engine_step_seconds", "Engine thread time spent in steps with work", value=stats.step_seconds)

@@ -15,6 +15,7 @@ from typing import Callable
 from warmslot.cache.checkpoints import Checkpoint
 from warmslot.cache.prompt_cache import CacheEntry, DraftState, PromptCache
 
+from .fitting.host_buffers import Staging
 from .llama_api import Batch, Context, MemoryKind, Model
 from .reuse import ReusePlan, plan_reuse
 from .slot import Slot
@@ -30,6 +31,7 @@ class SlotMemory:
         self.cache = cache
         self.stats = stats
         self.kind = ctx.memory_kind
+        self.staging = Staging(ctx.host)  # whole states passing through host memory (segments)
         # a cross-stream seq_cp was issued into fork_target; llama.cpp performs it at the next decode
         self.fork_pending = False
         self.fork_target: Slot | None = None
@@ -156,10 +158,14 @@ class SlotMemory:
             log.debug("slot %d: not saved: the waiting requests need what the prompt cache holds sooner", slot.id)
             return None
         t0 = time.monotonic()
-        state = self.ctx.state_get(slot.id, partial=False)
+        # a state the cache will store as a segment is read into the staging buffer: the
+        # cache copies its tail out (segments.py), and the rest was only passing through
+        transient = self.cache.chain_point(slot.tokens, slot.tenant) > 0
+        state = self.ctx.state_get(slot.id, partial=False, empty=self.staging.empty if transient else None)
         draft = self.draft_state(slot)
         entry = self.cache.insert(
             slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
+            transient=transient,
         )
         seconds = time.monotonic() - t0
         self.cache.stats.save_seconds += seconds
@@ -179,7 +185,7 @@ class SlotMemory:
         self.ctx.seq_clear(target.id)
         # a chained entry (cache/segments.py) is joined into one whole state in host memory
         try:
-            state = entry.state if entry.base is None else self.cache.whole_state(entry)
+            state = entry.state if entry.base is None else self.cache.whole_state(entry, self.staging.empty)
         except ValueError as exc:  # links of another layout: never made by one context
             log.warning("slot %d: joining a cache entry of %d tokens failed: %s", target.id, len(entry), exc)
             state = None

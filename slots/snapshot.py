@@ -128,6 +128,7 @@ class EngineSnapshot:
     cache: CacheView | None
     pinned_bytes: int = 0
     pinned_free_bytes: int = 0
+    unpinned_state_bytes: int = 0  # states that found no pinned room (a count of bytes, CUDA only)
     taken: float = field(default_factory=time.monotonic)
 
     def states(self) -> Counter:
@@ -183,6 +184,7 @@ def take_snapshot(
         cache=cache_view,
         pinned_bytes=host.allocated_bytes,
         pinned_free_bytes=host.free_bytes,
+        unpinned_state_bytes=host.ordinary_bytes,
     )
 
 

@@ -230,3 +230,32 @@ def test_a_model_loaded_again_takes_the_pinned_memory_its_unloaded_arena_held_an
         other.close()
     finally:
         second.close()
+
+
+def test_the_staging_buffer_is_pinned_once_and_reused_and_counts_states_that_found_no_room():
+    from warmslot.slots.fitting.host_buffers import Staging
+    with arenas(0, limit=8 << 30) as (a,):
+        pins = a._lib
+        a.CHUNK = 16 << 20
+        a.pin_soon(16 << 20)
+        wait_for(lambda: a.allocated_bytes >= 16 << 20)
+        staging = Staging(a)
+        first = staging.empty(6 << 20)
+        assert a.free_bytes == (16 << 20) - (6 << 20) and a.ordinary_bytes == 0  # carved from the arena
+        again = staging.empty(4 << 20)  # smaller: the same memory, no new carve
+        assert again.ctypes.data == first.ctypes.data and a.free_bytes == (16 << 20) - (6 << 20)
+        del first, again  # (a view still held would keep its carve)
+        grown = staging.empty(12 << 20)  # larger: the old one went back first, then a carve its size
+        assert grown.nbytes == 12 << 20 and a.ordinary_bytes == 0 and a.free_bytes == (16 << 20) - (12 << 20)
+        del grown
+        huge = staging.empty(40 << 20)  # no room: ordinary memory, counted, and a chunk is asked for
+        assert huge.nbytes == 40 << 20 and a.ordinary_bytes == 40 << 20
+        wait_for(lambda: len(pins.sizes) == 2)
+        assert pins.sizes[1] == 1 << 30
+
+
+def test_without_cuda_the_staging_buffer_is_ordinary_memory_kept_for_the_next_state():
+    from warmslot.slots.fitting.host_buffers import Staging
+    staging = Staging(HostBuffers(allocator=None))
+    first = staging.empty(3 << 20)
+    assert staging.empty(2 << 20).ctypes.data == first.ctypes.data

@@ -74,6 +74,7 @@ class HostBuffers:
         self.reserve = min(reserve, limit)
         self.allocated_bytes = 0  # pinned bytes held by the arena
         self.free_bytes = 0
+        self.ordinary_bytes = 0  # bytes of states that found no pinned room (a count, of every such buffer)
         self._wanted = 0  # the largest state that found no room since the last pinning
         self._initial = 0  # what pin_soon() asked for
         self._closed = False
@@ -121,13 +122,24 @@ class HostBuffers:
         """An uninitialized uint8 array of `size` bytes."""
         if self._lib is None or size < _PINNED_MIN:
             return np.empty(size, dtype=np.uint8)
-        need = -(-size // _PAGE) * _PAGE
+        found = self.empty_pinned(size)
+        if found is None:
+            self.ordinary_bytes += size
+            return np.empty(size, dtype=np.uint8)
+        return found
+
+    def empty_pinned(self, size: int) -> np.ndarray | None:
+        """An uninitialized uint8 array of `size` bytes in pinned memory, or None when the
+        arena has no room for it now (it is then asked for a chunk that size)."""
+        if self._lib is None:
+            return None
+        need = -(-max(size, 1) // _PAGE) * _PAGE
         with self._lock:
             found = self._take(need)
         if found is None:
             self._wanted = max(self._wanted, need)
             self._wake.set()
-            return np.empty(size, dtype=np.uint8)
+            return None
         chunk, offset = found
         raw = self._lib.view(chunk.address + offset, need)
         weakref.finalize(raw, _give_back, chunk, offset, need)
@@ -318,3 +330,31 @@ class _Chunk:
 _GIB = 1 << 30
 _PINNED_MIN = 1 << 20  # smaller states (logits, tiny models) gain nothing from pinning
 _PAGE = 4096
+
+
+class Staging:
+    """A pinned buffer for whole states that live only while they are copied: a state read
+    from the device whose tail the prompt cache keeps (segments), a chain joined for a load.
+    Without it each such state is carved from the arena anew, and once small entries have
+    cut the chunks up, a multi-GB state finds no room and goes through ordinary memory, at a
+    fraction of the bus speed. It grows to the largest state asked for; while the arena has
+    no room it gives ordinary memory. A view it returns is valid until the next call: the
+    caller copies what it keeps. Engine thread only."""
+
+    def __init__(self, host: HostBuffers) -> None:
+        self.host = host
+        self._buffer: np.ndarray | None = None
+
+    def empty(self, size: int) -> np.ndarray:
+        if self._buffer is not None and self._buffer.nbytes >= size:
+            return self._buffer[:size]
+        self._buffer = None  # the smaller one goes back first
+        if self.host.pinned and size >= _PINNED_MIN:
+            found = self.host.empty_pinned(size)
+            if found is None:  # not kept: the arena may have room the next time
+                self.host.ordinary_bytes += size
+                return np.empty(size, dtype=np.uint8)
+        else:  # no pinned memory: ordinary memory, kept (no page faults the next time)
+            found = np.empty(size, dtype=np.uint8)
+        self._buffer = found
+        return found[:size]

@@ -7,7 +7,7 @@ import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -125,11 +125,12 @@ class Context:
         """Bytes of a sequence's whole state (what state_get copies)."""
         return int(llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq, 0))
 
-    def state_get(self, seq: int, *, partial: bool) -> np.ndarray:
-        """A copy of a sequence's state: everything, or only its non-truncatable part."""
+    def state_get(self, seq: int, *, partial: bool, empty: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
+        """A copy of a sequence's state: everything, or only its non-truncatable part, in
+        `empty(n)` (default: the host buffers)."""
         flags = PARTIAL_ONLY if partial else 0
         size = int(llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq, flags))
-        buf = self.host.empty(size)
+        buf = (empty or self.host.empty)(size)
         ptr = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
         n = int(llama_cpp.llama_state_seq_get_data_ext(self.ptr, ptr, size, seq, flags))
         if n == 0 and size > 0:
