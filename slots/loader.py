@@ -194,6 +194,10 @@ def _load(
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
     if host.pinned:  # in the background, once the model serves
+        # chunks that hold a whole sequence's state: a state larger than every chunk never
+        # finds pinned room, and its copies run at a fraction of the bus speed
+        whole = model.kv_bytes_per_token(cfg.type_k, cfg.type_v) * ctx.n_ctx_seq
+        host.CHUNK = max(host.CHUNK, min(-(-whole // (1 << 30)) << 30, 16 << 30))
         host.pin_soon(min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)

@@ -63,7 +63,7 @@ class HostBuffers:
     cost, and loads and unloads never pin more than the most that was ever held at once.
     """
 
-    CHUNK = 4 << 30  # pinned for pin_soon()
+    CHUNK = 4 << 30  # pinned for pin_soon(); the loader raises it to hold a whole sequence's state
     IDLE_CHUNK = 2 << 30  # pinned to keep `reserve` free: smaller, so a request arriving meanwhile waits less
     QUIET = 2.0  # seconds every engine has been idle before pinning starts, with other models in the process
 
