@@ -259,3 +259,6 @@ def test_without_cuda_the_staging_buffer_is_ordinary_memory_kept_for_the_next_st
     staging = Staging(HostBuffers(allocator=None))
     first = staging.empty(3 << 20)
     assert staging.empty(2 << 20).ctypes.data == first.ctypes.data
+    large = Staging.KEEP_UNPINNED + 1  # RAM no budget counts: not kept
+    one, two = staging.empty(large), staging.empty(large)
+    assert one.ctypes.data != two.ctypes.data

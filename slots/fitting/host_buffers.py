@@ -338,8 +338,11 @@ class Staging:
     Without it each such state is carved from the arena anew, and once small entries have
     cut the chunks up, a multi-GB state finds no room and goes through ordinary memory, at a
     fraction of the bus speed. It grows to the largest state asked for; while the arena has
-    no room it gives ordinary memory. A view it returns is valid until the next call: the
-    caller copies what it keeps. Engine thread only."""
+    no room it gives ordinary memory. Without CUDA it keeps ordinary memory, up to
+    KEEP_UNPINNED. A view it returns is valid until the next call: the caller copies what
+    it keeps. Engine thread only."""
+
+    KEEP_UNPINNED = 256 << 20  # without CUDA, a buffer up to this size is kept for the next state
 
     def __init__(self, host: HostBuffers) -> None:
         self.host = host
@@ -354,7 +357,9 @@ class Staging:
             if found is None:  # not kept: the arena may have room the next time
                 self.host.ordinary_bytes += size
                 return np.empty(size, dtype=np.uint8)
-        else:  # no pinned memory: ordinary memory, kept (no page faults the next time)
+        elif size <= self.KEEP_UNPINNED:  # no pinned memory: ordinary memory, kept if small
             found = np.empty(size, dtype=np.uint8)
+        else:  # a large one would be RAM that no budget counts: not kept
+            return np.empty(size, dtype=np.uint8)
         self._buffer = found
         return found[:size]
