@@ -20,7 +20,7 @@ long system prompt, all come back warm.
   tokens up to the end of its last prompt and can serve that prefix (see `covers`): a strict
   prefix of the newer entry, or the previous turn of the same conversation (whose generated
   reply the next turn re-rendered).
-- Segments (attention memory, `segment_buffer` set): an entry that shares a prefix of at
+- Segments (attention and sliding-window memory, `segment_buffer` set): an entry that shares a prefix of at
   least `chains.SEGMENT_MIN_TOKENS` with one the cache holds stores only the state of its own
   tokens, chained to that entry (`base`, `base_len`; segments.py). So a system prompt and
   tools that many conversations share, and the turns of one conversation, are held once.
@@ -256,6 +256,8 @@ class PromptCache:
             entry.linear = entry.layout is not None and entry.layout.linear(len(tokens))
             if entry.linear:
                 base, shared = self._base_for(entry.tokens, tenant)
+            if base is not None and any(part.n and part.pos.min() < shared for part in entry.layout.rest):
+                base, shared = None, 0  # a sliding window reaching back before its own tokens: whole
             if base is not None:
                 cells = segments.from_(entry.layout, shared)
                 size += segments.size([(entry.layout, cells)]) - int(state.nbytes)

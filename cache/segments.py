@@ -7,12 +7,16 @@ only, chained to the entry whose first tokens it shares (`CacheEntry.base`). Loa
 joins the chain into one whole state in host memory and loads that, so the device receives
 what it always did, while RAM holds each shared prefix once.
 
-This works on attention memory, where a position's K and V rows are all a position holds.
-The state format is llama.cpp's sequence state (`llama_state_seq_get_data_ext`, flags 0) for
-attention memory, read from its writer (`llama_kv_cache::state_write`) and checked by the
-tests of every build this package pins:
+This works on attention memory, where a position's K and V rows are all a position holds,
+and on sliding-window memory, whose state is the whole layers' cells and then the window
+layers' last window: a chain's cells come from the whole layers of each link, the window
+from the last link alone (the cache chains only an entry whose window lies in its own
+tokens). The state format is llama.cpp's sequence state (`llama_state_seq_get_data_ext`,
+flags 0), read from its writer (`llama_kv_cache::state_write`, the iSWA cache's two in turn)
+and checked by the tests of every build this package pins:
 
     u32 magic, i32 sequence id
+    per memory part (one, or two for a sliding window):
     u32 n_stream; per stream: u32 cell count, and when it is not 0:
         cells: i32 position, u32 number of sequence ids, [12 bytes of M-RoPE extension], i32 ids
         u32 v_trans, u32 n_layer
@@ -27,6 +31,7 @@ left over) is not cut: its entry stays whole. Nothing here calls llama.cpp.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import os
 import struct
@@ -38,6 +43,7 @@ import numpy as np
 SEQ_MAGIC = 0xAF143CD8  # the first four bytes of every sequence state
 HEADER = struct.Struct("<Ii")
 EXTENSION_BYTES = 12  # a cell's M-RoPE extension
+MAX_PARTS = 2  # attention memory writes one part; sliding-window memory two
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +59,9 @@ class Layout:
     v_trans: int
     k: tuple[tuple[bytes, np.ndarray], ...]  # per layer: header bytes, (n, row) rows
     v: tuple[tuple[bytes, np.ndarray], ...]  # per layer: header bytes, (n, row) or (n_embd, n, el)
+    # the parts after the first, each a Layout of its own: a sliding-window memory's window
+    # (llama.cpp's iSWA cache writes the whole layers' cells, then the window layers')
+    rest: tuple["Layout", ...] = ()
 
     @property
     def n(self) -> int:
@@ -100,51 +109,63 @@ def _parse(blob: np.ndarray, extension: int) -> Layout | None:
     magic, seq = HEADER.unpack(take(HEADER.size))
     if magic != SEQ_MAGIC:
         return None
-    (n_stream,) = struct.unpack("<I", take(4))
-    if not 0 < n_stream <= 4096:
-        return None
-    found: Layout | None = None
-    for stream in range(n_stream):
-        (n,) = struct.unpack("<I", take(4))
-        if n == 0:
-            continue
-        if found is not None:
-            return None  # a sequence's cells lie in one stream
+
+    def part() -> Layout | None:
+        """One memory's part: the cells of one stream, or of none."""
+        (n_stream,) = struct.unpack("<I", take(4))
+        if not 0 < n_stream <= 4096:
+            return None
         record = 12 + extension
-        start = at
-        cells = np.frombuffer(blob, np.uint8, n * record, start).reshape(n, record)
-        take(n * record)
-        words = cells[:, :8].copy().view("<i4")  # position, number of ids
-        if not np.all(words[:, 1] == 1):
-            return None
-        ids = cells[:, 8 + extension:12 + extension].copy().view("<i4")[:, 0]
-        if not np.all(ids == ids[0]):
-            return None
-        pos = np.ascontiguousarray(words[:, 0]).astype(np.int32)
-        v_trans, n_layer = struct.unpack("<II", take(8))
-        if v_trans > 1 or not 0 < n_layer <= 4096:
-            return None
-        k = []
-        for _ in range(n_layer):
-            header = bytes(take(12))
-            row = struct.unpack("<iQ", header)[1]
-            k.append((header, _rows(blob, take, at, n, row)))
-        v = []
-        for _ in range(n_layer):
-            if not v_trans:
+        found = Layout(blob, seq, n_stream, -1, np.empty((0, record), np.uint8), np.empty(0, np.int32), 0, (), ())
+        seen = False
+        for stream in range(n_stream):
+            (n,) = struct.unpack("<I", take(4))
+            if n == 0:
+                continue
+            if seen:
+                return None  # a sequence's cells lie in one stream
+            seen = True
+            start = at
+            cells = np.frombuffer(blob, np.uint8, n * record, start).reshape(n, record)
+            take(n * record)
+            words = cells[:, :8].copy().view("<i4")  # position, number of ids
+            if not np.all(words[:, 1] == 1):
+                return None
+            ids = cells[:, 8 + extension:12 + extension].copy().view("<i4")[:, 0]
+            if not np.all(ids == ids[0]):
+                return None
+            pos = np.ascontiguousarray(words[:, 0]).astype(np.int32)
+            v_trans, n_layer = struct.unpack("<II", take(8))
+            if v_trans > 1 or not 0 < n_layer <= 4096:
+                return None
+            k = []
+            for _ in range(n_layer):
                 header = bytes(take(12))
                 row = struct.unpack("<iQ", header)[1]
-                v.append((header, _rows(blob, take, at, n, row)))
-            else:
+                k.append((header, _rows(blob, take, at, n, row)))
+            v = []
+            for _ in range(n_layer):
                 header = bytes(take(12))
-                _, el, emb = struct.unpack("<iII", header)
-                begin = at
-                take(emb * n * el)
-                v.append((header, np.frombuffer(blob, np.uint8, emb * n * el, begin).reshape(emb, n, el)))
-        found = Layout(blob, seq, n_stream, stream, cells, pos, v_trans, tuple(k), tuple(v))
-    if at != size or found is None:
+                if not v_trans:
+                    row = struct.unpack("<iQ", header)[1]
+                    v.append((header, _rows(blob, take, at, n, row)))
+                else:
+                    _, el, emb = struct.unpack("<iII", header)
+                    begin = at
+                    take(emb * n * el)
+                    v.append((header, np.frombuffer(blob, np.uint8, emb * n * el, begin).reshape(emb, n, el)))
+            found = Layout(blob, seq, n_stream, stream, cells, pos, v_trans, tuple(k), tuple(v))
+        return found
+
+    parts = []
+    while at < size and len(parts) < MAX_PARTS:
+        found = part()
+        if found is None:
+            return None
+        parts.append(found)
+    if at != size or not parts or parts[0].n == 0:
         return None
-    return found
+    return dataclasses.replace(parts[0], rest=tuple(parts[1:]))
 
 
 def _rows(blob: np.ndarray, take, at: int, n: int, row: int) -> np.ndarray:
@@ -159,9 +180,14 @@ Piece = tuple[Layout, np.ndarray]  # a state and the indices of the cells taken 
 
 def size(pieces: Sequence[Piece]) -> int:
     """Bytes of the state `join` would make of `pieces`."""
+    last = pieces[-1][0]
+    return HEADER.size + _part_size(pieces) + sum(_part_size([(p, np.arange(p.n))]) for p in last.rest)
+
+
+def _part_size(pieces: Sequence[Piece]) -> int:
     head = pieces[-1][0]
     n = sum(len(idx) for _, idx in pieces)
-    total = HEADER.size + 4 + 4 * head.n_stream
+    total = 4 + 4 * head.n_stream
     if n == 0:
         return total
     total += n * head.cells.shape[1] + 8
@@ -174,17 +200,30 @@ def size(pieces: Sequence[Piece]) -> int:
 
 def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndarray:
     """One state of the chosen cells of each piece, in order (a chain's prefix first): what
-    llama.cpp loads whole. `empty(n)` gives the output buffer (pinned memory, where the
-    device will read it). Every piece must come from one model and context layout."""
+    llama.cpp loads whole. The parts after the first (a sliding window) come whole from the
+    last piece. `empty(n)` gives the output buffer (pinned memory, where the device will
+    read it). Every piece must come from one model and context layout."""
     head = pieces[-1][0]
     for layout, _ in pieces:
-        if (layout.n_stream, layout.v_trans, len(layout.k), layout.cells.shape[1]) != (
-                head.n_stream, head.v_trans, len(head.k), head.cells.shape[1]):
+        if (layout.n_stream, layout.v_trans, len(layout.k), layout.cells.shape[1], len(layout.rest)) != (
+                head.n_stream, head.v_trans, len(head.k), head.cells.shape[1], len(head.rest)):
             raise ValueError("the pieces come from different layouts")
     out = empty(size(pieces))
-    n = sum(len(idx) for _, idx in pieces)
-    at = 0
+    out[:HEADER.size] = np.frombuffer(HEADER.pack(SEQ_MAGIC, head.seq), np.uint8)
     copies: list[Callable[[], None]] = []  # the row copies, run at the end (on threads when large)
+    at = _write_part(out, HEADER.size, pieces, copies)
+    for part in head.rest:
+        at = _write_part(out, at, [(part, np.arange(part.n))], copies)
+    assert at == len(out)
+    _run(copies, len(out))
+    return out
+
+
+def _write_part(out: np.ndarray, at: int, pieces: Sequence[Piece], copies: list[Callable[[], None]]) -> int:
+    """Write one memory's part of the pieces' chosen cells at `at`; the row copies go to
+    `copies`. Returns where the part ends."""
+    head = pieces[-1][0]
+    n = sum(len(idx) for _, idx in pieces)
 
     def put(data: bytes) -> None:
         nonlocal at
@@ -201,7 +240,7 @@ def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndar
             row += len(idx)
         at += n * width
 
-    put(HEADER.pack(SEQ_MAGIC, head.seq) + struct.pack("<I", head.n_stream))
+    put(struct.pack("<I", head.n_stream))
     stream = head.stream if n else -1
     for s in range(head.n_stream):
         put(struct.pack("<I", n if s == stream else 0))
@@ -224,9 +263,7 @@ def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndar
                 copies.append(functools.partial(_take_columns, layout.v[layer][1], idx, dst[:, col:col + len(idx)]))
                 col += len(idx)
             at += emb * n * el
-    assert at == len(out)
-    _run(copies, len(out))
-    return out
+    return at
 
 
 COPY_THREADS = min(8, os.cpu_count() or 1)  # a host copy of GBs runs at several times one core's speed

@@ -220,7 +220,7 @@ class DiskTier:
         """Whether, with segments, a disk entry serves everything `entry` could: a base that
         RAM kept for the entries chained to it, once one of them is written. Attention
         memory only, where any prefix of an entry serves."""
-        if self.ram.segment_buffer is None:
+        if self.ram.segment_buffer is None or not self.ram.truncatable:
             return False
         end = entry.prompt_end or len(entry)
         found = self.disk.lookup(entry.tokens[:end], entry.tenant, lambda e, matched: matched).best

@@ -270,7 +270,7 @@ def _load(
 def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake):
     """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
     cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram) if cfg.cache_ram > 0 else None
-    if cache is not None and cfg.cache_segments and kind is MemoryKind.ATTENTION:
+    if cache is not None and cfg.cache_segments and kind in (MemoryKind.ATTENTION, MemoryKind.SWA):
         cache.segment_buffer = ctx.host.empty  # entries sharing a prefix store it once (cache/segments.py)
     disk = None
     if cfg.cache_disk:

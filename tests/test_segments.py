@@ -1,6 +1,7 @@
 """Prompt-cache entries stored as segments (cache/segments.py): conversations that share a
 system prompt, and the turns of one conversation, hold the shared state once in RAM, and
-come back with the same answer as a cold run, through the real engine."""
+come back with the same answer as a cold run, through the real engine, on attention and
+sliding-window memory."""
 
 import numpy as np
 import pytest
@@ -28,9 +29,14 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_cold(tiny_models, layout):
-    path = tiny_models["attention"]
+CASES = [("attention", layout) for layout in LAYOUTS] + [("swa", "unified"), ("swa", "streams")]
+
+
+@pytest.mark.parametrize("kind,layout", CASES)
+def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_cold(tiny_models, kind, layout):
+    """On sliding-window memory too: each conversation's own tokens outnumber the window
+    (8 tokens on the tiny model), so its segment holds its whole window."""
+    path = tiny_models[kind]
     args = {**REUSE_ENGINE, **LAYOUTS[layout]}
     engine = tiny_engine(path, **args)
     try:
@@ -47,9 +53,10 @@ def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_co
         assert len(held) == 4
         chained = [e for e in held if e.chained]
         assert len(chained) == 3 and all(e.base_len == len(SHARED) for e in chained)
-        # RAM holds the shared 200 tokens once: well under four whole states
-        wholes = sum(whole_bytes(engine, e) for e in held)
-        assert sum(e.nbytes for e in held) < 0.5 * wholes
+        # RAM holds the shared 200 tokens once: a chained entry holds about its own 54 tokens
+        # of 254 (and, on sliding-window memory, its window)
+        for e in chained:
+            assert e.nbytes < 0.4 * whole_bytes(engine, e)
         engine.call(lambda e: e.cache.sanity_check()).result()
         hits, joins = stats.hits, stats.join_seconds
         warm = [generate(engine, prompt, return_prompt_logits=True) for prompt in CONVERSATIONS[1:3]]
@@ -104,7 +111,7 @@ def test_a_joined_chain_is_the_state_the_slot_held(tiny_models):
         assert np.array_equal(ka[ia] if ka.ndim == 2 else ka[:, ia], kb[ib] if kb.ndim == 2 else kb[:, ib])
 
 
-@pytest.mark.parametrize("kind", ["swa", "recurrent", "hybrid"])
+@pytest.mark.parametrize("kind", ["recurrent", "hybrid"])
 def test_memory_that_is_more_than_its_cells_keeps_whole_entries(tiny_models, kind):
     engine = tiny_engine(tiny_models[kind], **REUSE_ENGINE)
     try:
@@ -176,3 +183,23 @@ def test_a_chained_entry_goes_to_disk_whole_and_its_base_is_not_written_twice(ti
     finally:
         engine.stop()
     assert_same_answer(warm, cold_run(path, prompt, boundaries=(len(turn),)))
+
+
+def test_a_sliding_window_reaching_back_before_its_own_tokens_keeps_the_entry_whole(tiny_models):
+    """A turn that adds fewer tokens than the window: its window holds its base's cells, which
+    the base's own state does not keep at that point, so it is stored whole."""
+    path = tiny_models["swa"]
+    engine = tiny_engine(path, **REUSE_ENGINE)
+    try:
+        first = CONVERSATIONS[0]
+        generate(engine, first, max_tokens=1)
+        generate(engine, random_tokens(120, 70), max_tokens=1)  # the first goes to RAM
+        short = first + random_tokens(121, 3)  # 3 + 1 new tokens: fewer than the window of 8
+        r = generate(engine, short, max_tokens=1)
+        assert r.reuse.source == "ram"
+        generate(engine, random_tokens(122, 70), max_tokens=1)  # the short turn goes to RAM
+        held = [e for e in engine.cache.entries() if e.tokens[:len(short)] == tuple(short)]
+        assert len(held) == 1 and not held[0].chained
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
