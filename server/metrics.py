@@ -279,7 +279,7 @@ class EngineCollector:
             "path": info.model_path,
             "memory": info.memory.value,
             "n_params": str(info.n_params),
-            "n_ctx": str(info.n_ctx),
+            "n_ctx": str(info.n_ctx_slots),  # as /get_model_info: the slots' context, spares not counted
             "slots": str(info.n_slots),
             "fingerprint": info.fingerprint,
         })

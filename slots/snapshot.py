@@ -54,6 +54,11 @@ class EngineInfo:
     state_fingerprint: str = ""  # the model and the state layout: saved states load only where it is equal
     device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by device, as llama.cpp allocated them
 
+    @property
+    def n_ctx_slots(self) -> int:
+        """The slots' context, as -c gives it: spare streams (one per sequence) not counted."""
+        return self.n_ctx if self.kv_unified else self.n_slots * self.n_ctx_slot
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointView:

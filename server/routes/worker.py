@@ -76,8 +76,7 @@ async def get_model_info(request: Request) -> Response:
         "n_params": info.n_params,
         "n_vocab": info.n_vocab,
         "n_ctx_train": info.n_ctx_train,
-        # the slots' context, as -c gives it: spare streams (one per sequence) not counted
-        "n_ctx": info.n_ctx if info.kv_unified else info.n_slots * info.n_ctx_slot,
+        "n_ctx": info.n_ctx_slots,
         "n_ctx_slot": info.n_ctx_slot,
         "memory": info.memory.value,
     })
