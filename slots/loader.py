@@ -217,6 +217,9 @@ def _load(
         cache, disk = _cache_tiers(cfg, ctx, stats, fingerprint, kind, wake)
     if cache is not None and cache.shared is not None:
         cache.reserved = spares_ram  # held out of the shared budget (set again at every load)
+    if cache is not None:  # entries sharing a prefix store it once (cache/segments.py), in this context's host memory
+        segments_on = cfg.cache_segments and kind in (MemoryKind.ATTENTION, MemoryKind.SWA)
+        cache.segment_buffer = ctx.host.empty if segments_on else None
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -270,8 +273,6 @@ def _load(
 def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake):
     """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
     cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram) if cfg.cache_ram > 0 else None
-    if cache is not None and cfg.cache_segments and kind in (MemoryKind.ATTENTION, MemoryKind.SWA):
-        cache.segment_buffer = ctx.host.empty  # entries sharing a prefix store it once (cache/segments.py)
     disk = None
     if cfg.cache_disk:
         if cache is None:

@@ -203,3 +203,25 @@ def test_a_sliding_window_reaching_back_before_its_own_tokens_keeps_the_entry_wh
         engine.call(lambda e: e.cache.sanity_check()).result()
     finally:
         engine.stop()
+
+
+def test_after_the_model_slept_chained_entries_come_back_and_new_ones_use_the_new_context(tiny_models):
+    """Sleeping unloads the model and keeps the prompt cache: a chained entry loads into the
+    new context as cold, and the cache writes new segments into the new context's memory."""
+    path = tiny_models["attention"]
+    engine = tiny_engine(path, **REUSE_ENGINE)
+    try:
+        for prompt in CONVERSATIONS[:2]:
+            generate(engine, prompt, max_tokens=4)
+        generate(engine, random_tokens(130, 70), max_tokens=4)  # both go to RAM
+        assert engine.cache.stats.chained >= 1
+        assert engine.sleep().result(30)
+        engine.wake().result(60)
+        host = engine.call(lambda e: e.ctx.host).result()
+        assert engine.cache.segment_buffer == host.empty
+        warm = generate(engine, CONVERSATIONS[1], return_prompt_logits=True)
+        assert (warm.reuse.source, warm.usage.cached_tokens) == ("ram", len(CONVERSATIONS[1]))
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
+    assert_same_answer(warm, cold_run(path, CONVERSATIONS[1]))
