@@ -265,7 +265,7 @@ class PromptCache:
         if plan is None:
             if entry.nbytes <= self.budget and self.on_evict is not None:
                 if transient:
-                    entry.state = self._keep(state, None, lambda n: np.empty(n, np.uint8))
+                    entry.state = self._keep(state, None, segments.ordinary)
                 self.on_evict(entry)  # refused: the disk tier still keeps it
             return None
         redundant, victims = plan
@@ -285,7 +285,7 @@ class PromptCache:
             entry.base, entry.base_len = base, shared
             self._children[base.id] = self._children.get(base.id, 0) + 1
         elif transient:
-            entry.state = self._keep(state, entry.layout, self.segment_buffer or (lambda n: np.empty(n, np.uint8)))
+            entry.state = self._keep(state, entry.layout, self.segment_buffer or segments.ordinary)
             entry.layout = segments.parse(entry.state) if entry.layout is not None else None
         assert entry.nbytes == size
         self._tries.setdefault(tenant, PrefixTrie()).insert(entry.tokens, entry)
@@ -315,7 +315,7 @@ class PromptCache:
         if entry.base is None:
             return entry.state
         t0 = time.monotonic()
-        whole = chains.join(entry, empty or self.segment_buffer or (lambda n: np.empty(n, np.uint8)))
+        whole = chains.join(entry, empty or self.segment_buffer or segments.ordinary)
         self.stats.join_seconds += time.monotonic() - t0
         return whole
 

@@ -178,6 +178,12 @@ def _rows(blob: np.ndarray, take, at: int, n: int, row: int) -> np.ndarray:
 Piece = tuple[Layout, np.ndarray]  # a state and the indices of the cells taken from it
 
 
+def ordinary(n: int) -> np.ndarray:
+    """A buffer of ordinary (not pinned) memory for a state: one the disk writer holds, or
+    where no segment buffer is given."""
+    return np.empty(n, dtype=np.uint8)
+
+
 def size(pieces: Sequence[Piece]) -> int:
     """Bytes of the state `join` would make of `pieces`."""
     last = pieces[-1][0]

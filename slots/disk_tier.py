@@ -30,8 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
-import numpy as np
-
+from warmslot.cache import segments
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache, DiskEntry, DiskLookup, DiskStats, Payload, Rejected
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
@@ -186,7 +185,7 @@ class DiskTier:
         for joining a chained entry's state."""
         if self._on_disk_already(entry):
             return
-        self.disk.put(entry.tokens, self.ram.whole_state(entry, _plain), list(entry.checkpoints), entry.tenant,
+        self.disk.put(entry.tokens, self.ram.whole_state(entry, segments.ordinary), list(entry.checkpoints), entry.tenant,
                       entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft)
 
     def shutdown(
@@ -207,7 +206,7 @@ class DiskTier:
                              slot.prompt_end, wall_time(slot.last_used or time.monotonic()), slot.keep_s, draft):
                 queued += 1
         for entry in reversed(list(self.ram.entries())):
-            if entry.keep_s != 0 and not self._on_disk_already(entry) and self.disk.put(entry.tokens, self.ram.whole_state(entry, _plain), list(entry.checkpoints), entry.tenant,
+            if entry.keep_s != 0 and not self._on_disk_already(entry) and self.disk.put(entry.tokens, self.ram.whole_state(entry, segments.ordinary), list(entry.checkpoints), entry.tenant,
                                                    entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft):
                 queued += 1
         t0 = time.monotonic()
@@ -231,8 +230,3 @@ class DiskTier:
         d = self.disk
         stats = replace(d.stats, rejected=collections.Counter(d.stats.rejected))
         return DiskView(d.directory, d.budget, d.nbytes, d.n_entries, stats)
-
-
-def _plain(n: int) -> np.ndarray:
-    """A buffer for a joined state that waits for the disk writer (not pinned memory)."""
-    return np.empty(n, dtype=np.uint8)

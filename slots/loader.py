@@ -193,10 +193,11 @@ def _load(
     batch = Batch(ctx.n_batch, ctx.n_seq_max)
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
+    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     if host.pinned:  # in the background, once the model serves
         # chunks that hold a whole sequence's state: a state larger than every chunk never
         # finds pinned room, and its copies run at a fraction of the bus speed
-        whole = model.kv_bytes_per_token(cfg.type_k, cfg.type_v) * ctx.n_ctx_seq
+        whole = per_token * ctx.n_ctx_seq
         host.CHUNK = max(host.CHUNK, min(-(-whole // (1 << 30)) << 30, 16 << 30))
         host.pin_soon(min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
     slots = [
@@ -224,7 +225,6 @@ def _load(
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
     can_fork = unified or kind is not MemoryKind.SWA
-    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
     router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk)
