@@ -197,8 +197,7 @@ def _load(
     if host.pinned:  # in the background, once the model serves
         # chunks that hold a whole sequence's state: a state larger than every chunk never
         # finds pinned room, and its copies run at a fraction of the bus speed
-        whole = per_token * ctx.n_ctx_seq
-        host.CHUNK = max(host.CHUNK, min(-(-whole // (1 << 30)) << 30, 16 << 30))
+        host.hold_states(per_token * ctx.n_ctx_seq)
         host.pin_soon(min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)

@@ -84,6 +84,34 @@ def test_pinning_after_the_load_stops_at_what_was_asked():
         assert host._lib.sizes == [4 << 20, 2 << 20] and host.allocated_bytes == 6 << 20
 
 
+class LazyPinning(FakePinning):
+    """As FakePinning, with views whose pages are never touched (GiB-sized states)."""
+
+    def view(self, address: int, size: int):
+        return mmap.mmap(-1, size)
+
+
+def test_an_arena_that_holds_whole_states_pins_ahead_so_that_the_next_save_finds_pinned_room():
+    pins = LazyPinning()
+    host = HostBuffers(pins, limit=10 << 30, reserve=0)
+    try:
+        host.idle(False)  # its engine works all along: the only model's arena pins anyway
+        host.hold_states(3 << 30)  # chunks of 4 GiB; room kept for one 3 GiB state
+        wait_for(lambda: len(pins.sizes) == 1)
+        assert pins.sizes == [4 << 30] and host.CHUNK == 4 << 30
+        first = host.empty(3 << 30)  # a prompt-cache entry takes the room
+        wait_for(lambda: len(pins.sizes) == 2)
+        assert pins.sizes == [4 << 30, 4 << 30]  # pinned before any state found no room
+        second = host.empty(3 << 30)
+        assert host.ordinary_bytes == 0
+        time.sleep(0.3)
+        assert pins.sizes == [4 << 30, 4 << 30]  # 2 GiB left under the limit: too small for a state
+        assert host.empty(3 << 30).nbytes == 3 << 30 and host.ordinary_bytes == 3 << 30
+        del first, second
+    finally:
+        host.close()
+
+
 def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_a_while():
     with arenas(8 << 20, 4 << 20, quiet=0.6) as (a, other):  # the other model's engine is busy
         pins = a._lib

@@ -41,7 +41,11 @@ class HostBuffers:
     Pinning is slow (every page is faulted in and locked), so pinned memory comes from an
     arena of large chunks, added by a background thread: `pin_soon()` asks for what a model
     should have after its load, a state that found no room asks for a chunk its size, and
-    `reserve` bytes are kept free, up to `limit` bytes in all.
+    `reserve` bytes are kept free, up to `limit` bytes in all. Once `hold_states()` has named
+    the size of a whole sequence state, the arena also pins ahead: while no chunk has room
+    for one such state it pins another whole chunk, so the next slot save finds pinned room
+    (a save of a multi-GB state through ordinary memory runs at a fraction of the bus speed,
+    and chunks that cached entries have filled no longer hold one).
 
     A pinning call holds CUDA's driver (about 0.07 s a GiB with the registering allocator, 0.6
     s with cudaMallocHost), stalling every other CUDA call of the process meanwhile. So when
@@ -77,6 +81,7 @@ class HostBuffers:
         self.ordinary_bytes = 0  # bytes of states that found no pinned room (a count, of every such buffer)
         self._wanted = 0  # the largest state that found no room since the last pinning
         self._initial = 0  # what pin_soon() asked for
+        self.state_room = 0  # the arena pins ahead to keep room for a state this size (hold_states)
         self._closed = False
         self._chunks: list[_Chunk] = []
         self._lock = _CHUNKS  # one lock for every arena's chunks: a closed arena's go to the next
@@ -90,6 +95,13 @@ class HostBuffers:
     def pin_soon(self, initial: int) -> None:
         """Pin `initial` bytes in the background, as soon as the arena may (see the class)."""
         self._initial = min(initial, self.limit)
+        self._wake.set()
+
+    def hold_states(self, state_bytes: int) -> None:
+        """Whole sequence states are up to `state_bytes`: chunks are made to hold one (up to
+        16 GiB), and the arena keeps room for the next one (see the class)."""
+        self.CHUNK = max(self.CHUNK, min(-(-state_bytes // _GIB) * _GIB, 16 << 30))
+        self.state_room = min(state_bytes, self.CHUNK)
         self._wake.set()
 
     def idle(self, idle: bool) -> None:
@@ -136,6 +148,9 @@ class HostBuffers:
         need = -(-max(size, 1) // _PAGE) * _PAGE
         with self._lock:
             found = self._take(need)
+            short = self.state_room and self._largest_free() < self.state_room
+        if short:  # pin ahead for the next whole state (even when this one found no room)
+            self._wake.set()
         if found is None:
             self._wanted = max(self._wanted, need)
             self._wake.set()
@@ -152,6 +167,10 @@ class HostBuffers:
                 self.free_bytes -= size
                 return chunk, offset
         return None
+
+    def _largest_free(self) -> int:
+        """The largest free extent of its chunks (under the lock)."""
+        return max((length for chunk in self._chunks for _, length in chunk.free), default=0)
 
     def _adopt(self) -> None:
         """Take the pool's chunks (a closed arena's, already pinned) up to the limit."""
@@ -210,6 +229,11 @@ class HostBuffers:
             self._wanted = 0
         if self.allocated_bytes < self._initial:
             return min(self.CHUNK, self._initial - self.allocated_bytes, room), "after the load"
+        if self.state_room:
+            with self._lock:
+                short = self._largest_free() < self.state_room
+            if short and room >= self.state_room:
+                return min(self.CHUNK, room), "to keep room for a whole state"
         if self.free_bytes < self.reserve:
             return min(self.IDLE_CHUNK, room), "to keep some free"
         return 0, ""
