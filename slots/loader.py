@@ -170,6 +170,9 @@ def _load(
     if spares_ram and cfg.shared_ram is None:
         cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
+    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
+    whole = min(per_token * (layout.n_ctx if unified else layout.n_ctx // max(1, layout.n_seq)), 16 << 30)
     params = ContextParams(
         n_ctx=layout.n_ctx,
         n_batch=max(cfg.n_batch, layout.n_seq),
@@ -183,8 +186,9 @@ def _load(
         swa_full=cfg.swa_full,
         kv_unified=unified,
         pinned_states=on_gpu,
-        # the prompt cache, every slot's checkpoints and some slack; never most of the RAM
-        pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + (2 << 30), physical_memory() * 3 // 4),
+        # the prompt cache, every slot's checkpoints, the staging buffer (a whole state) and
+        # some slack; never most of the RAM
+        pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + whole + (2 << 30), physical_memory() * 3 // 4),
         n_rs_seq=cfg.spec.snapshots_for(classify_memory(info, cfg.swa_full)),
     )
     started = time.monotonic()
@@ -193,7 +197,6 @@ def _load(
     batch = Batch(ctx.n_batch, ctx.n_seq_max)
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
     host = ctx.host
-    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     if host.pinned:  # in the background, once the model serves
         # chunks that hold a whole sequence's state: a state larger than every chunk never
         # finds pinned room, and its copies run at a fraction of the bus speed

@@ -6,7 +6,7 @@ import mmap
 import random
 import time
 
-from warmslot.slots.fitting.host_buffers import HostBuffers, _Chunk, loading
+from warmslot.slots.fitting.host_buffers import HostBuffers, Staging, _Chunk, loading
 from warmslot.slots.llama_api.backend import _RegisteredHost
 
 
@@ -107,7 +107,11 @@ def test_an_arena_that_holds_whole_states_pins_ahead_so_that_the_next_save_finds
         time.sleep(0.3)
         assert pins.sizes == [4 << 30, 4 << 30]  # 2 GiB left under the limit: too small for a state
         assert host.empty(3 << 30).nbytes == 3 << 30 and host.ordinary_bytes == 3 << 30
-        del first, second
+        del first
+        staging = Staging(host)  # takes room for the largest whole state at once
+        assert staging.empty(1 << 30).nbytes == 1 << 30 and staging._buffer.nbytes == 3 << 30
+        assert staging.empty(2 << 30).nbytes == 2 << 30 and host.ordinary_bytes == 3 << 30
+        del second
     finally:
         host.close()
 

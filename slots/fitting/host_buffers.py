@@ -362,7 +362,8 @@ class Staging:
     Without it each such state is carved from the arena anew, and once small entries have
     cut the chunks up, a multi-GB state finds no room and goes through ordinary memory, at a
     fraction of the bus speed. It grows to the largest state asked for; while the arena has
-    no room it gives ordinary memory. Without CUDA it keeps ordinary memory, up to
+    no room it gives ordinary memory. On CUDA it takes room for the largest whole state
+    (`HostBuffers.hold_states`) at once. Without CUDA it keeps ordinary memory, up to
     KEEP_UNPINNED. A view it returns is valid until the next call: the caller copies what
     it keeps. Engine thread only."""
 
@@ -377,7 +378,9 @@ class Staging:
             return self._buffer[:size]
         self._buffer = None  # the smaller one goes back first
         if self.host.pinned and size >= _PINNED_MIN:
-            found = self.host.empty_pinned(size)
+            # room for the largest whole state at once: a buffer that grew state by state
+            # would cut the arena's chunks up on the way
+            found = self.host.empty_pinned(max(size, self.host.state_room))
             if found is None:  # not kept: the arena may have room the next time
                 self.host.ordinary_bytes += size
                 return np.empty(size, dtype=np.uint8)
