@@ -149,6 +149,10 @@ class PromptCache:
         # the prompts (tenant, tokens) of the requests waiting for a slot, next first: what
         # eviction keeps (see lookahead.py); None: least recently used first
         self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
+        # what the device's sequences hold (tenant, tokens): on memory that can be cut back
+        # anywhere, an entry whose tokens one of them starts with is given up first (see
+        # _give_up_order); None: not known
+        self.on_device: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
         self._pinned: CacheEntry | None = None  # an entry being loaded: not evicted meanwhile
         # with a shared budget: the budget shrank below what this cache holds (another model's
         # cache grew into its share); the owner calls trim() on its own thread
@@ -442,7 +446,25 @@ class PromptCache:
         upcoming = self.upcoming() if self.upcoming is not None else ()
         uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
         order = victim_order(keys, uses)
+        held = self._held_on_device()
+        if held:  # the device holds them: a request continuing one takes the device's copy
+            order = [k for k in order if k in held] + [k for k in order if k not in held]
         return chains.bases_after_dependents(order, self._children, self._lru, freed) if self._children else order
+
+    def _held_on_device(self) -> set[int]:
+        """The ids of the entries whose tokens a device sequence starts with (of the same
+        tenant), on memory that can be cut back anywhere: losing one costs no computation
+        while the sequence stays, and RAM that holds only what the device holds is RAM that
+        another conversation needs (sessions outnumbering the device's sequences come back
+        from RAM or are computed again). Read-only."""
+        if not self.truncatable or self.on_device is None:
+            return set()
+        held: set[int] = set()
+        for tenant, tokens in self.on_device():
+            trie = self._tries.get(tenant)
+            if trie is not None and tokens:
+                held.update(e.id for _, e in trie.match(tokens).prefixes)
+        return held
 
     def _evict(self, victim: CacheEntry) -> None:
         self.remove(victim)

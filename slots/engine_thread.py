@@ -83,6 +83,8 @@ class EngineThread:
         self.router.waiting = self.prefixes.waiting = waiting
         if self.cache is not None:
             self.cache.upcoming = lambda: ((r.tenant, r.tokens) for r in waiting())
+            slots = self.slots
+            self.cache.on_device = lambda: ((s.tenant, s.tokens) for s in slots if s.tokens)
             cache = self.cache  # a shared budget shrank under it: it gives entries back on this thread
             self.cache.on_over = lambda: self.call(lambda engine: cache.trim())
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)

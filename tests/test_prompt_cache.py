@@ -131,6 +131,26 @@ def test_the_entry_a_waiting_request_continues_stays_and_lru_would_have_evicted_
     assert [e.tokens[-1] for e in lru.entries()] == [turn(2, 1)[-1], turn(3, 1)[-1]]
 
 
+def test_an_entry_whose_tokens_a_device_sequence_holds_is_given_up_first_on_attention_memory_only():
+    for truncatable in (True, False):
+        cache = PromptCache(budget=3 * 1000, fingerprint="m", truncatable=truncatable)
+        device: list[tuple[str, list[int]]] = []
+        cache.on_device = lambda: iter(device)
+        a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+        b = cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+        c = cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+        # conversation 3 went on to its next turn in a device sequence; another tenant's
+        # sequence with the same tokens is not a copy of this tenant's
+        device[:] = [("", turn(3, 2)), ("other", turn(2, 1))]
+        d = cache.insert(turn(4, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
+        kept = {e.id for e in cache.entries()}
+        cache.sanity_check()
+        if truncatable:  # c goes though a is the least recently used
+            assert kept == {a.id, b.id, d.id}
+        else:  # the device's copy cannot be cut back to c's tokens: least recently used first
+            assert kept == {b.id, c.id, d.id}
+
+
 def test_an_entry_needed_after_everything_the_cache_holds_is_not_stored():
     cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
     waiting: list[tuple[str, list[int]]] = []
