@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from contextlib import contextmanager
 from typing import Callable, Container, Iterable, Iterator, Sequence
@@ -41,12 +41,12 @@ import numpy as np
 
 from . import chains, segments
 from .checkpoints import CheckpointList
+from .evicted import EvictedKeys
 from .lookahead import next_uses, victim_order
 from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 from .shared_budget import SharedBudget
 
 
-EVICTED_REMEMBERED = 256  # evicted keys kept to explain misses
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,8 +141,7 @@ class PromptCache:
         self._lru: OrderedDict[int, CacheEntry] = OrderedDict()  # least recently used first
         self._ids = itertools.count(1)
         # keys of recently evicted entries, so a miss can be explained ("evicted")
-        self._evicted: dict[str, PrefixTrie[tuple[int, ...]]] = {}
-        self._evicted_order: deque[tuple[str, tuple[int, ...]]] = deque()
+        self._evicted = EvictedKeys()
         # called with every entry evicted for room (the disk tier writes it); not for entries
         # dropped as redundant, whose tokens a newer entry serves
         self.on_evict: Callable[[CacheEntry], None] | None = None
@@ -207,7 +206,7 @@ class PromptCache:
         trie = self._tries.get(tenant)
         if trie is not None:
             best, closest = rank(trie.match(query), usable, skip=lambda e: e.fingerprint != self.fingerprint)
-        return Lookup(best, None if best is not None else closest, self._evicted_match(query, tenant))
+        return Lookup(best, None if best is not None else closest, self._evicted.match(query, tenant))
 
     def covers(self, longer: CacheEntry | tuple, shorter_len: int) -> bool:
         """Whether an entry (or a (tokens, checkpoints) pair) can serve every prompt that an
@@ -239,13 +238,15 @@ class PromptCache:
     def insert(
         self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str,
         prompt_end: int | None = None, keep_s: float | None = None, draft: DraftState | None = None,
-        transient: bool = False,
+        transient: bool = False, start: int = 0,
     ) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
         buffers; a `transient` state is a scratch buffer that the caller reuses: what is kept
         of it is copied). Evicts entries to fit (see the module); drops entries this one
         makes redundant. Returns None when the entry alone exceeds the budget, or when it
-        would be the first to go. Mutates."""
+        would be the first to go. A `start` above 0 says that the state holds the cells from
+        that position on and not all before it (read without what a base holds): it is
+        stored only as a segment of a base holding at least `start` of its tokens. Mutates."""
         state.flags.writeable = False
         for array in draft.arrays if draft is not None else ():
             array.flags.writeable = False
@@ -257,7 +258,7 @@ class PromptCache:
         size = entry.nbytes
         if self.segment_buffer is not None:
             entry.layout = segments.parse(state)
-            entry.linear = entry.layout is not None and entry.layout.linear(len(tokens))
+            entry.linear = entry.layout is not None and entry.layout.linear(len(tokens), start)
             if entry.linear:
                 base, shared = self._base_for(entry.tokens, tenant)
             if base is not None and any(part.n and part.pos.min() < shared for part in entry.layout.rest):
@@ -265,9 +266,12 @@ class PromptCache:
             if base is not None:
                 cells = segments.from_(entry.layout, shared)
                 size += segments.size([(entry.layout, cells)]) - int(state.nbytes)
+        if start and (base is None or shared < start):  # cells it lacks are not held either
+            self.stats.refused += 1
+            return None
         plan = self._make_room(entry, size, base)
         if plan is None:
-            if entry.nbytes <= self.budget and self.on_evict is not None:
+            if entry.nbytes <= self.budget and self.on_evict is not None and not start:
                 if transient:
                     entry.state = self._keep(state, None, segments.ordinary)
                 self.on_evict(entry)  # refused: the disk tier still keeps it
@@ -469,32 +473,9 @@ class PromptCache:
     def _evict(self, victim: CacheEntry) -> None:
         self.remove(victim)
         self.stats.evictions += 1
-        self._remember_evicted(victim)
+        self._evicted.add(victim.tenant, victim.tokens)
         if self.on_evict is not None:
             self.on_evict(victim)
-
-    def _remember_evicted(self, entry: CacheEntry) -> None:
-        self._evicted.setdefault(entry.tenant, PrefixTrie()).insert(entry.tokens, entry.tokens)
-        self._evicted_order.append((entry.tenant, entry.tokens))
-        while len(self._evicted_order) > EVICTED_REMEMBERED:
-            tenant, tokens = self._evicted_order.popleft()
-            trie = self._evicted[tenant]
-            for _, value in trie.match(tokens).prefixes:
-                if value is tokens:
-                    trie.remove(tokens, value)
-                    break
-            if not len(trie):
-                del self._evicted[tenant]
-
-    def _evicted_match(self, query: Sequence[int], tenant: str) -> tuple[int, tuple[int, ...]] | None:
-        """The longest prefix `query` shares with a recently evicted entry of `tenant`, and
-        that entry's tokens. Read-only; for explaining misses."""
-        trie = self._evicted.get(tenant)
-        if trie is None:
-            return None
-        match = trie.match(query)
-        found = [v for _, v in match.prefixes] + list(match.extensions())
-        return (match.depth, found[0]) if found and match.depth > 0 else None
 
     def _redundant(self, entry: CacheEntry) -> list[CacheEntry]:
         """Older entries of the same tenant that `entry` covers up to their last prompt: a

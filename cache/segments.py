@@ -67,17 +67,19 @@ class Layout:
     def n(self) -> int:
         return len(self.pos)
 
-    def linear(self, n_tokens: int) -> bool:
-        """Whether it holds positions 0..n_tokens-1, each once, as a plain token run does
-        (not media, whose positions differ from token indices)."""
-        if self.n != n_tokens:
+    def linear(self, n_tokens: int, start: int = 0) -> bool:
+        """Whether it holds positions start..n_tokens-1, each once, as a plain token run does
+        (not media, whose positions differ from token indices); cells before `start` are
+        not looked at (a state read without the cells a base holds: see PromptCache.insert)."""
+        pos = self.pos[self.pos >= start] if start else self.pos
+        if len(pos) != n_tokens - start:
             return False
-        if n_tokens == 0:
+        if n_tokens == start:
             return True
-        seen = np.zeros(n_tokens, dtype=bool)
-        if self.pos.min() < 0 or self.pos.max() >= n_tokens:
+        if pos.min() < start or pos.max() >= n_tokens:
             return False
-        seen[self.pos] = True
+        seen = np.zeros(n_tokens - start, dtype=bool)
+        seen[pos - start] = True
         return bool(seen.all())
 
 

@@ -55,7 +55,7 @@ class EngineSleep:
         parked = 0
         for slot in self.slots:
             if slot.tokens and self.cache is not None:
-                self.memory.save(slot, CopyCause.SLEEP)
+                self.memory.save(slot, CopyCause.SLEEP, keep=0)  # the context goes
                 parked += 1
         self._asleep = UnloadedContext(self.ctx.memory_kind, self.ctx.n_ctx, self.ctx.host)
         self._close_parts()

@@ -172,7 +172,7 @@ def _load(
     unified = layout.unified
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
-    whole = min(per_token * (layout.n_ctx if unified else layout.n_ctx // max(1, layout.n_seq)), 16 << 30)
+    whole = min((per_token or 0) * (layout.n_ctx if unified else layout.n_ctx // max(1, layout.n_seq)), 16 << 30)
     params = ContextParams(
         n_ctx=layout.n_ctx,
         n_batch=max(cfg.n_batch, layout.n_seq),
@@ -200,7 +200,7 @@ def _load(
     if host.pinned:  # in the background, once the model serves
         # chunks that hold a whole sequence's state: a state larger than every chunk never
         # finds pinned room, and its copies run at a fraction of the bus speed
-        host.hold_states(per_token * ctx.n_ctx_seq)
+        host.hold_states((per_token or 0) * ctx.n_ctx_seq)  # (unknown: no room kept ahead)
         host.pin_soon(min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)

@@ -23,6 +23,9 @@ from .stats import CopyCause, EngineStats
 
 log = logging.getLogger("warmslot.memory")
 
+# cells a save leaves out of its read (SlotMemory._read_tail) for the cut to be worth it
+TAIL_READ_MIN = 64
+
 
 class SlotMemory:
     def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats) -> None:
@@ -142,37 +145,73 @@ class SlotMemory:
         if rc != 0 or not self.ctx.seq_rm(target.id, pos, -1):
             self.clear(target)
 
-    def save(self, slot: Slot, cause: CopyCause) -> CacheEntry | None:
+    def save(self, slot: Slot, cause: CopyCause, keep: int | None = None) -> CacheEntry | None:
         """Copy the slot's contents and checkpoints into the prompt cache (unless an entry
-        already serves everything they could). The slot is unchanged."""
+        already serves everything they could). `keep`: how many of the slot's first tokens
+        the caller keeps (None: all, and the slot is unchanged). With 0 the slot is cleared
+        after the save; on attention memory only the cells that the cache lacks cross the
+        bus (`_read_tail`), and a slot cut for that is cut back to `keep` after it."""
         if self.cache is None or not slot.tokens:
             return None
         existing = self.cache.find_covering(slot.tokens, slot.tenant)
         if existing is not None:
             self.cache.touch(existing)
+            self._keep_only(slot, keep, 0)
             return existing
         state_bytes = self.ctx.state_size(slot.id)
         size = state_bytes + slot.checkpoints.nbytes
         if self.cache.on_evict is None and not self.cache.admits(
                 slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size, state_bytes):
             log.debug("slot %d: not saved: the waiting requests need what the prompt cache holds sooner", slot.id)
+            self._keep_only(slot, keep, 0)
             return None
         t0 = time.monotonic()
         # a state the cache will store as a segment is read into the staging buffer: the
         # cache copies its tail out (segments.py), and the rest was only passing through
-        transient = self.cache.chain_point(slot.tokens, slot.tenant) > 0
+        chain_point = self.cache.chain_point(slot.tokens, slot.tenant)
+        transient = chain_point > 0
+        start = self._read_tail(slot, keep, chain_point)
         state = self.ctx.state_get(slot.id, partial=False, empty=self.staging.empty if transient else None)
         draft = self.draft_state(slot)
         entry = self.cache.insert(
             slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
-            transient=transient,
+            transient=transient, start=start,
         )
+        self._keep_only(slot, keep, start)
         seconds = time.monotonic() - t0
         self.cache.stats.save_seconds += seconds
         self.stats.add_copy(cause, int(state.nbytes) + (draft.nbytes if draft is not None else 0), seconds)
         if entry is not None:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
         return entry
+
+    def _read_tail(self, slot: Slot, keep: int | None, chain_point: int) -> int:
+        """Before a save whose caller keeps only the slot's first `keep` tokens: on attention
+        memory, drop the cells [keep, chain_point) from the slot's sequence, which the cache
+        holds already (the entry it chains to) and the caller drops anyway, so that the state
+        read crosses the bus without them. llama.cpp reads a sequence whole; a sequence that
+        no longer has those cells is read without them. Not with a disk tier: an entry the
+        cache refuses goes there whole. Returns the position from which the state read holds
+        every cell (0: all of them)."""
+        if keep is None or self.kind is not MemoryKind.ATTENTION or not slot.positions.same \
+                or chain_point - keep < TAIL_READ_MIN or self.cache.on_evict is not None \
+                or not self.ctx.seq_rm(slot.id, keep, chain_point):
+            return 0
+        self.stats.tail_reads += 1
+        return chain_point
+
+    def _keep_only(self, slot: Slot, keep: int | None, start: int) -> None:
+        """After a save: a slot whose caller keeps none of it is cleared, and one that a
+        tail read (`start` > 0) cut is cut back to its first `keep` tokens, where its
+        memory is whole again. Any other slot is left for the caller's plan to cut (on
+        memory that cannot be cut anywhere, that may restore a checkpoint first)."""
+        if keep is None or (keep and not start) or keep >= slot.n_past:
+            return
+        if keep == 0 or not self.ctx.seq_rm(slot.id, slot.pos(keep), -1):
+            self.clear(slot)
+            return
+        del slot.tokens[keep:]
+        slot.checkpoints.drop_after(keep)
 
     def draft_state(self, slot: Slot) -> DraftState | None:
         """A copy of the drafter's sequence of the slot (None without such a drafter)."""

@@ -98,7 +98,7 @@ class Prefixes:
         for slot in self.slots:
             if slot is keep or slot.active is not None or not slot.tokens:
                 continue
-            self.memory.save(slot, CopyCause.PARK)
+            self.memory.save(slot, CopyCause.PARK, keep=0)
             self.memory.clear(slot)
             self.stats.parked += 1
 
@@ -150,10 +150,11 @@ class Prefixes:
         if isinstance(route, KeepSlot):
             plan = route.plan  # the router's plan: nothing changed the slot since
             if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
-                memory.save(slot, CopyCause.OVERWRITE)
+                memory.save(slot, CopyCause.OVERWRITE, keep=plan.keep)
             return memory.apply(slot, plan), plan
         if slot.tokens and not (self.ctx.memory_kind.truncatable and held_elsewhere(slot, self.slots, None)):
-            memory.save(slot, CopyCause.OVERWRITE)  # (a cache entry that covers it is checked there)
+            # (a cache entry that covers it is checked there); every route below clears the slot
+            memory.save(slot, CopyCause.OVERWRITE, keep=0)
         if isinstance(route, Fork):
             memory.fork(route.donor, slot, route.usable)
         elif isinstance(route, (Load, FromDisk)):
@@ -204,7 +205,7 @@ class Prefixes:
         uses = slot_uses(idle, self.waiting())
         victim = min(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
-        self.memory.save(victim, CopyCause.SPILL)
+        self.memory.save(victim, CopyCause.SPILL, keep=0)
         self.memory.clear(victim)
         self.stats.kv_evictions += 1
         return True

@@ -81,7 +81,7 @@ def restore(engine: "Engine", slot_id: int, header: Header, payload: Payload) ->
     if min(tokens) < 0 or max(tokens) >= engine.model.n_vocab:
         raise SlotActionError("the file has token ids outside the vocabulary")
     if slot.tokens:
-        engine.memory.save(slot, CopyCause.OVERWRITE)
+        engine.memory.save(slot, CopyCause.OVERWRITE, keep=0)  # the load below clears it
     checkpoints = CheckpointList(engine.config.ctx_checkpoints, engine.config.checkpoint_bytes)
     for c in payload.checkpoints:
         checkpoints.add(c)

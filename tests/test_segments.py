@@ -77,6 +77,47 @@ def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_co
     same(nxt, cold_run(path, turn, engine_args=cold_args, boundaries=(len(CONVERSATIONS[3]),)))
 
 
+@pytest.mark.parametrize("layout", ["unified", "stream"])
+def test_a_slot_given_to_another_conversation_sends_ram_only_the_cells_it_lacks(tiny_models, layout):
+    """Conversations taking turns on one slot: when a slot goes to another conversation, its
+    contents are saved, and the cells that the cache holds already (the shared system prompt,
+    the conversation's earlier turn) never cross to RAM again; each conversation still comes
+    back as a cold run would answer it."""
+    path = tiny_models["attention"]
+    args = {**REUSE_ENGINE, "n_parallel": 1, **({"kv_unified": "off"} if layout == "stream" else {})}
+    a1, b1 = CONVERSATIONS[0], CONVERSATIONS[1]
+    a2, b2 = a1 + random_tokens(110, 60), b1 + random_tokens(111, 60)
+    engine = tiny_engine(path, **args)
+    stats = engine.stats
+    try:
+        assert engine.call(lambda e: (len(e.slots), e.ctx.unified)).result() == (1, layout == "unified")
+        for prompt in (a1, b1):  # a1 goes to RAM whole (the cache held nothing)
+            assert generate(engine, prompt, max_tokens=4).error is None
+        reads = stats.tail_reads
+        a2_warm = generate(engine, a2, return_prompt_logits=True)  # b1 goes: without the shared 200
+        assert (a2_warm.reuse.source, a2_warm.usage.cached_tokens) == ("ram", len(a1))
+        assert stats.tail_reads == reads + 1
+        (b1_entry,) = [e for e in engine.cache.entries() if e.tokens[:len(b1)] == tuple(b1)]
+        assert b1_entry.chained and b1_entry.base_len == len(SHARED)
+        saved = dict(stats.copy_bytes)
+        b2_warm = generate(engine, b2, return_prompt_logits=True)  # a2 goes: without a1's cells
+        assert (b2_warm.reuse.source, b2_warm.usage.cached_tokens) == ("ram", len(b1))
+        assert stats.tail_reads == reads + 2
+        (a2_entry,) = [e for e in engine.cache.entries() if e.tokens[:len(a2)] == tuple(a2)]
+        assert a2_entry.chained and a2_entry.base_len == len(a1)
+        read = sum(stats.copy_bytes.values()) - sum(saved.values()) - whole_bytes(engine, b1_entry)  # less b2's load
+        whole = whole_bytes(engine, a2_entry)
+        assert 0 < read < 0.4 * whole  # about 64 of a2's 324 cells, where a whole read takes all
+        a3_warm = generate(engine, a2 + random_tokens(112, 20), return_prompt_logits=True)
+        assert a3_warm.usage.cached_tokens >= len(a2)
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
+    assert_same_answer(a2_warm, cold_run(path, a2, boundaries=(len(a1),)))
+    assert_same_answer(b2_warm, cold_run(path, b2, boundaries=(len(b1),)))
+    assert_same_answer(a3_warm, cold_run(path, a2 + random_tokens(112, 20), boundaries=(len(a2),)))
+
+
 def same_with_flash(warm, ref) -> None:
     """With flash attention, the CPU sums V in half precision in cell order, so the same
     state in other cells moves logits by up to a few 1e-2 (docs/state-segments.md, section

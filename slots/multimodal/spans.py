@@ -59,6 +59,11 @@ class Positions:
                 self._ends.append(span.end)
                 self._shifts.append(saved)
 
+    @property
+    def same(self) -> bool:
+        """Every position is its token's index (no run of media takes fewer positions)."""
+        return not self._ends
+
     def __call__(self, index: int) -> int:
         if not self._ends:
             return index
