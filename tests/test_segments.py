@@ -77,14 +77,15 @@ def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_co
     same(nxt, cold_run(path, turn, engine_args=cold_args, boundaries=(len(CONVERSATIONS[3]),)))
 
 
-@pytest.mark.parametrize("layout", ["unified", "stream"])
+@pytest.mark.parametrize("layout", ["unified", "stream", "stream-flash"])
 def test_a_slot_given_to_another_conversation_sends_ram_only_the_cells_it_lacks(tiny_models, layout):
     """Conversations taking turns on one slot: when a slot goes to another conversation, its
     contents are saved, and the cells that the cache holds already (the shared system prompt,
     the conversation's earlier turn) never cross to RAM again; each conversation still comes
     back as a cold run would answer it."""
     path = tiny_models["attention"]
-    args = {**REUSE_ENGINE, "n_parallel": 1, **({"kv_unified": "off"} if layout == "stream" else {})}
+    flash = {"flash_attn": "on"} if layout.endswith("flash") else {}
+    args = {**REUSE_ENGINE, "n_parallel": 1, **({"kv_unified": "off"} if layout.startswith("stream") else {}), **flash}
     a1, b1 = CONVERSATIONS[0], CONVERSATIONS[1]
     a2, b2 = a1 + random_tokens(110, 60), b1 + random_tokens(111, 60)
     engine = tiny_engine(path, **args)
@@ -113,9 +114,11 @@ def test_a_slot_given_to_another_conversation_sends_ram_only_the_cells_it_lacks(
         engine.call(lambda e: e.cache.sanity_check()).result()
     finally:
         engine.stop()
-    assert_same_answer(a2_warm, cold_run(path, a2, boundaries=(len(a1),)))
-    assert_same_answer(b2_warm, cold_run(path, b2, boundaries=(len(b1),)))
-    assert_same_answer(a3_warm, cold_run(path, a2 + random_tokens(112, 20), boundaries=(len(a2),)))
+    cold_args = {**REUSE_ENGINE, **flash}
+    same = same_with_flash if flash else assert_same_answer
+    same(a2_warm, cold_run(path, a2, engine_args=cold_args, boundaries=(len(a1),)))
+    same(b2_warm, cold_run(path, b2, engine_args=cold_args, boundaries=(len(b1),)))
+    same(a3_warm, cold_run(path, a2 + random_tokens(112, 20), engine_args=cold_args, boundaries=(len(a2),)))
 
 
 def same_with_flash(warm, ref) -> None:
