@@ -246,7 +246,8 @@ class PromptCache:
         makes redundant. Returns None when the entry alone exceeds the budget, or when it
         would be the first to go. A `start` above 0 says that the state holds the cells from
         that position on and not all before it (read without what a base holds): it is
-        stored only as a segment of a base holding at least `start` of its tokens. Mutates."""
+        stored only as a segment of a base holding at least `start` of its tokens (and a
+        refused one reaches the disk tier as such a segment, for it to join). Mutates."""
         state.flags.writeable = False
         for array in draft.arrays if draft is not None else ():
             array.flags.writeable = False
@@ -271,8 +272,11 @@ class PromptCache:
             return None
         plan = self._make_room(entry, size, base)
         if plan is None:
-            if entry.nbytes <= self.budget and self.on_evict is not None and not start:
-                if transient:
+            if entry.nbytes <= self.budget and self.on_evict is not None:
+                if start:  # a tail read: it goes as a segment of its base, which the disk tier joins
+                    entry.state = segments.join([(entry.layout, cells)], segments.ordinary)
+                    entry.layout, entry.base, entry.base_len = segments.parse(entry.state), base, shared
+                elif transient:
                     entry.state = self._keep(state, None, segments.ordinary)
                 self.on_evict(entry)  # refused: the disk tier still keeps it
             return None

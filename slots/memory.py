@@ -190,12 +190,10 @@ class SlotMemory:
         memory, drop the cells [keep, chain_point) from the slot's sequence, which the cache
         holds already (the entry it chains to) and the caller drops anyway, so that the state
         read crosses the bus without them. llama.cpp reads a sequence whole; a sequence that
-        no longer has those cells is read without them. Not with a disk tier: an entry the
-        cache refuses goes there whole. Returns the position from which the state read holds
-        every cell (0: all of them)."""
+        no longer has those cells is read without them. Returns the position from which the
+        state read holds every cell (0: all of them)."""
         if keep is None or self.kind is not MemoryKind.ATTENTION or not slot.positions.same \
-                or chain_point - keep < TAIL_READ_MIN or self.cache.on_evict is not None \
-                or not self.ctx.seq_rm(slot.id, keep, chain_point):
+                or chain_point - keep < TAIL_READ_MIN or not self.ctx.seq_rm(slot.id, keep, chain_point):
             return 0
         self.stats.tail_reads += 1
         return chain_point

@@ -229,6 +229,40 @@ def test_a_chained_entry_goes_to_disk_whole_and_its_base_is_not_written_twice(ti
     assert_same_answer(warm, cold_run(path, prompt, boundaries=(len(turn),)))
 
 
+def test_a_tail_read_that_ram_refuses_reaches_the_disk_joined_and_comes_back_as_cold(tiny_models, tmp_path):
+    """RAM holds the first turn and has no room for the next one's cells: the slot's save
+    reads only those cells, RAM refuses them, and the disk tier writes them joined to the
+    first turn, whole, so that the conversation comes back from disk after a restart."""
+    path, directory = tiny_models["attention"], tmp_path / "disk"
+    first = CONVERSATIONS[0]
+    probe = tiny_engine(path, **REUSE_ENGINE)
+    try:
+        r1 = generate(probe, first, max_tokens=4)
+        whole = probe.call(lambda e: e.ctx.state_size(0)).result()
+    finally:
+        probe.stop()
+    engine = disk_engine(path, directory, cache_ram=whole + 2048)  # the first turn, and not 34 cells more
+    try:
+        assert generate(engine, first, max_tokens=4).tokens == r1.tokens
+        generate(engine, random_tokens(97, 60), max_tokens=4)  # the first turn goes to RAM
+        turn = first + r1.tokens + random_tokens(99, 30)
+        assert generate(engine, turn, max_tokens=4).reuse.source == "ram"
+        refused, reads = engine.cache.stats.refused, engine.stats.tail_reads
+        generate(engine, random_tokens(98, 60), max_tokens=4)  # the next turn goes: RAM refuses it
+        assert engine.stats.tail_reads == reads + 1 and engine.cache.stats.refused > refused
+        assert not any(e.tokens[:len(turn)] == tuple(turn) for e in engine.cache.entries())
+    finally:
+        engine.stop()
+    engine = disk_engine(path, directory)
+    try:
+        prompt = turn + random_tokens(96, 10)
+        warm = generate(engine, prompt, return_prompt_logits=True, boundaries=(len(turn),))
+        assert warm.reuse.source == "disk" and warm.usage.cached_tokens >= len(turn)
+    finally:
+        engine.stop()
+    assert_same_answer(warm, cold_run(path, prompt, boundaries=(len(turn),)))
+
+
 def test_a_sliding_window_reaching_back_before_its_own_tokens_keeps_the_entry_whole(tiny_models):
     """A turn that adds fewer tokens than the window: its window holds its base's cells, which
     the base's own state does not keep at that point, so it is stored whole."""
