@@ -47,8 +47,6 @@ from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 from .shared_budget import SharedBudget
 
 
-
-
 @dataclass(frozen=True, eq=False)
 class DraftState:
     """What a drafter's own memory holds of a conversation: the tokens its sequence holds (a

@@ -99,8 +99,9 @@ class _RegisteredHost:
     cudaMallocHost does both while it holds the driver, so every CUDA call of the process waits
     (2 GiB: 1.2 s on an H200 host). Here the pages are written first, with no CUDA call, and the
     driver only maps pages that exist (2 GiB: 0.12 s; `scripts/gpu_bench/pin_stall.py`).
-    Faulting in 4 KiB pages took 0.6 s a GiB on one H200 host, so the memory asks for
-    transparent huge pages first (where the kernel gives them on request)."""
+    Faulting in 4 KiB pages took 0.6-0.8 s a GiB on one H200 host: the pages are written on a
+    few threads (10 GiB in 2.9-3.7 s there, against 6.3-7.8 s on one), after asking for
+    transparent huge pages (where the kernel gives them on request, far fewer faults)."""
 
     TOUCH = 64 << 20  # bytes written per numpy call
     TOUCH_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
