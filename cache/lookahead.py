@@ -11,6 +11,10 @@ else what the latest waiting prompt continues: Belady's rule with the queue as i
 A holder (a slot's contents or a cache entry) is *continued* by a prompt when the prompt
 starts with all of the holder's previous prompt, but for a few tokens (a re-rendered end of
 turn): the prompt is that conversation's next turn. Sharing a system prompt is not enough.
+
+The queue does not show an agent's other conversations: while a sub-agent works, its main
+agent has no request waiting. Where the client names its session (Claude Code does), a
+holder of a session at work is needed after the queue (`session_uses`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,33 @@ def next_uses(
         for key, h_tenant, held, prompt_end in holders:
             if key not in out and h_tenant == tenant and continues(held, prompt_end, tokens):
                 out[key] = i
+    return out
+
+
+def session_uses(
+    holders: Iterable[tuple[K, str, str]],
+    running: Iterable[tuple[str, str]],
+    waiting: Iterable[tuple[str, str]],
+    uses: dict[K, int],
+) -> dict[K, int]:
+    """`uses` (from next_uses), with the holders (key, tenant, session) that no waiting prompt
+    continues but whose client session (tenant, session: an agent's whole run, which Claude
+    Code names in every request) has a request running or waiting: the session's other
+    conversation (a main agent while its sub-agent works) comes back once that request is
+    done, so after the prompts waiting now. A running session's holders are needed at
+    HORIZON, the i-th waiting request's at HORIZON + 1 + i; a holder with no session is not."""
+    when: dict[tuple[str, str], int] = {}
+    for tenant, session in running:
+        if session:
+            when.setdefault((tenant, session), HORIZON)
+    for i, (tenant, session) in enumerate(itertools.islice(waiting, HORIZON)):
+        if session:
+            when.setdefault((tenant, session), HORIZON + 1 + i)
+    out = dict(uses)
+    if when:
+        for key, tenant, session in holders:
+            if key not in out and session and (tenant, session) in when:
+                out[key] = when[(tenant, session)]
     return out
 
 

@@ -42,7 +42,7 @@ import numpy as np
 from . import chains, segments
 from .checkpoints import CheckpointList
 from .evicted import EvictedKeys
-from .lookahead import next_uses, victim_order
+from .lookahead import next_uses, session_uses, victim_order
 from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 from .shared_budget import SharedBudget
 
@@ -79,6 +79,7 @@ class CacheEntry:
     id: int = 0
     prompt_end: int = 0  # length of the last prompt in it; what follows is a generated reply
     keep_s: float | None = None  # retention on disk: 0 never written there, None no limit but LRU
+    session: str = ""  # the client session of the request that made it (eviction: lookahead.session_uses)
     draft: DraftState | None = None  # the drafter's memory of it (speculative decoding)
     # a segment: `state` holds tokens [base_len, len) only, and `base` the state before them
     base: "CacheEntry | None" = None
@@ -146,9 +147,9 @@ class PromptCache:
         # the prompts (tenant, tokens) of the requests waiting for a slot, next first: what
         # eviction keeps (see lookahead.py); None: least recently used first
         self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
-        # what the device's sequences hold (tenant, tokens): on memory that can be cut back
-        # anywhere, an entry whose tokens one of them starts with is given up first (see
-        # _give_up_order); None: not known
+        # the client sessions (tenant, session) at work, and waiting: lookahead.session_uses
+        self.sessions: Callable[[], tuple[Iterable[tuple[str, str]], Iterable[tuple[str, str]]]] | None = None
+        # what the device's sequences hold (tenant, tokens): see _held_on_device
         self.on_device: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
         self._pinned: CacheEntry | None = None  # an entry being loaded: not evicted meanwhile
         # with a shared budget: the budget shrank below what this cache holds (another model's
@@ -236,7 +237,7 @@ class PromptCache:
     def insert(
         self, tokens: list[int], state: np.ndarray, checkpoints: CheckpointList, tenant: str,
         prompt_end: int | None = None, keep_s: float | None = None, draft: DraftState | None = None,
-        transient: bool = False, start: int = 0,
+        transient: bool = False, start: int = 0, session: str = "",
     ) -> CacheEntry | None:
         """Store a copy of a slot's contents (state and checkpoints are shared, read-only
         buffers; a `transient` state is a scratch buffer that the caller reuses: what is kept
@@ -252,6 +253,7 @@ class PromptCache:
         entry = CacheEntry(
             tuple(tokens), state, checkpoints.copy(), tenant, self.fingerprint, time.monotonic(), next(self._ids),
             prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), keep_s=keep_s, draft=draft,
+            session=session,
         )
         base, shared, cells = None, 0, None
         size = entry.nbytes
@@ -308,12 +310,12 @@ class PromptCache:
         return entry
 
     def admits(self, tokens: Sequence[int], checkpoints: CheckpointList, tenant: str, prompt_end: int | None,
-               nbytes: int, state_bytes: int = 0) -> bool:
+               nbytes: int, state_bytes: int = 0, session: str = "") -> bool:
         """Whether an entry of `nbytes` would be stored now (insert would not refuse it), so
         that a slot's state is not copied for nothing. With segments, the `state_bytes` of
         it are counted for the tokens that no base holds. Counts a refusal; else read-only."""
         probe = CacheEntry(tuple(tokens), np.empty(0, np.uint8), checkpoints, tenant, self.fingerprint,
-                           prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)))
+                           prompt_end=len(tokens) if prompt_end is None else min(prompt_end, len(tokens)), session=session)
         base, shared = self._base_for(probe.tokens, tenant) if self.segment_buffer is not None else (None, 0)
         if base is not None and tokens:
             nbytes -= state_bytes * shared // len(tokens)
@@ -451,6 +453,8 @@ class PromptCache:
             candidates.append(entry)
         upcoming = self.upcoming() if self.upcoming is not None else ()
         uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
+        if self.sessions is not None:
+            uses = session_uses(((-1 if e is entry else e.id, e.tenant, e.session) for e in candidates), *self.sessions(), uses)
         order = victim_order(keys, uses)
         held = self._held_on_device()
         if held:  # the device holds them: a request continuing one takes the device's copy

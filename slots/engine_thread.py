@@ -81,10 +81,12 @@ class EngineThread:
         self.reranker = parts.reranker
         waiting = lambda: self.admission.waiting  # noqa: E731 - engine thread only, like its readers
         self.router.waiting = self.prefixes.waiting = waiting
+        self.router.sessions = self.prefixes.sessions = lambda: self.outbox.sessions.active(self.slots)
         if self.cache is not None:
             self.cache.upcoming = lambda: ((r.tenant, r.tokens) for r in waiting())
             slots = self.slots
             self.cache.on_device = lambda: ((s.tenant, s.tokens) for s in slots if s.tokens)
+            self.cache.sessions = lambda: (self.outbox.sessions.active(slots), ((r.tenant, r.session) for r in waiting()))
             cache = self.cache  # a shared budget shrank under it: it gives entries back on this thread
             self.cache.on_over = lambda: self.call(lambda engine: cache.trim())
         self.post = Postprocess(self.model, self.ctx, self.memory, self.outbox, self.stats)

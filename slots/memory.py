@@ -128,7 +128,7 @@ class SlotMemory:
         if self.drafter is not None:
             self.drafter.fork(donor.id, target.id, target.tokens)
         target.tenant = donor.tenant
-        target.keep_s = donor.keep_s
+        target.keep_s, target.session = donor.keep_s, donor.session
         target.prompt_end = 0
 
     def settle_fork(self, batch: Batch) -> None:
@@ -161,7 +161,7 @@ class SlotMemory:
         state_bytes = self.ctx.state_size(slot.id)
         size = state_bytes + slot.checkpoints.nbytes
         if self.cache.on_evict is None and not self.cache.admits(
-                slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size, state_bytes):
+                slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size, state_bytes, slot.session):
             log.debug("slot %d: not saved: the waiting requests need what the prompt cache holds sooner", slot.id)
             self._keep_only(slot, keep, 0)
             return None
@@ -175,7 +175,7 @@ class SlotMemory:
         draft = self.draft_state(slot)
         entry = self.cache.insert(
             slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
-            transient=transient, start=start,
+            transient=transient, start=start, session=slot.session,
         )
         self._keep_only(slot, keep, start)
         seconds = time.monotonic() - t0
@@ -234,7 +234,7 @@ class SlotMemory:
         target.checkpoints = entry.checkpoints.copy()
         target.tenant = entry.tenant
         target.prompt_end = entry.prompt_end
-        target.keep_s = entry.keep_s
+        target.keep_s, target.session = entry.keep_s, entry.session
         n_bytes = int(state.nbytes)
         if self.drafter is not None and entry.draft is not None:
             self.drafter.load_state(target.id, entry.draft)

@@ -13,6 +13,7 @@ import time
 from typing import Callable, Sequence
 
 from .requests import EngineError, Event, FinishReason, Sink, Usage
+from .sessions import Sessions
 from .slot import Slot
 from .stats import EngineStats
 
@@ -24,6 +25,7 @@ class Outbox:
         self.stats = stats
         self._pending: list[tuple[Sink, list[Event]]] = []  # finished requests' events
         self.on_finish: Callable[[Slot], None] | None = None  # a request ends well (its slot still holds it)
+        self.sessions = Sessions()  # client sessions at work: their requests end here
 
     def finish(self, slot: Slot, reason: FinishReason, error: EngineError | None = None) -> None:
         """End the slot's request with `reason`, or with `error` when given; frees the slot."""
@@ -60,6 +62,7 @@ class Outbox:
         if self.on_finish is not None and error is None and reason is not FinishReason.ABORT:
             self.on_finish(slot)
         slot.last_used = now
+        self.sessions.finished(active.req.tenant, active.req.session)
         self._pending.append((active.req.sink, active.events))
         slot.active = None
 

@@ -57,6 +57,7 @@ class Prefixes:
         self.checkpoint_every = checkpoint_every
         self.disk = disk
         self.waiting = tuple  # the requests waiting for a slot, next first (set by the engine)
+        self.sessions = tuple  # the client sessions at work (sessions.py; set by the engine)
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -82,6 +83,7 @@ class Prefixes:
         if reuse.matched > 0 and keep == 0:
             self.stats.full_prefills += 1
         route.target.cache_key, route.target.keep_s = req.cache_key, req.keep_s  # it serves req now
+        route.target.session = req.session
         return reuse, plan
 
     def park_idle(self, keep: Slot) -> None:
@@ -202,7 +204,7 @@ class Prefixes:
         idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
         if not idle:
             return False
-        uses = slot_uses(idle, self.waiting())
+        uses = slot_uses(idle, self.waiting(), self.sessions())
         victim = min(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
         self.memory.save(victim, CopyCause.SPILL, keep=0)

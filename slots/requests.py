@@ -100,6 +100,7 @@ class GenerateRequest:
     # n > 1): this one waits for that prefill and forks it instead of computing the prompt
     sibling_of: str | None = None
     cache_key: str = ""  # prompt_cache_key: requests with the same key prefer the slot that last served it
+    session: str = ""  # the client's session (Claude Code's session id): its conversations come back while it runs
     keep_s: float | None = None  # prompt_cache_retention on disk: 0 never written there, None LRU only
     submitted: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() by which it ends, finished or not

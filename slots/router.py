@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, Union
 
 from warmslot.cache.disk import DiskEntry
-from warmslot.cache.lookahead import give_up_first, next_uses
+from warmslot.cache.lookahead import give_up_first, next_uses, session_uses
 from warmslot.cache.prompt_cache import CacheEntry, PromptCache
 
 from .disk_tier import DiskTier
@@ -164,6 +164,7 @@ class Router:
         # the requests waiting for a slot, next first (the engine's queue): which idle slot
         # gives up its contents (see warmslot.cache.lookahead)
         self.waiting: Callable[[], Iterable[GenerateRequest]] = tuple
+        self.sessions: Callable[[], Iterable[tuple[str, str]]] = tuple  # client sessions at work (sessions.py)
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
@@ -344,7 +345,7 @@ class Router:
         empty = [s for s in pool if not s.tokens]
         if empty:
             return min(empty, key=lambda s: (distance(s), s.id))
-        uses = slot_uses(pool, self.waiting(), skip=req)
+        uses = slot_uses(pool, self.waiting(), self.sessions(), skip=req)
 
         def cost(slot: Slot) -> tuple:
             # nothing to save when another stream or the cache holds it all (a copy left by
@@ -355,11 +356,17 @@ class Router:
         return min(pool, key=cost)
 
 
-def slot_uses(slots: Sequence[Slot], waiting: Iterable[GenerateRequest], skip: GenerateRequest | None = None) -> dict[int, int]:
+def slot_uses(slots: Sequence[Slot], waiting: Sequence[GenerateRequest], running: Iterable[tuple[str, str]],
+              skip: GenerateRequest | None = None) -> dict[int, int]:
     """For each slot (by id) that a waiting request continues, that request's place in the
-    queue (see warmslot.cache.lookahead): what the queue will want soonest stays."""
-    upcoming = ((r.tenant, r.tokens) for r in waiting if r is not skip)
-    return next_uses(((s.id, s.tenant, s.tokens, s.prompt_end or None) for s in slots), upcoming)
+    queue, and after those the slots of client sessions at work (`running`: tenant, session;
+    see sessions.py) or waiting (see warmslot.cache.lookahead): what the queue will want
+    soonest stays. `skip`: the request being placed, which counts as running."""
+    upcoming = [r for r in waiting if r is not skip]
+    uses = next_uses(((s.id, s.tenant, s.tokens, s.prompt_end or None) for s in slots), ((r.tenant, r.tokens) for r in upcoming))
+    running = [*running, *([(skip.tenant, skip.session)] if skip is not None else [])]
+    return session_uses(((s.id, s.tenant, s.session) for s in slots), running, ((r.tenant, r.session) for r in upcoming), uses)
+
 
 
 def held_elsewhere(slot: Slot, slots: Sequence[Slot], cache: PromptCache | None) -> bool:

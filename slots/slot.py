@@ -79,6 +79,7 @@ class Slot:
     active: Active | None = None
     prompt_end: int = 0  # length of the last prompt served (a divergence before it loses a prompt)
     cache_key: str = ""  # the prompt_cache_key of the last request served
+    session: str = ""  # the client session of the conversation it holds (GenerateRequest.session)
     keep_s: float | None = None  # the disk retention of what it holds (see GenerateRequest)
     # where its tokens sit in the model's memory: set from each request's images before the
     # slot's memory is cut or filled for it (the memory then holds a prefix of its prompt)

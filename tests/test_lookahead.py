@@ -1,7 +1,7 @@
 """Which holders the waiting queue needs, and in what order a tier gives them up (pure logic;
 the engine-level effect is in test_kv_streams.py)."""
 
-from warmslot.cache.lookahead import SLACK, continues, next_uses, victim_order
+from warmslot.cache.lookahead import HORIZON, SLACK, continues, next_uses, session_uses, victim_order
 
 SYSTEM = list(range(500))
 
@@ -30,3 +30,14 @@ def test_next_uses_is_the_first_waiting_request_of_the_same_tenant_and_order_fol
     # no one's first (LRU order among them: c before d as given), then the latest needed first
     assert victim_order(["a", "b", "c", "d"], uses) == ["c", "d", "a", "b"]
     assert victim_order(["d", "c", "b", "a"], {}) == ["d", "c", "b", "a"]  # no queue: LRU
+
+
+def test_a_sessions_other_conversation_is_needed_after_the_waiting_prompts_and_before_what_no_one_needs():
+    holders = [("main", "", "s1"), ("sub", "", "s1"), ("other", "", "s2"), ("gone", "", "s3"), ("anon", "", "")]
+    direct = {"sub": 0}  # the waiting queue continues sub directly
+    # s1's sub-agent waits first, s2 has a request running, s3 none; "eve"'s s1 is not this s1
+    uses = session_uses(holders, running=[("", "s2"), ("eve", "s1")], waiting=[("", "s1"), ("", "s4")], uses=direct)
+    assert uses == {"sub": 0, "main": HORIZON + 1, "other": HORIZON}
+    # given up first: what no one needs (LRU order), then the latest needed
+    assert victim_order(["main", "sub", "other", "gone", "anon"], uses) == ["gone", "anon", "main", "other", "sub"]
+    assert session_uses(holders, running=[], waiting=[], uses={}) == {}

@@ -188,6 +188,16 @@ def test_a_users_sessions_share_one_tenant_and_users_do_not(server, client):
     assert tenant("user_ab_account_cd_session_0f-1") == tenant("user_ab_account_cd_session_9e-2") != tenant("user_xy")
 
 
+def test_the_session_in_metadata_user_id_reaches_the_engine(server, client):
+    def session(user_id):
+        client.messages.create(**dict(BODY, **({"metadata": {"user_id": user_id}} if user_id is not None else {})))
+        return server.engine.submitted[-1].session
+
+    assert session('{"device_id":"d1","account_uuid":"","session_id":"5e55-01"}') == "5e55-01"
+    assert session("user_ab_account_cd_session_0f-1a") == "0f-1a"
+    assert session("user_xy") == session('{"device_id":"d1"}') == session(None) == ""
+
+
 def test_betas_and_fields_claude_code_sends_that_change_nothing_are_accepted_and_logged(server, client, caplog):
     body = dict(BODY, context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
                 thinking={"type": "adaptive", "display": "omitted"}, output_config={"effort": "medium"},

@@ -151,6 +151,16 @@ def test_an_entry_whose_tokens_a_device_sequence_holds_is_given_up_first_on_atte
             assert kept == {b.id, c.id, d.id}
 
 
+def test_an_entry_of_a_session_with_a_request_running_stays_and_lru_would_have_evicted_it():
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
+    cache.sessions = lambda: ([("", "s1")], [])  # s1's sub-agent runs: its main agent comes back after
+    a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="", session="s1")
+    b = cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="", session="s2")
+    c = cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="", session="s3")
+    assert c is not None and {e.id for e in cache.entries()} == {a.id, c.id}
+    cache.sanity_check()
+
+
 def test_an_entry_needed_after_everything_the_cache_holds_is_not_stored():
     cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
     waiting: list[tuple[str, list[int]]] = []

@@ -307,6 +307,7 @@ def _engine_request(
         tenant=server.tenant(key, gen.tenant_hint),
         reuse_prefix=gen.cache_prompt,
         cache_key=gen.cache_key,
+        session=gen.session,
         keep_s=gen.keep_s,
         boundaries=tuple(boundaries),
         logprobs=gen.logprobs,

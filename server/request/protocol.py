@@ -171,6 +171,7 @@ class GenerationParams:
     echo: bool = False  # completions: the prompt text precedes each choice's text
     timeout: float | None = None  # seconds the request may take, waiting and running
     cache_key: str = ""  # prompt_cache_key: slot affinity
+    session: str = ""  # the client's session (the Messages API: Claude Code's session id in metadata.user_id)
     keep_s: float | None = None  # prompt_cache_retention in seconds (0: never on disk; None: default)
     return_progress: bool = False  # a stream reports the prompt's evaluation (llama-server's prompt_progress)
     timings_per_token: bool = False  # a stream's chunks carry llama-server's timings so far

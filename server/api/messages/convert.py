@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,9 @@ def parse_request(
     offset = 1 if system is not None else 0
     chat_messages = ([{"role": "system", "content": system}] if system is not None else []) + messages
     gen = parse_generation(_generation_body(body), n_vocab, defaults)
+    user_id = (body.get("metadata") or {}).get("user_id")  # (checked by _generation_body)
+    if user_id:
+        gen = dataclasses.replace(gen, session=session_of(user_id))
     tool_choice, parallel = _tool_choice(body.get("tool_choice")), True
     if isinstance(body.get("tool_choice"), dict):
         parallel = not _flag(body["tool_choice"], "disable_parallel_tool_use", "tool_choice")
@@ -135,6 +139,19 @@ def user_of(user_id: str) -> str:
     if isinstance(value, dict):
         return json.dumps({k: v for k, v in value.items() if k != "session_id"}, sort_keys=True)
     return user_id
+
+
+def session_of(user_id: str) -> str:
+    """The session a `metadata.user_id` names (Claude Code's session id; "" for none): its
+    main agent and sub-agents send it alike, so the prompt cache keeps a session's other
+    conversations while one of its requests runs or waits (warmslot.cache.lookahead)."""
+    try:
+        value = json.loads(user_id)
+    except ValueError:
+        found = _SESSION_SUFFIX.search(user_id)
+        return found.group(0)[len("_session_"):] if found else ""
+    session = value.get("session_id") if isinstance(value, dict) else None
+    return session if isinstance(session, str) else ""
 
 
 def _flag(value: dict, name: str, where: str) -> bool:
