@@ -74,16 +74,23 @@ class SlotMemory:
             else:
                 log.warning("slot %d: restoring the checkpoint at %d failed; full prefill", slot.id, keep)
                 keep = 0
+        if not self.cut(slot, keep):
+            log.warning("slot %d: the memory refused a cut at %d; full prefill", slot.id, keep)
+            return 0
+        return keep
+
+    def cut(self, slot: Slot, keep: int) -> bool:
+        """Cut the slot back to its first `keep` tokens (0: clear it). False when the memory
+        refused the cut: the slot is then cleared."""
         if keep == 0:
             self.clear(slot)
-            return 0
+            return True
         if keep < slot.n_past and not self.ctx.seq_rm(slot.id, slot.pos(keep), -1):
-            log.warning("slot %d: the memory refused a cut at %d; full prefill", slot.id, keep)
             self.clear(slot)
-            return 0
+            return False
         del slot.tokens[keep:]
         slot.checkpoints.drop_after(keep)
-        return keep
+        return True
 
     def clear(self, slot: Slot) -> None:
         self.ctx.seq_clear(slot.id)
@@ -203,13 +210,8 @@ class SlotMemory:
         tail read (`start` > 0) cut is cut back to its first `keep` tokens, where its
         memory is whole again. Any other slot is left for the caller's plan to cut (on
         memory that cannot be cut anywhere, that may restore a checkpoint first)."""
-        if keep is None or (keep and not start) or keep >= slot.n_past:
-            return
-        if keep == 0 or not self.ctx.seq_rm(slot.id, slot.pos(keep), -1):
-            self.clear(slot)
-            return
-        del slot.tokens[keep:]
-        slot.checkpoints.drop_after(keep)
+        if keep is not None and (keep == 0 or start):
+            self.cut(slot, keep)
 
     def draft_state(self, slot: Slot) -> DraftState | None:
         """A copy of the drafter's sequence of the slot (None without such a drafter)."""
