@@ -26,9 +26,9 @@ its first tokens and recompute the whole prompt. `--keep-billing-header` keeps i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,10 +72,8 @@ def parse_request(
     messages, breakpoints = _messages(body.get("messages"), tools.definitions)
     offset = 1 if system is not None else 0
     chat_messages = ([{"role": "system", "content": system}] if system is not None else []) + messages
-    gen = parse_generation(_generation_body(body), n_vocab, defaults)
-    user_id = (body.get("metadata") or {}).get("user_id")  # (checked by _generation_body)
-    if user_id:
-        gen = dataclasses.replace(gen, session=session_of(user_id))
+    fields, session = _generation_body(body)
+    gen = dataclasses.replace(parse_generation(fields, n_vocab, defaults), session=session)
     tool_choice, parallel = _tool_choice(body.get("tool_choice")), True
     if isinstance(body.get("tool_choice"), dict):
         parallel = not _flag(body["tool_choice"], "disable_parallel_tool_use", "tool_choice")
@@ -101,9 +99,9 @@ def parse_request(
     return MessagesRequest(chat, model, thinking.budget, ignored)
 
 
-def _generation_body(body: dict) -> dict:
+def _generation_body(body: dict) -> tuple[dict, str]:
     """The chat-shaped fields `parse_generation` reads (their checks name the same fields,
-    but for `stop_sequences`)."""
+    but for `stop_sequences`), and the client's session (`split_user_id`)."""
     stops = body.get("stop_sequences")
     if stops is not None and (not isinstance(stops, list) or not all(isinstance(s, str) for s in stops)):
         raise InvalidRequest("'stop_sequences' must be an array of strings", param="stop_sequences")
@@ -118,40 +116,34 @@ def _generation_body(body: dict) -> dict:
         if len(stops) > MAX_STOP:
             raise InvalidRequest(f"'stop_sequences' takes at most {MAX_STOP} strings", param="stop_sequences")
         out["stop"] = stops
+    session = ""
     if user:
-        out["user"] = user_of(user)
-    return out
+        out["user"], session = split_user_id(user)
+    return out, session
 
 
-_SESSION_SUFFIX = re.compile(r"_session_[0-9a-fA-F-]+$")
+_SESSION_SUFFIX = re.compile(r"_session_([0-9a-fA-F-]+)$")
 
 
-def user_of(user_id: str) -> str:
-    """The user a `metadata.user_id` names, without the session: Claude Code sends its
-    session id in it (`{"device_id", "account_uuid", "session_id"}` as JSON, or
-    `user_..._account_..._session_<uuid>`), and a tenant per session would make every new
-    session recompute the ~20K-token system prompt and tools that all of a user's sessions
-    share."""
-    try:
-        value = json.loads(user_id)
-    except ValueError:
-        return _SESSION_SUFFIX.sub("", user_id)
-    if isinstance(value, dict):
-        return json.dumps({k: v for k, v in value.items() if k != "session_id"}, sort_keys=True)
-    return user_id
-
-
-def session_of(user_id: str) -> str:
-    """The session a `metadata.user_id` names (Claude Code's session id; "" for none): its
-    main agent and sub-agents send it alike, so the prompt cache keeps a session's other
-    conversations while one of its requests runs or waits (warmslot.cache.lookahead)."""
+def split_user_id(user_id: str) -> tuple[str, str]:
+    """The user a `metadata.user_id` names, without the session, and the session ("" for
+    none). Claude Code sends its session id in it (`{"device_id", "account_uuid",
+    "session_id"}` as JSON, or `user_..._account_..._session_<uuid>`).
+    - The user is the tenant hint: a tenant per session would make every new session
+      recompute the ~20K-token system prompt and tools that all of a user's sessions share.
+    - The session is the same for a main agent and its sub-agents, so the prompt cache keeps
+      a session's other conversations while one of its requests runs or waits
+      (warmslot.cache.lookahead)."""
     try:
         value = json.loads(user_id)
     except ValueError:
         found = _SESSION_SUFFIX.search(user_id)
-        return found.group(0)[len("_session_"):] if found else ""
-    session = value.get("session_id") if isinstance(value, dict) else None
-    return session if isinstance(session, str) else ""
+        return _SESSION_SUFFIX.sub("", user_id), found.group(1) if found else ""
+    if isinstance(value, dict):
+        session = value.get("session_id")
+        user = json.dumps({k: v for k, v in value.items() if k != "session_id"}, sort_keys=True)
+        return user, session if isinstance(session, str) else ""
+    return user_id, ""
 
 
 def _flag(value: dict, name: str, where: str) -> bool:
