@@ -32,7 +32,7 @@ from warmslot.slots.fitting.context_size import (
 from .embedding_worker import Embedder, Reranker
 from .fitting.fit import FitPlan
 from .fitting.fit_settings import capacity_headroom, fit_settings
-from .fitting.layout import KvLayout, plan_layout, ram_spares_bytes
+from .fitting.layout import KvLayout, plan_layout, ram_spares_bytes, stream_state_bytes
 from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
 from .llama_api.mtmd import Projector, ProjectorParams
 from .memory import SlotMemory
@@ -160,19 +160,20 @@ def _load(
     info = model.info
     on_gpu = _offloads(cfg)
     choice = _context_choice(cfg, model, on_gpu, plan)
+    kind = classify_memory(info, cfg.swa_full)
     layout = plan_layout(
-        model, classify_memory(info, cfg.swa_full), n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
+        model, kind, n_parallel=cfg.n_parallel, n_ctx=choice.n_ctx,
         kv_unified_setting=cfg.kv_unified, cache_vram=cfg.cache_vram, type_k=cfg.type_k, type_v=cfg.type_v,
         on_gpu=on_gpu, cache_ram=cfg.cache_ram, spare_share=cfg.spare_share,
     )
     # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget
-    spares_ram = ram_spares_bytes(model, layout, cfg.type_k, cfg.type_v) if not on_gpu and cfg.cache_vram is None else 0
+    spares_ram = ram_spares_bytes(model, kind, layout, cfg.type_k, cfg.type_v) if not on_gpu and cfg.cache_vram is None else 0
     if spares_ram and cfg.shared_ram is None:
         cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
-    whole = min((per_token or 0) * (layout.n_ctx if unified else layout.n_ctx // max(1, layout.n_seq)), 16 << 30)
+    whole = stream_state_bytes(model, kind, layout.n_ctx if unified else layout.n_ctx // layout.n_seq, cfg.type_k, cfg.type_v)
     params = ContextParams(
         n_ctx=layout.n_ctx,
         n_batch=max(cfg.n_batch, layout.n_seq),
@@ -188,8 +189,8 @@ def _load(
         pinned_states=on_gpu,
         # the prompt cache, every slot's checkpoints, the staging buffer (a whole state) and
         # some slack; never most of the RAM
-        pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + whole + (2 << 30), physical_memory() * 3 // 4),
-        n_rs_seq=cfg.spec.snapshots_for(classify_memory(info, cfg.swa_full)),
+        pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + min(whole, 16 << 30) + (2 << 30), physical_memory() * 3 // 4),
+        n_rs_seq=cfg.spec.snapshots_for(kind),
     )
     started = time.monotonic()
     ctx = Context(model, params)
@@ -200,7 +201,7 @@ def _load(
     if host.pinned:  # in the background, once the model serves
         # chunks that hold a whole sequence's state: a state larger than every chunk never
         # finds pinned room, and its copies run at a fraction of the bus speed
-        host.hold_states((per_token or 0) * ctx.n_ctx_seq)  # (unknown: no room kept ahead)
+        host.hold_states(whole)  # (unknown: no room kept ahead)
         host.pin_soon(min(cfg.pinned_at_load, cfg.cache_ram + (1 << 30)))
     slots = [
         Slot(i, CheckpointList(cfg.ctx_checkpoints, cfg.checkpoint_bytes)) for i in range(layout.n_seq)

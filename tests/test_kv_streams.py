@@ -1,5 +1,5 @@
-"""A KV stream per slot (the default with several slots on attention and sliding-window
-models) against a unified pool: batch layout, forks between streams, the auto choice."""
+"""A KV stream per slot (the default with several slots on attention, sliding-window and
+hybrid models) against a unified pool: batch layout, forks between streams, the auto choice."""
 
 import pytest
 
@@ -19,7 +19,8 @@ def test_auto_gives_each_slot_a_stream_on_attention_models_only():
     assert kv_unified("auto", MemoryKind.ATTENTION, 4) is False
     assert kv_unified("auto", MemoryKind.SWA, 16) is False
     assert kv_unified("auto", MemoryKind.ATTENTION, 1) is True
-    assert kv_unified("auto", MemoryKind.HYBRID, 4) is True
+    assert kv_unified("auto", MemoryKind.HYBRID, 4) is False  # spare streams keep idle conversations apart
+    assert kv_unified("auto", MemoryKind.HYBRID, 1) is True
     assert kv_unified("auto", MemoryKind.RECURRENT, 4) is True
     assert kv_unified("on", MemoryKind.ATTENTION, 4) is True
     assert kv_unified("off", MemoryKind.HYBRID, 4) is False
@@ -108,11 +109,13 @@ def test_sampling_on_threads_gives_the_tokens_of_sampling_in_turn(tiny_models):
 
 def _spare_layout_engine(path, n_spare: int, **kw):
     """An engine with two slots and `n_spare` spare streams (device memory for exactly that)."""
-    from warmslot.slots.llama_api import Model
+    from warmslot.slots.fitting.layout import stream_state_bytes
+    from warmslot.slots.llama_api import Model, classify_memory
 
     n_ctx = kw.pop("n_ctx", 1024)
-    per_token = Model(str(path), n_gpu_layers=0, vocab_only=True).kv_bytes_per_token("f32", "f32")
-    engine = tiny_engine(path, n_parallel=2, n_ctx=n_ctx, kv_unified="off", cache_vram=n_spare * per_token * (n_ctx // 2), **kw)
+    model = Model(str(path), n_gpu_layers=0, vocab_only=True)
+    stream = stream_state_bytes(model, classify_memory(model.info, False), n_ctx // 2, "f32", "f32")
+    engine = tiny_engine(path, n_parallel=2, n_ctx=n_ctx, kv_unified="off", cache_vram=n_spare * stream, **kw)
     assert engine.layout.n_spare == n_spare and len(engine.slots) == 2 + n_spare
     return engine
 
@@ -139,6 +142,25 @@ def test_auto_spares_of_one_model_of_several_leave_the_device_memory_to_the_othe
     # 40 GiB free, less the slots' 4, 10% of the device and 1 GiB: 25 spare streams for one model
     assert layout.plan_layout(FakeModel(), MemoryKind.ATTENTION, **kw).n_spare == 25
     assert layout.plan_layout(FakeModel(), MemoryKind.ATTENTION, spare_share=2, **kw).n_spare == 12
+    # a hybrid's streams the same way, with its recurrent state on top (here 1 GiB more):
+    # 40 GiB free, less the slots' 8, 10% and 1 GiB: 10 spares of 2 GiB
+    FakeModel.recurrent_bytes_per_seq = lambda self: 1 << 30
+    assert layout.plan_layout(FakeModel(), MemoryKind.HYBRID, **kw).n_spare == 10
+
+
+@pytest.mark.model
+def test_a_hybrid_streams_size_is_what_llama_cpp_allocates(tiny_models):
+    """Spare streams of a hybrid are sized from its metadata before the context exists: KV
+    bytes for its attention layers only (1 of its 4), and a recurrent state per sequence that
+    llama.cpp's buffers match (its log gives them in MiB with two decimals: within 5%)."""
+    engine = tiny_engine(tiny_models["hybrid"], n_parallel=2, n_ctx=2048, cache_vram=8 << 20)
+    try:
+        capacity, layout = engine.info.capacity, engine.layout
+        assert not layout.unified and layout.n_spare >= 8
+        assert sum(capacity.kv_bytes.values()) == pytest.approx(capacity.kv_bytes_per_token * layout.n_ctx, rel=0.05)
+        assert engine.model.recurrent_bytes_per_seq() == pytest.approx(capacity.recurrent_bytes_per_slot, rel=0.05)
+    finally:
+        engine.stop()
 
 
 def test_spare_streams_are_sized_from_the_memory_given():
@@ -151,6 +173,9 @@ def test_spare_streams_are_sized_from_the_memory_given():
         def kv_bytes_per_token(self, type_k, type_v):
             return 1000
 
+        def recurrent_bytes_per_seq(self):
+            return 24 * 1000
+
     kw = dict(n_parallel=4, n_ctx=4096, kv_unified_setting="auto", type_k="f16", type_v="f16", on_gpu=False)
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=3 * 1024 * 1000, **kw).n_spare == 3
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **kw).n_spare == 0  # no GPU, no RAM given
@@ -161,8 +186,12 @@ def test_spare_streams_are_sized_from_the_memory_given():
     assert (layout.n_seq, layout.n_ctx) == (6, 6 * 1024)  # each slot keeps its 1024 cells
     assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **kw).n_spare == 0  # auto, no GPU
     assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=0, **dict(kw, on_gpu=True)).n_spare == 0
-    hybrid = plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **dict(kw, on_gpu=True))
-    assert hybrid.unified and (hybrid.n_seq, hybrid.n_ctx) == (12, 4096)  # spares share the pool
+    # a hybrid's spare is a stream and a recurrent state: 1024 cells and 24 cells' worth
+    hybrid = plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=2 * 1048 * 1000, **kw)
+    assert not hybrid.unified and (hybrid.n_seq, hybrid.n_ctx) == (6, 6 * 1024)
+    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=2 * 1048 * 1000 - 1, **kw).n_spare == 1
+    one_pool = plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=None, **dict(kw, on_gpu=True, kv_unified_setting="on"))
+    assert one_pool.unified and (one_pool.n_seq, one_pool.n_ctx) == (12, 4096)  # spares share the pool
     assert plan_layout(FakeModel(), MemoryKind.SWA, cache_vram=2 * 1024 * 1000, **kw).n_spare == 2  # streams too
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=1 << 40, **kw).n_spare == 256 - 4  # llama.cpp's most
     assert plan_layout(FakeModel(), MemoryKind.RECURRENT, cache_vram=1 << 30, **dict(kw, kv_unified_setting="off")).n_spare == 0
@@ -196,7 +225,7 @@ def test_a_filler_never_overfills_a_batch_that_prefill_filled():
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("kind", ["attention", "swa"])
+@pytest.mark.parametrize("kind", ["attention", "swa", "hybrid"])
 def test_conversations_come_back_to_their_spare_stream_without_a_copy(tiny_models, kind):
     """Two slots and two spare streams hold four conversations: each comes back to its own
     stream with every token reused and nothing copied to or from RAM, even while the slots

@@ -8,9 +8,12 @@ must be copied to RAM before its slot can serve another one, and back again when
 - With a stream per sequence (attention and sliding-window models), a slot's attention
   spans only its own cells, so an idle stream costs the others nothing but device memory
   (`--cache-vram`).
-- In one pool (recurrent and hybrid models), a spare costs one recurrent state; its
-  attention cells share the pool, and the least recently used idle sequence moves to RAM
-  when the pool is full.
+- Hybrid models (attention plus recurrent layers) get a stream per sequence too: a spare
+  then costs its stream and one recurrent state. In one pool instead, idle conversations'
+  cells would sit among the busy ones', and every step's attention would span them.
+- In one pool (recurrent models; any model with one slot or `--kv-unified on`), a spare
+  costs one recurrent state; its attention cells share the pool, and the least recently
+  used idle sequence moves to RAM when the pool is full.
 """
 
 from __future__ import annotations
@@ -62,12 +65,13 @@ def kv_unified(setting: str, kind: MemoryKind, n_parallel: int) -> bool:
 
     A stream per slot is the default for attention and sliding-window models with several
     slots: a sequence's attention then spans only its own cells, its state is one contiguous
-    copy, and an idle slot's cells cost the others nothing. A unified pool lets one slot use
-    the whole context; it stays the default for recurrent and hybrid models, whose attention
-    layers are a small part of each step."""
+    copy, and an idle slot's cells cost the others nothing. Hybrid models get streams too,
+    so that idle conversations can stay on the device in spare streams apart from the busy
+    ones. A unified pool lets one slot use the whole context; it stays the default for one
+    slot and for recurrent models, which have no attention cells."""
     if setting in ("on", "off"):
         return setting == "on"
-    return n_parallel == 1 or kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID)
+    return n_parallel == 1 or kind is MemoryKind.RECURRENT
 
 
 def plan_layout(
@@ -108,17 +112,17 @@ def plan_layout(
 def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share) -> int:
     if cache_vram == 0:
         return 0
-    if kind not in (MemoryKind.ATTENTION, MemoryKind.SWA):
+    if kind is MemoryKind.RECURRENT:
         if cache_vram:
-            log.warning("--cache-vram keeps idle conversations in streams only on attention and sliding-window models; ignored")
+            log.warning("--cache-vram keeps idle conversations in streams only on models with attention layers; ignored")
         return 0
     # NOTE: on attention memory an idle stream between busy ones may get a one-token filler
-    # that is cut off after the step (see scheduler); sliding-window memory cannot be cut
-    # back anywhere, so it gets none (the engine computes no filler budget for it)
+    # that is cut off after the step (see scheduler); sliding-window and hybrid memory cannot
+    # be cut back anywhere, so they get none (the engine computes no filler budget for them)
     per_token = model.kv_bytes_per_token(type_k, type_v)
     if not per_token:
         return 0
-    stream_bytes = per_token * per_slot
+    stream_bytes = stream_state_bytes(model, kind, per_slot, type_k, type_v)
     if cache_vram is not None:
         return min(cache_vram // stream_bytes, LLAMA_MAX_SEQ - n_parallel)
     if on_gpu:
@@ -136,8 +140,14 @@ def _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v
     return max(0, min(MAX_SPARE, cap, budget // stream_bytes))
 
 
-def ram_spares_bytes(model: Model, layout: KvLayout, type_k: str, type_v: str) -> int:
+def stream_state_bytes(model: Model, kind: MemoryKind, n_cells: int, type_k: str, type_v: str) -> int:
+    """Bytes one sequence of `n_cells` takes: its KV cells, and its recurrent state on a hybrid."""
+    recurrent = model.recurrent_bytes_per_seq() if kind is MemoryKind.HYBRID else 0
+    return (model.kv_bytes_per_token(type_k, type_v) or 0) * n_cells + recurrent
+
+
+def ram_spares_bytes(model: Model, kind: MemoryKind, layout: KvLayout, type_k: str, type_v: str) -> int:
     """RAM the spare streams of `layout` take on the CPU (their share of the prompt cache's)."""
     if layout.unified or not layout.n_spare:
         return 0
-    return model.kv_bytes_per_token(type_k, type_v) * (layout.n_ctx // layout.n_seq) * layout.n_spare
+    return stream_state_bytes(model, kind, layout.n_ctx // layout.n_seq, type_k, type_v) * layout.n_spare

@@ -75,7 +75,28 @@ def kv_bytes_per_token(number: Callable[[str], int | None], type_k: str, type_v:
     k_len = number("attention.key_length") or n_embd // n_head
     v_len = number("attention.value_length") or n_embd // n_head
     per_layer = n_head_kv * (k_len * KV_TYPE_BYTES[type_k] + v_len * KV_TYPE_BYTES[type_v])
-    return int(n_layer * per_layer)
+    return int(attention_layers(number) * per_layer)
+
+
+def attention_layers(number: Callable[[str], int | None]) -> int:
+    """Layers with a KV cache: every layer, or every `full_attention_interval`-th one of a
+    hybrid that says so in its metadata (Qwen3.5, Qwen3-Next: the others are recurrent)."""
+    n_layer = number("block_count") or 0
+    interval = number("full_attention_interval")
+    return n_layer // interval if interval else n_layer
+
+
+def recurrent_bytes_per_seq(number: Callable[[str], int | None]) -> int:
+    """Bytes of one sequence's recurrent state (convolution and SSM state, f32, as llama.cpp
+    keeps them) in a model whose metadata gives its SSM sizes; 0 when it does not."""
+    d_conv, d_inner, d_state = number("ssm.conv_kernel"), number("ssm.inner_size"), number("ssm.state_size")
+    if not d_inner or not d_state:
+        return 0
+    n_group = number("ssm.group_count") or 0
+    n_layer = number("block_count") or 0
+    recurrent_layers = n_layer - attention_layers(number) if number("full_attention_interval") else n_layer
+    conv = max(0, (d_conv or 0) - 1) * (d_inner + 2 * n_group * d_state)
+    return 4 * (conv + d_state * d_inner) * recurrent_layers
 
 
 def load_mode(use_mmap: bool, use_mlock: bool) -> int:
@@ -250,13 +271,15 @@ class Model:
     def kv_bytes_per_token(self, type_k: str, type_v: str) -> int | None:
         """Bytes of attention KV cache one token takes in every layer, from the model's
         metadata; None when the metadata does not say (per-layer head counts, say)."""
-        arch = self.info.arch
+        return kv_bytes_per_token(self._number, type_k, type_v)
 
-        def number(key: str) -> int | None:
-            value = self.meta(f"{arch}.{key}")
-            return int(value) if value is not None and value.strip().isdigit() else None
+    def recurrent_bytes_per_seq(self) -> int:
+        """Bytes of one sequence's recurrent state, from the metadata (0: none, or unknown)."""
+        return recurrent_bytes_per_seq(self._number) if self.info.is_recurrent or self.info.is_hybrid else 0
 
-        return kv_bytes_per_token(number, type_k, type_v)
+    def _number(self, key: str) -> int | None:
+        value = self.meta(f"{self.info.arch}.{key}")
+        return int(value) if value is not None and value.strip().isdigit() else None
 
     # -- vocabulary (thread-safe: read-only) ------------------------------------------
 
