@@ -113,6 +113,7 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_decode_tokens", "Generated tokens evaluated", value=stats.decode_tokens)
         yield CounterMetricFamily("warmslot_decode_seconds", "Decode time attributed to generated tokens", value=stats.decode_seconds)
         yield CounterMetricFamily("warmslot_filler_tokens", "Throwaway tokens in idle KV streams that kept a micro-batch's sequence ids consecutive", value=stats.filler_tokens)
+        yield CounterMetricFamily("warmslot_quick_starts", "Requests started beside --parallel running ones: quick continuations of a conversation the device holds (--quick-tokens)", value=stats.quick_starts)
         prefill_rate, decode_rate = stats.recent_rates()
         yield GaugeMetricFamily("warmslot_prefill_tokens_per_second", "Prompt evaluation speed over the last 10 s of work", value=prefill_rate)
         yield GaugeMetricFamily("warmslot_decode_tokens_per_second", "Generation speed over the last 10 s of work", value=decode_rate)

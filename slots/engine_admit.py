@@ -52,8 +52,8 @@ class EngineAdmit:
             if self.memory.fork_pending and not (isinstance(route, Fork) and route.donor is self.memory.fork_donor):
                 return
             if isinstance(route, Wait):
-                if route.for_slot is None and req.sibling_of not in held:
-                    return  # no idle slot
+                if route.for_slot is None and req.sibling_of not in held and not self.router.quick_room():
+                    return  # no idle slot, and none for a quick request further on (router.py)
                 if route.for_slot is not None:
                     self._want_checkpoint(route.for_slot, route.shared)
                 held.add(req.id)
@@ -61,8 +61,9 @@ class EngineAdmit:
                 continue
             self.admission.admitted(i)
             self.stats.queue_wait.observe(time.monotonic() - req.submitted)
+            quick = sum(1 for s in self.slots if s.active is not None) >= self.router.n_busy_max
             try:
-                self._start(route, req)
+                self._start(route, req, quick)
             except Exception as exc:  # noqa: BLE001 - one bad request must not stop the engine
                 log.exception("slot %d: request %s failed to start", route.target.id, req.id)
                 route.target.active = None
@@ -76,7 +77,7 @@ class EngineAdmit:
         if not self.ctx.memory_kind.truncatable and n > slot.n_past and n not in active.cuts:
             bisect.insort(active.cuts, n)
 
-    def _start(self, route: Route, req: GenerateRequest) -> None:
+    def _start(self, route: Route, req: GenerateRequest, quick: bool = False) -> None:
         try:
             sampler = Sampler(self.model, req.sampling)
         except GrammarError as exc:
@@ -85,7 +86,7 @@ class EngineAdmit:
         before = dict(self.stats.copy_bytes)
         try:
             reuse, plan = self.prefixes.take(route, req)
-            self._activate(route.target, req, sampler, reuse)
+            self._activate(route.target, req, sampler, reuse, quick)
         except BaseException:
             sampler.close()  # the request never became active
             raise
@@ -93,7 +94,7 @@ class EngineAdmit:
         if reuse.cached == len(req.tokens):
             self.post.prompt_done_from_logits(route.target, plan.logits)
 
-    def _activate(self, slot: Slot, req: GenerateRequest, sampler: Sampler, reuse: Reuse) -> None:
+    def _activate(self, slot: Slot, req: GenerateRequest, sampler: Sampler, reuse: Reuse, quick: bool = False) -> None:
         keep = reuse.cached
         active = Active(
             req=req,
@@ -101,7 +102,9 @@ class EngineAdmit:
             text=TextStream(req.stop),
             reuse=reuse,
             cuts=self.prefixes.cuts(req, keep),
+            quick=quick,
         )
+        self.stats.quick_starts += quick
         slot.active = active
         slot.tenant = req.tenant
         slot.prompt_end = len(req.tokens)

@@ -230,7 +230,8 @@ def _load(
     can_fork = unified or kind is not MemoryKind.SWA
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
-    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk)
+    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
+                    quick_tokens=cfg.quick_tokens)
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
         park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk,

@@ -16,6 +16,13 @@ contents no waiting request continues, least recently used first (the queue says
 needed next: see warmslot.cache.lookahead). A busy slot is never taken. A request whose prefix another slot is about
 to compute waits for it (`Wait`).
 
+While `n_busy_max` requests run, a request waits, unless it is **quick**: it continues a
+conversation that an idle sequence on the device holds (or that a move next to the busy
+streams copies there), and computes at most `quick_tokens` new tokens. Such a request runs
+beside the others, up to twice `n_busy_max` in all: it takes no memory another request
+could use and no copy through RAM, and costs the steps it shares a few hundred tokens, where
+waiting for a slot would cost it other conversations' whole prefills.
+
 A route is one of `KeepSlot`, `Fork`, `Load`, `FromDisk`, `Fresh`, `Fetch` or `Wait`: each
 carries exactly what applying it needs.
 """
@@ -151,6 +158,7 @@ class Router:
         n_busy_max: int | None = None,
         contiguous: bool = False,
         disk: DiskTier | None = None,
+        quick_tokens: int = 0,
     ) -> None:
         self.slots = slots
         self.cache = cache
@@ -161,6 +169,7 @@ class Router:
         self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
         self.contiguous = contiguous  # keep busy ids in one run (a KV stream per sequence)
         self.disk = disk
+        self.quick_tokens = quick_tokens  # see the module: 0, none run beside n_busy_max
         # the requests waiting for a slot, next first (the engine's queue): which idle slot
         # gives up its contents (see warmslot.cache.lookahead)
         self.waiting: Callable[[], Iterable[GenerateRequest]] = tuple
@@ -170,7 +179,32 @@ class Router:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
         idle = [s for s in self.slots if s.active is None]
         if len(self.slots) - len(idle) >= self.n_busy_max:
-            return Wait()
+            return self._quick(req, idle) or Wait()
+        return self._place(req, idle)
+
+    def quick_room(self) -> bool:
+        """Whether a quick request could start now that `n_busy_max` run (see the module)."""
+        busy = sum(1 for s in self.slots if s.active is not None)
+        return self.quick_tokens > 0 and self.n_busy_max <= busy < min(len(self.slots), 2 * self.n_busy_max)
+
+    def _quick(self, req: GenerateRequest, idle: list[Slot]) -> KeepSlot | Fork | None:
+        """The route of a quick request (see the module), else None. An idle sequence must
+        hold all but `quick_tokens` of the prompt before the whole routing runs."""
+        if not self.quick_room() or not req.reuse_prefix:
+            return None
+        need = max(1, len(req.tokens) - self.quick_tokens)
+        if not any(_may_hold(s, req, need) for s in idle):
+            return None
+        route = self._place(req, idle)
+        if isinstance(route, Fork) and (route.donor.active is not None or not (
+                not route.target.tokens or held_elsewhere(route.target, self.slots, self.cache))):
+            return None  # a busy donor's copy, or a save to make room: not quick
+        if isinstance(route, (KeepSlot, Fork)) and route.usable >= need:
+            return route
+        return None
+
+    def _place(self, req: GenerateRequest, idle: list[Slot]) -> Route:
+        """The route of `req` among the idle sequences (see `route`)."""
         if not req.reuse_prefix:
             return Fresh(self._receiver(idle, None, req))
         best, seen = self._best(req)
@@ -390,3 +424,10 @@ def _score(route) -> float:
 def _affine(slot: Slot, req: GenerateRequest) -> bool:
     """The slot last served the request's prompt_cache_key (within its tenant)."""
     return bool(req.cache_key) and slot.cache_key == req.cache_key and slot.tenant == req.tenant
+
+
+def _may_hold(slot: Slot, req: GenerateRequest, need: int) -> bool:
+    """Whether `slot` may hold the prompt's first `need` tokens: a check of two tokens, so
+    that a full queue is not routed again at every step."""
+    tokens = slot.tokens
+    return slot.tenant == req.tenant and len(tokens) >= need and tokens[0] == req.tokens[0] and tokens[need - 1] == req.tokens[need - 1]

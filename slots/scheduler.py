@@ -58,7 +58,10 @@ def plan_batch(
             picks.append((slot, 1 + len(drafts.get(slot.id, ()))))
     budget = min(prefill_budget, batch.free - sum(n for _, n in picks))
     prefilling = [s for s in slots if s.active is not None and not s.active.prefill_done]
-    for slot in sorted(prefilling, key=lambda s: s.active.admitted):
+    # a quick request's few hundred tokens (router.py) get a step of their own: shared with
+    # another prompt's chunk, the step would last as long as that chunk
+    quick = [s for s in prefilling if s.active.quick]
+    for slot in quick or sorted(prefilling, key=lambda s: s.active.admitted):
         if budget <= 0:
             break
         n = _chunk_length(slot, budget)

@@ -31,6 +31,7 @@ class Active:
     reuse: Reuse  # what was reused: reuse.cached prompt tokens are not evaluated
     cuts: list[int]  # prompt positions where the prefill stops for a checkpoint, ascending
     admitted: float = field(default_factory=time.monotonic)
+    quick: bool = False  # started beside n_busy_max others (router.py): its prefill goes first
     generated: list[int] = field(default_factory=list)
     pending: int | None = None  # sampled, not yet decoded
     first_token_at: float = 0.0

@@ -73,6 +73,7 @@ class EngineStats:
     prefill_seconds: float = 0.0
     decode_tokens: int = 0  # generated tokens evaluated
     filler_tokens: int = 0  # throwaway tokens that kept a micro-batch's sequence ids consecutive
+    quick_starts: int = 0  # requests started beside --parallel others (router.py: quick requests)
     decode_seconds: float = 0.0
     steps: int = 0  # llama_decode calls
     busy_slot_steps: int = 0  # summed over steps: the slots with tokens in the step's batch

@@ -1,6 +1,8 @@
 """A KV stream per slot (the default with several slots on attention, sliding-window and
 hybrid models) against a unified pool: batch layout, forks between streams, the auto choice."""
 
+import time
+
 import pytest
 
 from warmslot.cache.checkpoints import CheckpointList
@@ -393,6 +395,51 @@ def test_no_slot_is_available_when_parallel_requests_run_though_spare_streams_ar
     finally:
         client.close()
         server.stop()
+
+
+class _FinishOrder(QueueSink):
+    """A sink that also notes, in a list shared by several, when its request finished."""
+
+    def __init__(self, name: str, order: list[str]) -> None:
+        super().__init__()
+        self.name, self.order = name, order
+
+    def push(self, events) -> None:
+        if any(ev.finish is not None or ev.error is not None for ev in events):
+            self.order.append(self.name)
+        super().push(events)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+@pytest.mark.parametrize("quick_tokens", [512, 0])
+def test_a_quick_continuation_starts_beside_a_running_request(tiny_models, kind, quick_tokens):
+    """One slot and a spare stream. While a long request runs in the slot, a request that
+    continues the conversation the spare holds, with a few new tokens, starts at once beside
+    it (quick), reuses the spare's every token and finishes first, with the cold answer; with
+    --quick-tokens 0 it waits for the slot and finishes after the long one."""
+    path = tiny_models[kind]
+    convo = random_tokens(90, 120)
+    engine = tiny_engine(path, n_parallel=1, kv_unified="off", cache_vram=1 << 30, quick_tokens=quick_tokens, **REUSE_ENGINE)
+    try:
+        assert engine.layout.n_spare >= 1
+        generate(engine, convo, max_tokens=4)
+        held = next(list(s.tokens) for s in engine.slots if s.tokens)
+        order: list[str] = []
+        long_sink, quick_sink = _FinishOrder("long", order), _FinishOrder("quick", order)
+        engine.submit(GenerateRequest("long", random_tokens(91, 300), long_sink, SamplingParams(temperature=0), max_tokens=300, ignore_eos=True))
+        while not any(s.active is not None for s in engine.slots):
+            time.sleep(0.001)
+        prompt = held + random_tokens(92, 12)
+        engine.submit(GenerateRequest("quick", prompt, quick_sink, SamplingParams(temperature=0), max_tokens=16, ignore_eos=True, return_prompt_logits=True))
+        quick = quick_sink.collect()
+        long_sink.collect()
+        assert order == (["quick", "long"] if quick_tokens else ["long", "quick"])
+        assert engine.stats.quick_starts == (1 if quick_tokens else 0)
+        assert quick.reuse.source == "slot" and quick.usage.cached_tokens == len(held)
+    finally:
+        engine.stop()
+    assert_same_answer(quick, cold_run(path, prompt))
 
 
 @pytest.mark.model

@@ -46,6 +46,7 @@ _COUNTER_NAMES = (
     "warmslot_prompt_cache_hits_total", "warmslot_prompt_cache_misses_total", "warmslot_slots_parked_total",
     "warmslot_checkpoints_created_total", "warmslot_checkpoints_restored_total", "warmslot_kv_evictions_total",
     "warmslot_state_tail_reads_total",
+    "warmslot_quick_starts_total",
     "warmslot_full_prefills_total", "warmslot_prompt_cache_chained_total", "warmslot_prompt_cache_chain_bytes_spared_total",
     "warmslot_prompt_cache_evictions_total", "llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total",
     "llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total", "llamacpp:n_decode_total",

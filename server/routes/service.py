@@ -106,13 +106,15 @@ async def slots_view(request: Request) -> Response:
     count them, in its field names (`id`, `n_ctx`, `is_processing`, ...), with warmslot's own
     fields beside them. With spare sequences (idle conversations kept in memory, any of which
     a request may run on) they are the sequences running requests, then idle ones, lowest id
-    first, in id order; GET /engine lists every sequence. `?fail_on_no_slot=1` answers 503
-    when no request could start now: --parallel of them are running."""
+    first, in id order (more than --parallel while quick requests run beside them, so that
+    every running request is listed); GET /engine lists every sequence. `?fail_on_no_slot=1`
+    answers 503 when --parallel of them are running (a quick request may still start)."""
     server, snapshot = await _engine_snapshot(request)
     info = server.engine.info
     speculative = server.config.engine.spec.type != "none"
     views = snapshot.to_json()["slots"]
-    shown = sorted(sorted(views, key=lambda v: (v["state"] == "idle", v["id"]))[: info.n_slots], key=lambda v: v["id"])
+    n_shown = max(info.n_slots, sum(v["state"] != "idle" for v in views))
+    shown = sorted(sorted(views, key=lambda v: (v["state"] == "idle", v["id"]))[:n_shown], key=lambda v: v["id"])
     slots = [_slot_body(view, info.n_ctx_slot, speculative) for view in shown]
     if request.query_params.get("fail_on_no_slot") and sum(s["is_processing"] for s in slots) >= info.n_slots:
         raise Unavailable("no slot available", retry_after=1, code="no_slot")
