@@ -16,9 +16,9 @@ contents no waiting request continues, least recently used first (the queue says
 needed next: see warmslot.cache.lookahead). A busy slot is never taken. A request whose prefix another slot is about
 to compute waits for it (`Wait`).
 
-While `n_busy_max` requests run, a request waits, unless it is **quick**: it continues a
-conversation that an idle sequence on the device holds (or that a move next to the busy
-streams copies there), and computes at most `quick_tokens` new tokens. Such a request runs
+While `n_busy_max` requests run, a request waits, unless it is **quick**: with a stream per
+sequence, it continues a conversation that an idle sequence on the device holds (or that a
+move next to the busy streams copies there), and computes at most `quick_tokens` new tokens. Such a request runs
 beside the others, up to twice `n_busy_max` in all: it takes no memory another request
 could use and no copy through RAM, and costs the steps it shares a few hundred tokens, where
 waiting for a slot would cost it other conversations' whole prefills.
@@ -184,8 +184,10 @@ class Router:
 
     def quick_room(self) -> bool:
         """Whether a quick request could start now that `n_busy_max` run (see the module)."""
+        if not self.quick_tokens or not self.contiguous:  # in one pool it would take cells the others count on
+            return False
         busy = sum(1 for s in self.slots if s.active is not None)
-        return self.quick_tokens > 0 and self.n_busy_max <= busy < min(len(self.slots), 2 * self.n_busy_max)
+        return self.n_busy_max <= busy < min(len(self.slots), 2 * self.n_busy_max)
 
     def _quick(self, req: GenerateRequest, idle: list[Slot]) -> KeepSlot | Fork | None:
         """The route of a quick request (see the module), else None. An idle sequence must

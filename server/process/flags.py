@@ -209,7 +209,7 @@ FLAGS = [
     Flag(("--checkpoint-ram",), "checkpoint_ram", SIZE, "4GiB", sets="engine.checkpoint_bytes",
          help="memory for checkpoints per slot; " + SIZE_HELP),
     Flag(("--quick-tokens",), "quick_tokens", int, 512, sets="engine.quick_tokens",
-         help="a request that continues a conversation an idle sequence on the device holds, computing at most this "
+         help="with a stream per sequence, a request that continues a conversation an idle sequence on the device holds, computing at most this "
               "many new tokens, starts at once beside --parallel running ones (up to twice --parallel; 0: it waits)"),
     Flag(("-cram", "--cache-ram"), "cache_ram", SIZE, "auto", sets="engine.cache_ram",
          help="RAM for the prompt cache (0: off; auto: a quarter of the RAM, at most 32GiB); " + SIZE_HELP),
