@@ -20,7 +20,7 @@ long system prompt, all come back warm.
   tokens up to the end of its last prompt and can serve that prefix (see `covers`): a strict
   prefix of the newer entry, or the previous turn of the same conversation (whose generated
   reply the next turn re-rendered).
-- Segments (attention and sliding-window memory, `segment_buffer` set): an entry that shares a prefix of at
+- Segments (attention, sliding-window and hybrid memory, `segment_buffer` set): an entry that shares a prefix of at
   least `chains.SEGMENT_MIN_TOKENS` with one the cache holds stores only the state of its own
   tokens, chained to that entry (`base`, `base_len`; segments.py). So a system prompt and
   tools that many conversations share, and the turns of one conversation, are held once.
@@ -157,8 +157,9 @@ class PromptCache:
         self.on_over: Callable[[], None] | None = None
         self.reserved = 0  # RAM the model holds beside the cache out of a shared budget (CPU spare streams)
         # segments (see the module): where chained states are written (the engine's pinned host
-        # memory); None: every entry holds its whole state
+        # memory; None: every entry holds its whole state), and how a state parses (a hybrid's)
         self.segment_buffer: Callable[[int], np.ndarray] | None = None
+        self.parse: Callable[[np.ndarray], segments.Layout | None] = segments.parse
         self._children: dict[int, int] = {}  # entry id -> entries chained to it
         if shared is not None:
             shared.join(self)
@@ -193,8 +194,7 @@ class PromptCache:
     # -- lookup (read-only) --------------------------------------------------------------
 
     def lookup(self, query: Sequence[int], tenant: str, usable: Callable[[CacheEntry, int], int]) -> Lookup:
-        """The entry of `tenant` that lets a slot keep the most of `query`, and what explains
-        a miss.
+        """The entry of `tenant` that lets a slot keep the most of `query`, and why it missed.
 
         `usable(entry, matched)` says how many tokens a slot would keep after loading the
         entry, given `matched` shared tokens (checkpoints decide this on non-truncatable
@@ -258,7 +258,7 @@ class PromptCache:
         base, shared, cells = None, 0, None
         size = entry.nbytes
         if self.segment_buffer is not None:
-            entry.layout = segments.parse(state)
+            entry.layout = self.parse(state)
             entry.linear = entry.layout is not None and entry.layout.linear(len(tokens), start)
             if entry.linear:
                 base, shared = self._base_for(entry.tokens, tenant)
@@ -275,7 +275,7 @@ class PromptCache:
             if entry.nbytes <= self.budget and self.on_evict is not None:
                 if start:  # a tail read: it goes as a segment of its base, which the disk tier joins
                     entry.state = segments.join([(entry.layout, cells)], segments.ordinary)
-                    entry.layout, entry.base, entry.base_len = segments.parse(entry.state), base, shared
+                    entry.layout, entry.base, entry.base_len = self.parse(entry.state), base, shared
                 elif transient:
                     entry.state = self._keep(state, None, segments.ordinary)
                 self.on_evict(entry)  # refused: the disk tier still keeps it
@@ -293,12 +293,12 @@ class PromptCache:
             self.stats.join_seconds += time.monotonic() - t0
             self.stats.chained += 1
             self.stats.chain_bytes_spared += int(state.nbytes) - int(tail.nbytes)
-            entry.state, entry.layout = tail, segments.parse(tail)
+            entry.state, entry.layout = tail, self.parse(tail)
             entry.base, entry.base_len = base, shared
             self._children[base.id] = self._children.get(base.id, 0) + 1
         elif transient:
             entry.state = self._keep(state, entry.layout, self.segment_buffer or segments.ordinary)
-            entry.layout = segments.parse(entry.state) if entry.layout is not None else None
+            entry.layout = self.parse(entry.state) if entry.layout is not None else None
         assert entry.nbytes == size
         self._tries.setdefault(tenant, PrefixTrie()).insert(entry.tokens, entry)
         self._lru[entry.id] = entry

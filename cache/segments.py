@@ -24,6 +24,12 @@ and checked by the tests of every build this package pins:
         per layer, V: the same; transposed (v_trans): i32 type, u32 element bytes, u32 n_embd,
             then per embedding column the element of every cell
 
+A hybrid model's state (attention layers, then recurrent ones: llama.cpp's hybrid memory
+writes its attention cache's part, then its recurrent memory's) parses with `recurrent`: one
+attention part, then the recurrent part, kept whole as `Layout.recurrent`. That part is the
+state after the sequence's last token, so a chain's recurrent part comes from its last link
+alone, as a sliding window does.
+
 A blob that does not parse exactly (another memory kind, a cell of several sequences, bytes
 left over) is not cut: its entry stays whole. Nothing here calls llama.cpp.
 """
@@ -62,6 +68,7 @@ class Layout:
     # the parts after the first, each a Layout of its own: a sliding-window memory's window
     # (llama.cpp's iSWA cache writes the whole layers' cells, then the window layers')
     rest: tuple["Layout", ...] = ()
+    recurrent: np.ndarray | None = None  # a hybrid's recurrent part, whole (see the module)
 
     @property
     def n(self) -> int:
@@ -83,11 +90,12 @@ class Layout:
         return bool(seen.all())
 
 
-def parse(blob: np.ndarray) -> Layout | None:
-    """The layout of an attention sequence state, or None when the blob is not one."""
+def parse(blob: np.ndarray, recurrent: bool = False) -> Layout | None:
+    """The layout of an attention sequence state (with `recurrent`: a hybrid model's, whose
+    recurrent part follows the attention part), or None when the blob is not one."""
     for extension in (0, EXTENSION_BYTES):
         try:
-            layout = _parse(blob, extension)
+            layout = _parse(blob, extension, recurrent)
         except (ValueError, struct.error):
             continue
         if layout is not None:
@@ -95,7 +103,7 @@ def parse(blob: np.ndarray) -> Layout | None:
     return None
 
 
-def _parse(blob: np.ndarray, extension: int) -> Layout | None:
+def _parse(blob: np.ndarray, extension: int, recurrent: bool = False) -> Layout | None:
     raw = memoryview(blob).cast("B")
     size = len(raw)
     at = 0
@@ -160,14 +168,19 @@ def _parse(blob: np.ndarray, extension: int) -> Layout | None:
         return found
 
     parts = []
-    while at < size and len(parts) < MAX_PARTS:
+    while at < size and len(parts) < (1 if recurrent else MAX_PARTS):
         found = part()
         if found is None:
             return None
         parts.append(found)
+    tail = None
+    if recurrent:  # a recurrent part of the sequence's one cell: u32 cell count (1), then the cell
+        if size - at < 4 or struct.unpack("<I", raw[at:at + 4])[0] != 1:
+            return None
+        tail, at = np.frombuffer(blob, np.uint8, size - at, at), size
     if at != size or not parts or parts[0].n == 0:
         return None
-    return dataclasses.replace(parts[0], rest=tuple(parts[1:]))
+    return dataclasses.replace(parts[0], rest=tuple(parts[1:]), recurrent=tail)
 
 
 def _rows(blob: np.ndarray, take, at: int, n: int, row: int) -> np.ndarray:
@@ -189,7 +202,8 @@ def ordinary(n: int) -> np.ndarray:
 def size(pieces: Sequence[Piece]) -> int:
     """Bytes of the state `join` would make of `pieces`."""
     last = pieces[-1][0]
-    return HEADER.size + _part_size(pieces) + sum(_part_size([(p, np.arange(p.n))]) for p in last.rest)
+    recurrent = len(last.recurrent) if last.recurrent is not None else 0
+    return HEADER.size + _part_size(pieces) + sum(_part_size([(p, np.arange(p.n))]) for p in last.rest) + recurrent
 
 
 def _part_size(pieces: Sequence[Piece]) -> int:
@@ -208,13 +222,13 @@ def _part_size(pieces: Sequence[Piece]) -> int:
 
 def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndarray:
     """One state of the chosen cells of each piece, in order (a chain's prefix first): what
-    llama.cpp loads whole. The parts after the first (a sliding window) come whole from the
-    last piece. `empty(n)` gives the output buffer (pinned memory, where the device will
-    read it). Every piece must come from one model and context layout."""
+    llama.cpp loads whole. The parts after the first (a sliding window, a hybrid's recurrent
+    part) come whole from the last piece. `empty(n)` gives the output buffer (pinned memory,
+    where the device will read it). Every piece must come from one model and context layout."""
     head = pieces[-1][0]
     for layout, _ in pieces:
-        if (layout.n_stream, layout.v_trans, len(layout.k), layout.cells.shape[1], len(layout.rest)) != (
-                head.n_stream, head.v_trans, len(head.k), head.cells.shape[1], len(head.rest)):
+        if (layout.n_stream, layout.v_trans, len(layout.k), layout.cells.shape[1], len(layout.rest), layout.recurrent is None) != (
+                head.n_stream, head.v_trans, len(head.k), head.cells.shape[1], len(head.rest), head.recurrent is None):
             raise ValueError("the pieces come from different layouts")
     out = empty(size(pieces))
     out[:HEADER.size] = np.frombuffer(HEADER.pack(SEQ_MAGIC, head.seq), np.uint8)
@@ -222,6 +236,9 @@ def join(pieces: Sequence[Piece], empty: Callable[[int], np.ndarray]) -> np.ndar
     at = _write_part(out, HEADER.size, pieces, copies)
     for part in head.rest:
         at = _write_part(out, at, [(part, np.arange(part.n))], copies)
+    if head.recurrent is not None:
+        out[at:at + len(head.recurrent)] = head.recurrent
+        at += len(head.recurrent)
     assert at == len(out)
     _run(copies, len(out))
     return out

@@ -7,6 +7,7 @@ returns belongs to that thread except `vocab` and `info`, which any thread may u
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import logging
 import time
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache import segments
 from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
 
@@ -222,8 +224,9 @@ def _load(
     if cache is not None and cache.shared is not None:
         cache.reserved = spares_ram  # held out of the shared budget (set again at every load)
     if cache is not None:  # entries sharing a prefix store it once (cache/segments.py), in this context's host memory
-        segments_on = cfg.cache_segments and kind in (MemoryKind.ATTENTION, MemoryKind.SWA)
+        segments_on = cfg.cache_segments and kind is not MemoryKind.RECURRENT
         cache.segment_buffer = ctx.host.empty if segments_on else None
+        cache.parse = functools.partial(segments.parse, recurrent=kind is MemoryKind.HYBRID)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there

@@ -1,7 +1,7 @@
 """Prompt-cache entries stored as segments (cache/segments.py): conversations that share a
 system prompt, and the turns of one conversation, hold the shared state once in RAM, and
-come back with the same answer as a cold run, through the real engine, on attention and
-sliding-window memory."""
+come back with the same answer as a cold run, through the real engine, on attention,
+sliding-window and hybrid memory."""
 
 import numpy as np
 import pytest
@@ -29,7 +29,7 @@ LAYOUTS = {
 }
 
 
-CASES = [("attention", layout) for layout in LAYOUTS] + [("swa", "unified"), ("swa", "streams")]
+CASES = [("attention", layout) for layout in LAYOUTS] + [(kind, layout) for kind in ("swa", "hybrid") for layout in ("unified", "streams")]
 
 
 @pytest.mark.parametrize("kind,layout", CASES)
@@ -54,9 +54,14 @@ def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_co
         chained = [e for e in held if e.chained]
         assert len(chained) == 3 and all(e.base_len == len(SHARED) for e in chained)
         # RAM holds the shared 200 tokens once: a chained entry holds about its own 54 tokens
-        # of 254 (and, on sliding-window memory, its window)
+        # of 254 (and, on sliding-window memory, its window; on hybrid memory, its recurrent
+        # state, as large as 66 tokens' KV on the tiny model, and its checkpoints beside)
         for e in chained:
-            assert e.nbytes < 0.4 * whole_bytes(engine, e)
+            if kind == "hybrid":
+                assert whole_bytes(engine, e) - e.state.nbytes >= len(SHARED) * engine.info.kv_bytes_per_token
+                assert e.layout.recurrent is not None
+            else:
+                assert e.nbytes < 0.4 * whole_bytes(engine, e)
         engine.call(lambda e: e.cache.sanity_check()).result()
         hits, joins = stats.hits, stats.join_seconds
         warm = [generate(engine, prompt, return_prompt_logits=True) for prompt in CONVERSATIONS[1:3]]
@@ -130,10 +135,12 @@ def same_with_flash(warm, ref) -> None:
     assert float(np.abs(warm.prompt_logits - ref.prompt_logits).max()) < 5e-2
 
 
-def test_a_joined_chain_is_the_state_the_slot_held(tiny_models):
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+def test_a_joined_chain_is_the_state_the_slot_held(tiny_models, kind):
     """The state a chained entry joins into holds the same cells, position for position and
-    byte for byte, as the state saved from the slot."""
-    engine = tiny_engine(tiny_models["attention"], **REUSE_ENGINE)
+    byte for byte, as the state saved from the slot (and on hybrid memory the same recurrent
+    state)."""
+    engine = tiny_engine(tiny_models[kind], **REUSE_ENGINE)
     try:
         def saved_and_joined(e):
             slot = e.slots[0]
@@ -147,17 +154,18 @@ def test_a_joined_chain_is_the_state_the_slot_held(tiny_models):
         joined = engine.call(lambda e: e.cache.whole_state(entry)).result()
     finally:
         engine.stop()
-    a, b = segments.parse(original), segments.parse(joined)
+    a, b = segments.parse(original, kind == "hybrid"), segments.parse(joined, kind == "hybrid")
     assert a is not None and b is not None and a.n == b.n
+    if kind == "hybrid":
+        assert a.recurrent is not None and np.array_equal(a.recurrent, b.recurrent)
     ia, ib = np.argsort(a.pos), np.argsort(b.pos)
     assert np.array_equal(a.pos[ia], b.pos[ib])
     for (_, ka), (_, kb) in zip(a.k + a.v, b.k + b.v):
         assert np.array_equal(ka[ia] if ka.ndim == 2 else ka[:, ia], kb[ib] if kb.ndim == 2 else kb[:, ib])
 
 
-@pytest.mark.parametrize("kind", ["recurrent", "hybrid"])
-def test_memory_that_is_more_than_its_cells_keeps_whole_entries(tiny_models, kind):
-    engine = tiny_engine(tiny_models[kind], **REUSE_ENGINE)
+def test_memory_that_is_more_than_its_cells_keeps_whole_entries(tiny_models):
+    engine = tiny_engine(tiny_models["recurrent"], **REUSE_ENGINE)
     try:
         for prompt in CONVERSATIONS[:3]:
             generate(engine, prompt, max_tokens=4)

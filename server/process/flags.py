@@ -245,7 +245,7 @@ FLAGS = [
          help="a KV stream of --ctx-size/--parallel cells per slot (default with several slots on attention and "
               "sliding-window models) [env value: on, off or auto]"),
     Flag(("--no-cache-segments",), "no_cache_segments", bool, False, feeds="engine.cache_segments",
-         help="store every prompt-cache entry whole (by default, on attention and sliding-window models, an entry that shares a prefix "
+         help="store every prompt-cache entry whole (by default, on attention, sliding-window and hybrid models, an entry that shares a prefix "
               "with another stores only its own tokens' state, chained to it)"),
     Flag(("--no-park-idle",), "no_park_idle", bool, False, feeds="engine.park_idle",
          help="keep idle slots' contents in the KV pool when another request starts (they slow down its decoding)"),
