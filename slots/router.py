@@ -18,10 +18,11 @@ to compute waits for it (`Wait`).
 
 While `n_busy_max` requests run, a request waits, unless it is **quick**: with a stream per
 sequence, it continues a conversation that an idle sequence on the device holds (or that a
-move next to the busy streams copies there), and computes at most `quick_tokens` new tokens. Such a request runs
-beside the others, up to twice `n_busy_max` in all: it takes no memory another request
-could use and no copy through RAM, and costs the steps it shares a few hundred tokens, where
-waiting for a slot would cost it other conversations' whole prefills.
+move next to the busy streams copies there), and computes at most `quick_tokens` new
+tokens. Such a request runs beside the others, up to twice `n_busy_max` in all: it takes no
+memory another request could use and no copy through RAM, and costs the steps it shares a
+few hundred tokens, where waiting for a slot would cost it other conversations' whole
+prefills.
 
 A route is one of `KeepSlot`, `Fork`, `Load`, `FromDisk`, `Fresh`, `Fetch` or `Wait`: each
 carries exactly what applying it needs.
@@ -192,15 +193,16 @@ class Router:
     def _quick(self, req: GenerateRequest, idle: list[Slot]) -> KeepSlot | Fork | None:
         """The route of a quick request (see the module), else None. An idle sequence must
         hold all but `quick_tokens` of the prompt before the whole routing runs."""
-        if not self.quick_room() or not req.reuse_prefix:
+        if not self.quick_room() or not req.reuse_prefix or not req.tokens:
             return None
         need = max(1, len(req.tokens) - self.quick_tokens)
         if not any(_may_hold(s, req, need) for s in idle):
             return None
         route = self._place(req, idle)
-        if isinstance(route, Fork) and (route.donor.active is not None or not (
-                not route.target.tokens or held_elsewhere(route.target, self.slots, self.cache))):
-            return None  # a busy donor's copy, or a save to make room: not quick
+        if isinstance(route, Fork):
+            free = not route.target.tokens or held_elsewhere(route.target, self.slots, self.cache)
+            if route.donor.active is not None or not free:
+                return None  # a busy donor's copy, or a save to make room: not quick
         if isinstance(route, (KeepSlot, Fork)) and route.usable >= need:
             return route
         return None
