@@ -123,8 +123,8 @@ def test_an_arena_pins_more_only_once_every_engine_of_the_process_has_been_idle_
         a.idle(True)  # idle, with nothing free: it would pin now
         time.sleep(1.5)  # longer than one wait of the pinning thread
         assert pins.sizes == []  # a pinning call would stall the busy model's steps
+        went_idle = time.monotonic()  # read before the change, so never later than its quiet clock
         other.idle(True)
-        went_idle = time.monotonic()
         time.sleep(0.3)
         assert pins.sizes == []  # a request may come a moment after another: not yet
         wait_for(lambda: a.allocated_bytes >= 8 << 20)
@@ -140,7 +140,7 @@ def test_no_arena_pins_while_a_model_loads_and_with_another_model_only_after_a_q
             other.idle(True)
             time.sleep(1.2)  # past its quiet time, but a model loads
             assert pins.sizes == []
-        done = time.monotonic()
+            done = time.monotonic()  # read before the load ends, so never later than its quiet clock
         wait_for(lambda: bool(pins.sizes))
         assert pins.sizes == [4 << 20] and time.monotonic() - done >= a.QUIET
 
