@@ -42,18 +42,28 @@ def chain(entry: CacheEntry) -> list[CacheEntry]:
 def join(entry: CacheEntry, empty: Callable[[int], np.ndarray]) -> np.ndarray:
     """The chained entry's whole state, joined into `empty(n)`: each link gives its cells
     below the point where the one after it starts."""
+    links = []
+    for node in chain(entry):
+        assert node.layout is not None, "a chain link keeps its parsed state"
+        links.append((node.layout, node.base_len))
+    return join_links(links, len(entry), empty)
+
+
+def join_links(links: Sequence[tuple[segments.Layout, int]], n_tokens: int, empty: Callable[[int], np.ndarray]) -> np.ndarray:
+    """The whole state of `n_tokens` tokens from a chain's parsed states, its tip first: each
+    link `(layout, start)` holds the cells from position `start` on (0: a whole state, which
+    ends the chain) and gives those below the point where the one after it starts. The parts
+    that come whole (a window, a recurrent state) come from the tip."""
     pieces = []
-    node, end = entry, len(entry)
-    while node is not None:
-        layout = node.layout
-        assert layout is not None, "a chain link keeps its parsed state"
-        if node is entry:
-            cells = np.arange(layout.n)
-        else:
-            cells = np.flatnonzero((layout.pos >= node.base_len) & (layout.pos < end))
+    end = n_tokens
+    for i, (layout, start) in enumerate(links):
+        cells = np.arange(layout.n) if i == 0 else np.flatnonzero((layout.pos >= start) & (layout.pos < end))
         pieces.append((layout, cells))
-        end = min(end, node.base_len)
-        node = node.base if end > 0 else None
+        end = min(end, start)
+        if end <= 0:
+            break
+    if end > 0:
+        raise ValueError(f"the chain holds no cells below position {end}")
     return segments.join(pieces[::-1], empty)
 
 

@@ -269,6 +269,8 @@ class EngineCollector:
         deleted.add_metric(["redundant"], s.dropped_redundant)
         yield deleted
         yield CounterMetricFamily("warmslot_disk_cache_refused", "Entries not written: larger than the budget, or older than every entry kept", value=s.refused)
+        yield CounterMetricFamily("warmslot_disk_cache_chained", "Entries written as segments of an entry the disk holds", value=s.chained)
+        yield CounterMetricFamily("warmslot_disk_cache_chain_bytes_spared", "State bytes that segments did not write (their bases hold them)", value=s.chain_bytes_spared)
 
     def _model(self, info):
         if info is None:

@@ -224,9 +224,8 @@ def _load(
     if cache is not None and cache.shared is not None:
         cache.reserved = spares_ram  # held out of the shared budget (set again at every load)
     if cache is not None:  # entries sharing a prefix store it once (cache/segments.py), in this context's host memory
-        segments_on = cfg.cache_segments and kind is not MemoryKind.RECURRENT
-        cache.segment_buffer = ctx.host.empty if segments_on else None
-        cache.parse = functools.partial(segments.parse, recurrent=kind is MemoryKind.HYBRID)
+        cache.segment_buffer = ctx.host.empty if _segments_on(cfg, kind) else None
+        cache.parse = _parser(kind)
     memory = SlotMemory(ctx, model, cache, stats)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
@@ -277,6 +276,17 @@ def _load(
     )
 
 
+def _segments_on(cfg: EngineConfig, kind: MemoryKind) -> bool:
+    """Whether the prompt cache and the disk tier store entries as segments: not on recurrent
+    memory, whose state is one cell."""
+    return cfg.cache_segments and kind is not MemoryKind.RECURRENT
+
+
+def _parser(kind: MemoryKind):
+    """The parser of this memory kind's sequence states (cache/segments.py)."""
+    return functools.partial(segments.parse, recurrent=kind is MemoryKind.HYBRID)
+
+
 def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake):
     """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
     cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram) if cfg.cache_ram > 0 else None
@@ -285,7 +295,7 @@ def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprin
         if cache is None:
             raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")
         store = DiskCache(cfg.cache_disk, cfg.cache_disk_size, fingerprint, kind.truncatable, allocate=ctx.host.empty,
-                          shared=cfg.shared_disk)
+                          shared=cfg.shared_disk, parse=_parser(kind), write_segments=_segments_on(cfg, kind))
         disk = DiskTier(store, cache, stats, (cfg.ctx_checkpoints, cfg.checkpoint_bytes), wake)
     return cache, disk
 

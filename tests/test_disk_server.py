@@ -8,6 +8,7 @@ import threading
 import time
 
 import httpx
+import numpy as np
 import pytest
 
 from warmslot.cache.disk import format as fmt
@@ -122,7 +123,7 @@ def test_damaged_files_are_counted_and_the_server_works(tiny_models, tmp_path):
         elif how == "empty":
             data = bytearray()
         elif how == "version":
-            data[8:12] = (fmt.VERSION + 1).to_bytes(4, "little")
+            data[8:12] = (fmt.SEGMENT_VERSION + 1).to_bytes(4, "little")  # a version this server does not read
         elif how == "not_entry":
             data = bytearray(b"not a cache entry at all" * 10)
         path.write_bytes(bytes(data))
@@ -247,6 +248,13 @@ def test_slot_save_restore_and_erase_round_trip(tiny_models, tmp_path):
         r = slot_action(srv, 0, "restore", "damaged.bin")
         assert r.status_code == 400 and "checksum" in r.json()["error"]["message"]
         assert rejected(metrics(srv), "checksum") == 1
+        # a disk-tier segment holds only the cells after its base: never a slot's whole state
+        header = fmt.read_header(str(saved / "conversation.bin"))
+        fmt.write(str(saved), "segment.bin", header.meta, header.tokens, np.zeros(64, np.uint8), [],
+                  base=fmt.BaseRef("base.wsc", 8, (0,)))
+        r = slot_action(srv, 0, "restore", "segment.bin")
+        assert r.status_code == 400 and "segment" in r.json()["error"]["message"]
+        assert rejected(metrics(srv), "base") == 1
     finally:
         srv.stop()
     srv = warmslot_server(model, *[a if a != "f32" else "f16" for a in flags])

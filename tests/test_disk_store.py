@@ -168,7 +168,7 @@ def corrupt(path, how):
     elif how == "empty":
         data = bytearray()
     elif how == "version":
-        data[8:12] = (fmt.VERSION + 1).to_bytes(4, "little")
+        data[8:12] = (fmt.SEGMENT_VERSION + 1).to_bytes(4, "little")  # a version this server does not read
     elif how == "not_entry":
         data = bytearray(b"# notes\nnothing to see here\n")
     elif how == "trailing":

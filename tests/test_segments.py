@@ -8,6 +8,7 @@ import pytest
 
 from warmslot.cache import segments
 from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
+from warmslot.slots.disk_tier import DiskTier
 from tests.test_disk_tier import disk_engine, entry_files
 
 pytestmark = pytest.mark.model
@@ -311,3 +312,92 @@ def test_after_the_model_slept_chained_entries_come_back_and_new_ones_use_the_ne
     finally:
         engine.stop()
     assert_same_answer(warm, cold_run(path, CONVERSATIONS[1]))
+
+
+@pytest.mark.parametrize("kind", ["attention", "swa", "hybrid"])
+def test_conversations_sharing_a_system_prompt_go_to_disk_as_segments_and_come_back_as_cold(tiny_models, tmp_path, kind):
+    """The disk tier writes a conversation that shares the system prompt with an entry it
+    holds as a segment of that entry; after a restart each comes back from its chain of
+    files with the cold answer. A segment whose base file is gone is rejected, never used."""
+    path, directory = tiny_models[kind], tmp_path / "disk"
+    engine = disk_engine(path, directory)
+    try:
+        for prompt in CONVERSATIONS:
+            generate(engine, prompt, max_tokens=4)
+    finally:
+        engine.stop()  # the slot's conversation and the RAM entries are written, the newest first
+    from warmslot.cache.disk import format as fmt
+    headers = {f.name: fmt.read_header(str(f)) for f in entry_files(directory)}
+    assert len(headers) == len(CONVERSATIONS)
+    (root,) = [name for name, h in headers.items() if h.base is None]
+    segs = [h for h in headers.values() if h.base is not None]
+    assert all(h.base.name == root and h.base.n_tokens == len(SHARED) for h in segs)
+    # a segment holds its own ~54 tokens' cells of ~254 (and, on a hybrid, its recurrent state)
+    for h in segs:
+        if kind == "hybrid":
+            assert headers[root].state_bytes - h.state_bytes >= 0.6 * len(SHARED) / len(h.tokens) * headers[root].state_bytes
+        else:
+            assert h.state_bytes < 0.4 * headers[root].state_bytes
+    prompts = [c + random_tokens(120 + i, 10) for i, c in enumerate(CONVERSATIONS)]
+    engine = disk_engine(path, directory)
+    try:
+        warm = []
+        for prompt, conversation in zip(prompts[:2], CONVERSATIONS):
+            warm.append(generate(engine, prompt, return_prompt_logits=True, boundaries=(len(conversation),)))
+            assert (warm[-1].reuse.source, warm[-1].usage.cached_tokens) == ("disk", len(conversation))
+        view = engine.disk_view
+        assert view.stats.hits == 2 and view.stats.rejected["base"] == 0
+    finally:
+        engine.stop()
+    chained = next(i for i, c in enumerate(CONVERSATIONS) if any(h.tokens[:len(c)] == tuple(c) for h in segs))
+    (directory / root).unlink()  # the segments' base is gone
+    engine = disk_engine(path, directory)
+    try:
+        assert engine.disk_view.stats.rejected["base"] >= 1
+        lost = generate(engine, prompts[chained], return_prompt_logits=True, boundaries=(len(CONVERSATIONS[chained]),))
+        assert lost.reuse.source != "disk"
+        engine.disk.disk.sanity_check()
+    finally:
+        engine.stop()
+    for prompt, conversation, r in zip(prompts, CONVERSATIONS, warm):
+        assert_same_answer(r, cold_run(path, prompt, boundaries=(len(conversation),)))
+    assert_same_answer(lost, cold_run(path, prompts[chained], boundaries=(len(CONVERSATIONS[chained]),)))
+
+
+@pytest.mark.parametrize("kind", ["attention", "hybrid"])
+def test_disk_segments_leave_with_their_base_and_the_disk_budget_holds(tiny_models, tmp_path, kind, monkeypatch):
+    """Ten conversations on one system prompt through one slot, RAM for about one of them and
+    disk for about four: every switch spills, the disk tier writes segments, evicts the
+    least recently used and never a base before what continues it, stays within its budget,
+    and a conversation comes back from its chain as cold."""
+    monkeypatch.setattr(DiskTier, "cost_tokens", lambda self, entry, need: 0.0)  # reads are free (see test_disk_tier)
+    path, directory = tiny_models[kind], tmp_path / "disk"
+    conversations = [SHARED + random_tokens(130 + i, 40) for i in range(10)]
+    probe = tiny_engine(path, **REUSE_ENGINE)
+    try:
+        generate(probe, conversations[0], max_tokens=4)
+        whole = probe.call(lambda e: e.ctx.state_size(0)).result()
+    finally:
+        probe.stop()
+    # one whole entry and a few segments (a hybrid's carry their recurrent state and checkpoints)
+    budget = int((1.7 if kind == "attention" else 3.0) * whole)
+    engine = disk_engine(path, directory, cache_ram=int(1.5 * whole), cache_disk_size=budget)
+    try:
+        for prompt in conversations:
+            generate(engine, prompt, max_tokens=4)
+            assert sum(engine.disk.disk.disk_usage().values()) <= budget and engine.disk_view.bytes <= budget
+        store = engine.disk.disk
+        store.flush()
+        store.sanity_check()  # a segment's base is held and used no less recently than it
+        stats = engine.disk_view.stats
+        assert stats.chained >= 2 and stats.chain_bytes_spared > 0 and stats.evictions >= 1
+        kept = {e.tokens[:len(SHARED) + 40]: e for e in store.entries()}
+        back = next(c for c in reversed(conversations[:-2]) if tuple(c) in kept and kept[tuple(c)].base is not None)
+        prompt = back + random_tokens(140, 10)
+        warm = generate(engine, prompt, return_prompt_logits=True, boundaries=(len(back),))
+        assert (warm.reuse.source, warm.usage.cached_tokens) == ("disk", len(back))
+        store.flush()
+        store.sanity_check()
+    finally:
+        engine.stop()
+    assert_same_answer(warm, cold_run(path, prompt, boundaries=(len(back),)))

@@ -1,7 +1,8 @@
 """The disk tier's directory: opened (created owner-only) and locked against other
 processes, and its index rebuilt at start from the entries' heads: damaged files and those
 left by interrupted writes are deleted, files of another model or format version are kept
-but evicted first, and the directory is evicted down to its budget. Part of `DiskCache`
+but evicted first, segments are linked to their bases (one whose base is gone or was
+written again is deleted), and the directory is evicted down to its budget. Part of `DiskCache`
 (store.py)."""
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class DiskDirectory:
         lru = self._read_lru()
         now = self._clock()
         n = 0
+        segments: list[DiskEntry] = []
         for de in os.scandir(self.directory):
             name = de.name
             if name in (LOCK_FILE, LRU_FILE):
@@ -81,13 +83,17 @@ class DiskDirectory:
             entry = DiskEntry(
                 name=name, tokens=header.tokens, tenant=meta.tenant, fingerprint=meta.fingerprint,
                 nbytes=header.file_bytes, state_bytes=header.state_bytes, infos=header.checkpoints,
-                prompt_end=meta.prompt_end, last_used=last_used, keep_s=meta.keep_s, header=header,
+                prompt_end=meta.prompt_end, last_used=last_used, keep_s=meta.keep_s, header=header, linear=header.linear,
             )
             if entry.expired(now):
                 self.stats.expired += 1
                 unlink(path)
                 continue
+            if header.base is not None:
+                segments.append(entry)
+                continue
             self._index.add(entry)
+        self._link(segments)
         while self._index.nbytes > self.budget:
             self._drop(self._index.lru_victim(), "evicted")
         self._run_jobs(block=False)
@@ -98,6 +104,31 @@ class DiskDirectory:
             self.directory, self._index.n_usable, self._index.nbytes / (1 << 20), self.budget / (1 << 20), n,
             self.stats.index_seconds, _rejected_text(self.stats.rejected),
         )
+
+    def _link(self, segments: list[DiskEntry]) -> None:
+        """Index the segments whose bases are indexed (bases first: a chain links in as many
+        passes as it has links); delete the others."""
+        while segments:
+            left, waiting = [], {e.name for e in segments}
+            for entry in segments:
+                ref = entry.header.base
+                base = self._index.get(ref.name)
+                if base is None and ref.name in waiting:
+                    left.append(entry)  # its base is a segment not linked yet
+                    continue
+                why = _unlinkable(entry, base, self.parse is not None)
+                if why:
+                    self.reject(Rejected("base", why), entry.name, entry.tenant, entry.tokens)
+                    unlink(os.path.join(self.directory, entry.name))
+                    continue
+                entry.base, entry.base_len = base, ref.n_tokens
+                self._index.add(entry)
+            if len(left) == len(segments):  # a cycle: only a damaged directory has one
+                for entry in left:
+                    self.reject(Rejected("base", "its chain of bases loops"), entry.name)
+                    unlink(os.path.join(self.directory, entry.name))
+                return
+            segments = left
 
     def _add_stale(self, name: str, de: os.DirEntry, lru: dict, reason: str, header: fmt.Header | None = None) -> None:
         st = de.stat(follow_symlinks=False)
@@ -125,6 +156,20 @@ def unlink(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _unlinkable(entry: DiskEntry, base: DiskEntry | None, parses: bool) -> str:
+    """Why a segment cannot continue `base` (the entry its header names), or ""."""
+    ref = entry.header.base
+    if not parses:
+        return "this server reads no segments of this memory"
+    if base is None or base.stale is not None:
+        return f"its base {ref.name} is gone"
+    if base.header is None or base.header.crcs[0] != ref.state_crcs or not base.linear:
+        return f"its base {ref.name} was written again"
+    if ref.n_tokens > len(base) or base.tenant != entry.tenant or base.tokens[:ref.n_tokens] != entry.tokens[:ref.n_tokens]:
+        return f"its base {ref.name} holds other tokens"
+    return ""
 
 
 def _rejected_text(rejected: collections.Counter) -> str:

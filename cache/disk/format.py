@@ -2,7 +2,7 @@
 
     preamble   magic b"WSLOTKV\\n", format version (u32 LE), header length (u32 LE)
     header     UTF-8 JSON: model fingerprint, tenant, lengths, checkpoint positions, and the
-               CRC32 of every body block
+               CRC32 of every body block; a segment names its base (below)
     tokens     int32 LE, n_tokens of them
     crc        CRC32 of preamble + header + tokens (u32 LE)
     body       the state bytes, then each checkpoint's state and logits, in header order,
@@ -18,6 +18,12 @@ Files are written to a temporary name, fsynced, renamed into place and the direc
 a crash leaves the old file or none, never a partial one under the final name. Checksums are
 written as fixed-width hex, so an entry's exact size is known before its bytes are
 checksummed (`plan`), which keeps a byte budget exact while writes are queued.
+
+A segment (version 2) holds the state of its own tokens only, from the point where it
+continues another entry of the directory: its header names that base file, the tokens they
+share and the checksums of the base's state as written, which the base must still have (a
+base written again under the same name does not match). Whole entries stay version 1, so
+a server that reads only version 1 never takes a segment for a whole state.
 
 The records this reads and writes (`Meta`, `Header`, `Payload`, ...) are in records.py.
 """
@@ -36,10 +42,11 @@ import numpy as np
 
 from ..checkpoints import Checkpoint
 from ..prompt_cache import DraftState
-from .records import CheckpointInfo, DraftInfo, Header, Meta, Payload, Plan, Rejected, Section, checkpoint_infos
+from .records import BaseRef, CheckpointInfo, DraftInfo, Header, Meta, Payload, Plan, Rejected, Section, checkpoint_infos
 
 MAGIC = b"WSLOTKV\n"
-VERSION = 1
+VERSION = 1  # a whole entry
+SEGMENT_VERSION = 2  # an entry continuing another one (its header names the base)
 BLOCK = 16 << 20  # bytes per body checksum
 _PREAMBLE = struct.Struct("<8sII")
 _CRC = struct.Struct("<I")
@@ -71,7 +78,8 @@ def _blocks(nbytes: int) -> int:
     return (nbytes + BLOCK - 1) // BLOCK
 
 
-def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs, draft: DraftInfo | None = None) -> bytes:
+def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs, draft: DraftInfo | None = None,
+                 linear: bool = False, base: BaseRef | None = None) -> bytes:
     doc = {
         "fingerprint": meta.fingerprint,
         "tenant": meta.tenant,
@@ -90,16 +98,29 @@ def _header_json(meta: Meta, n_tokens: int, state_bytes: int, infos, crcs, draft
             "fingerprint": draft.fingerprint, "n_shared": draft.n_shared, "tail": list(draft.tail),
             "state_bytes": draft.state_bytes, "extra": [[d, list(shape)] for d, shape in draft.extra],
         }
+    if linear:
+        doc["linear"] = True
+    if base is not None:
+        doc["base"] = {"name": base.name, "n_tokens": base.n_tokens, "crc": [f"{x:08x}" for x in base.state_crcs]}
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def plan(meta: Meta, n_tokens: int, state_bytes: int, checkpoints: Sequence[CheckpointInfo], draft: DraftInfo | None = None) -> Plan:
-    """The exact layout of an entry. O(header); reads no state."""
+def plan(meta: Meta, n_tokens: int, state_bytes: int, checkpoints: Sequence[CheckpointInfo], draft: DraftInfo | None = None,
+         linear: bool = False, base: BaseRef | None = None) -> Plan:
+    """The exact layout of an entry. O(header); reads no state. A base's checksums may be
+    placeholders: only their number counts (the base's state blocks)."""
     infos = tuple(checkpoints)
     sections = _sections(state_bytes, infos, draft)
     placeholder = [[0] * _blocks(s.nbytes) for s in sections]
-    head = _PREAMBLE.size + len(_header_json(meta, n_tokens, state_bytes, infos, placeholder, draft)) + 4 * n_tokens + _CRC.size
-    return Plan(meta, n_tokens, state_bytes, infos, sections, head, draft)
+    text = _header_json(meta, n_tokens, state_bytes, infos, placeholder, draft, linear, base)
+    head = _PREAMBLE.size + len(text) + 4 * n_tokens + _CRC.size
+    return Plan(meta, n_tokens, state_bytes, infos, sections, head, draft, linear, base)
+
+
+def base_placeholder(name: str, n_tokens: int, state_bytes: int) -> BaseRef:
+    """A base reference whose checksums are not known yet (the base is still being written):
+    enough to plan the segment's size."""
+    return BaseRef(name, n_tokens, (0,) * _blocks(state_bytes))
 
 
 def _section_arrays(state: np.ndarray, checkpoints, draft: DraftState | None = None) -> list[np.ndarray]:
@@ -116,14 +137,16 @@ def _section_arrays(state: np.ndarray, checkpoints, draft: DraftState | None = N
 
 def write(
     directory: str, name: str, meta: Meta, tokens: Sequence[int], state: np.ndarray, checkpoints, draft: DraftState | None = None,
+    linear: bool = False, base: BaseRef | None = None,
 ) -> Header:
     """Write an entry atomically as `directory/name`: a temporary file (owner-only), fsync,
     rename, fsync of the directory. Returns its head (`file_bytes` is the size written).
     Reads the arrays, never changes them; safe on any thread. Raises OSError (the temporary
-    file is removed)."""
+    file is removed). `base`: the entry a segment continues (`state` then holds the cells
+    from base.n_tokens on)."""
     infos = checkpoint_infos(checkpoints)
     draft_info = DraftInfo.of(draft, tokens) if draft is not None else None
-    layout = plan(meta, len(tokens), int(state.nbytes), infos, draft_info)
+    layout = plan(meta, len(tokens), int(state.nbytes), infos, draft_info, linear, base)
     arrays = _section_arrays(state, checkpoints, draft)
     token_bytes = np.asarray(tokens, dtype="<i4").tobytes()
     tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
@@ -140,9 +163,10 @@ def write(
                 section.append(zlib.crc32(block))
                 _write_all(fd, block)
             crcs.append(section)
-        text = _header_json(meta, len(tokens), int(state.nbytes), infos, crcs, draft_info)
+        text = _header_json(meta, len(tokens), int(state.nbytes), infos, crcs, draft_info, linear, base)
         header = _parse(json.loads(text), np.frombuffer(token_bytes, dtype="<i4"), layout.head_bytes)
-        head = _PREAMBLE.pack(MAGIC, VERSION, len(text)) + text + token_bytes
+        version = SEGMENT_VERSION if base is not None else VERSION
+        head = _PREAMBLE.pack(MAGIC, version, len(text)) + text + token_bytes
         head += _CRC.pack(zlib.crc32(head))
         assert len(head) == layout.head_bytes
         os.pwrite(fd, head, 0)
@@ -212,8 +236,8 @@ def _read_header(fd: int) -> Header:
     magic, version, n_json = _PREAMBLE.unpack(pre)
     if magic != MAGIC:
         raise Rejected("not_entry", "no entry magic")
-    if version != VERSION:
-        raise Rejected("version", f"format version {version}, this server reads {VERSION}")
+    if version not in (VERSION, SEGMENT_VERSION):
+        raise Rejected("version", f"format version {version}, this server reads {VERSION} and {SEGMENT_VERSION}")
     if n_json > MAX_HEADER:
         raise Rejected("checksum", f"a header of {n_json} bytes")
     text = os.pread(fd, n_json, _PREAMBLE.size)
@@ -239,6 +263,8 @@ def _read_header(fd: int) -> Header:
         header = _parse(doc, np.frombuffer(rest[: -_CRC.size], dtype="<i4"), start + 4 * n_tokens + _CRC.size)
     except (ValueError, KeyError, TypeError) as exc:
         raise Rejected("checksum", f"a malformed header ({exc})") from None
+    if (header.base is not None) != (version == SEGMENT_VERSION):
+        raise Rejected("checksum", f"format version {version} with{'out' if header.base is None else ''} a base")
     if size < header.file_bytes:
         raise Rejected("truncated", f"{size} bytes of {header.file_bytes}")
     if size > header.file_bytes:
@@ -278,8 +304,15 @@ def _parse(doc: dict, tokens: np.ndarray, head_bytes: int) -> Header:
         raise ValueError("a checkpoint position")
     if not 0 <= meta.prompt_end <= len(tokens):
         raise ValueError("the prompt end")
+    base = None
+    if doc.get("base") is not None:
+        b = doc["base"]
+        base = BaseRef(str(b["name"]), int(b["n_tokens"]), tuple(int(x, 16) for x in b["crc"]))
+        if not 0 < base.n_tokens < len(tokens) or "/" in base.name:
+            raise ValueError("the base reference")
     body = sum(s.nbytes for s in sections)
-    return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body, draft)
+    return Header(meta, tuple(tokens.tolist()), state_bytes, infos, sections, crcs, head_bytes, head_bytes + body, draft,
+                  bool(doc.get("linear", False)), base)
 
 
 def read(
@@ -287,12 +320,14 @@ def read(
     allocate: Callable[[int], np.ndarray] | None = None,
     expect: Header | None = None,
     checkpoints: Collection[int] | None = None,
+    draft: bool = True,
 ) -> tuple[Header, Payload]:
     """Read and verify a file: its head, then the body blocks it returns, each against its
     checksum (`READERS` blocks read and verified at once, on reader threads). `allocate(n)`
     gives the uint8 buffers (pinned host memory, say); `expect`: the head this file had when
     it was indexed, which it must still have; `checkpoints`: the positions of the checkpoints
-    to read (None: all of them; the state is always read, other sections are skipped).
+    to read (None: all of them; the state is always read, other sections are skipped);
+    `draft`: whether to read the drafter's sequence (a segment's base needs only its state).
     Raises Rejected; never returns unverified bytes."""
     allocate = allocate or (lambda n: np.empty(n, dtype=np.uint8))
     try:
@@ -305,7 +340,7 @@ def read(
             expect.tokens, expect.meta.fingerprint, expect.meta.tenant, expect.crcs
         ):
             raise Rejected("checksum", "the file changed since it was indexed")
-        wanted = _wanted(header, checkpoints)
+        wanted = _wanted(header, checkpoints, draft)
         buffers = _read_body(fd, header, allocate, wanted)
     except OSError as exc:
         raise Rejected("io", str(exc)) from None
@@ -314,13 +349,13 @@ def read(
     return header, _payload(header, buffers)
 
 
-def _wanted(header: Header, checkpoints: Collection[int] | None) -> list[bool]:
+def _wanted(header: Header, checkpoints: Collection[int] | None, draft: bool = True) -> list[bool]:
     """Per body section, whether a read with these checkpoint positions returns it."""
     out = [True]
     for c in header.checkpoints:
         take = checkpoints is None or c.n_tokens in checkpoints
         out += [take] * ((c.data_bytes is not None) + (c.n_logits is not None))
-    return out + [True] * (len(header.sections) - len(out))  # the drafter's sequence
+    return out + [draft] * (len(header.sections) - len(out))  # the drafter's sequence
 
 
 
@@ -380,7 +415,7 @@ def _payload(header: Header, buffers: list[np.ndarray | None]) -> Payload:
             continue  # not read
         checkpoints.append(Checkpoint(c.n_tokens, data, None if logits is None else logits.view(np.float32)))
     draft = None
-    if header.draft is not None:
+    if header.draft is not None and buffers[-1] is not None:
         d = header.draft
         draft_state = next(it)
         extra = tuple(next(it).view(np.dtype(dtype)).reshape(shape) for dtype, shape in d.extra)

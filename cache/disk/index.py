@@ -7,6 +7,11 @@ without reading a byte of state.
 
 Least recently used order is a heap of (last use, id) with lazy deletion: an entry spilled
 from RAM arrives with its own, older last use, so entries do not arrive in LRU order.
+A segment (an entry holding only the state after the tokens it shares with another entry,
+its `base`) keeps its base: a use touches the whole chain, so a base is never less recently
+used than what continues it, and an entry that goes takes the entries chained to it along
+(`DiskCache._drop`).
+
 Entries that the directory holds but this server cannot use (another model, layout or
 format version: `stale`) are in no tree; they count against the budget and are the first
 to go when room is needed.
@@ -23,6 +28,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
+from .. import chains
 from ..checkpoints import Checkpoint, CheckpointList
 from ..prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 from .records import CheckpointInfo, Header, Meta, Payload
@@ -50,6 +56,11 @@ class DiskEntry:
     meta: Meta | None = None  # what its header says, as planned when it was queued (sizes depend on it)
     stale: str | None = None  # why this server cannot use it (another model or version); not in any tree
     alive: bool = True  # False once removed from the index
+    linear: bool = False  # its state holds each token's position once: a segment may continue it
+    base: "DiskEntry | None" = None  # a segment: the entry holding its first base_len tokens
+    base_len: int = 0
+    dependents: list["DiskEntry"] = field(default_factory=list, repr=False)  # the segments continuing it
+    cut: object = None  # a segment being written: the cells of its pending whole state to keep
     _outline: CheckpointList | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -68,10 +79,12 @@ class DiskEntry:
             self._outline = outline
         return self._outline
 
-    @property
-    def read_bytes(self) -> int:
-        """Bytes a load of the whole file reads."""
-        return self.nbytes
+    def chain(self) -> list["DiskEntry"]:
+        """The entry and the bases it needs, itself first."""
+        out = [self]
+        while out[-1].base is not None:
+            out.append(out[-1].base)
+        return out
 
     def needed(self, usable: int, n_prompt: int) -> frozenset[int]:
         """The positions of the checkpoints a load that keeps `usable` tokens of a prompt of
@@ -83,11 +96,13 @@ class DiskEntry:
         return frozenset(c.n_tokens for c in self.infos if c.n_tokens == usable)
 
     def bytes_for(self, checkpoints: frozenset[int] | None) -> int:
-        """Bytes a load reads with these checkpoint positions (None: all: the whole file)."""
+        """Bytes a load reads with these checkpoint positions (None: all: the whole file), and
+        the states of the bases a segment continues."""
+        bases = sum(e.state_bytes for e in self.chain()[1:])
         if checkpoints is None:
-            return self.nbytes
+            return self.nbytes + bases
         skipped = sum((c.data_bytes or 0) + 4 * (c.n_logits or 0) for c in self.infos if c.n_tokens not in checkpoints)
-        return self.nbytes - skipped
+        return self.nbytes - skipped + bases
 
     def expired(self, now: float) -> bool:
         return self.keep_s is not None and now > self.last_used + self.keep_s
@@ -133,6 +148,10 @@ class DiskIndex:
         entry.id = next(self._ids)
         entry.alive = True
         self._by_name[entry.name] = entry
+        if entry.base is not None:
+            assert entry.base.alive and entry.base.linear, entry.base.name
+            entry.base.dependents.append(entry)
+            self.touch(entry.base, entry.last_used)
         if entry.stale is None:
             self._tries.setdefault(entry.tenant, PrefixTrie()).insert(entry.tokens, entry)
         else:
@@ -141,9 +160,13 @@ class DiskIndex:
         self.nbytes += entry.nbytes
 
     def remove(self, entry: DiskEntry) -> None:
-        """Take an entry out (its heap item is dropped lazily). O(len(tokens)). Mutates."""
+        """Take an entry out (its heap item is dropped lazily). O(len(tokens)). Mutates. The
+        entries chained to it must be gone first."""
         if not entry.alive:
             return
+        assert not entry.dependents, f"{entry.name} goes before the segments continuing it"
+        if entry.base is not None:
+            entry.base.dependents.remove(entry)
         entry.alive = False
         del self._by_name[entry.name]
         if entry.stale is None:
@@ -160,11 +183,13 @@ class DiskIndex:
             heapq.heapify(self._heap)
 
     def touch(self, entry: DiskEntry, when: float) -> None:
-        """Mark a use at wall-clock `when` (never moves back in time). O(log n). Mutates."""
-        if not entry.alive or when <= entry.last_used:
-            return
-        entry.last_used = when
-        heapq.heappush(self._heap, (when, entry.id, entry))
+        """Mark a use at wall-clock `when` (never moves back in time), of the bases it
+        continues too. O(chain length x log n). Mutates."""
+        node: DiskEntry | None = entry
+        while node is not None and node.alive and when > node.last_used:
+            node.last_used = when
+            heapq.heappush(self._heap, (when, node.id, node))
+            node = node.base
 
     def lru_victim(self) -> DiskEntry | None:
         """The entry to evict next: a stale one if any, else the least recently used.
@@ -211,10 +236,20 @@ class DiskIndex:
                 return entry
         return None
 
+    def base_for(self, tokens: tuple[int, ...], tenant: str, fingerprint: str) -> tuple[DiskEntry | None, int]:
+        """The entry a segment of `tokens` would continue, and the tokens they share (as the
+        RAM cache picks: chains.base_for). O(len(tokens)) plus the entries below the match
+        point. Read-only."""
+        trie = self._tries.get(tenant)
+        if trie is None:
+            return None, 0
+        return chains.base_for(trie.match(tokens), tokens, fingerprint)
+
     def covered_by(self, entry: DiskEntry, truncatable: bool) -> list[DiskEntry]:
         """Older entries of the same tenant that `entry` serves up to the end of their last
-        prompt (a strict prefix of it, or the previous turn of its conversation). Scans the
-        tenant's entries, comparing tokens only where the last prompt token matches. Read-only."""
+        prompt (a strict prefix of it, or the previous turn of its conversation), but for
+        those that segments continue (`entry` among them). Scans the tenant's entries,
+        comparing tokens only where the last prompt token matches. Read-only."""
         trie = self._tries.get(entry.tenant)
         if trie is None:
             return []
@@ -222,7 +257,7 @@ class DiskIndex:
         new = entry.tokens
         for old in trie.values():
             end = old.prompt_end
-            if old is entry or end > len(new) or (end > 0 and old.tokens[end - 1] != new[end - 1]):
+            if old is entry or old.dependents or end > len(new) or (end > 0 and old.tokens[end - 1] != new[end - 1]):
                 continue
             shared = common_prefix(old.tokens, entry.tokens)
             point = min(old.prompt_end, shared)
@@ -240,6 +275,11 @@ class DiskIndex:
                 assert e.alive and e.stale is None and self._by_name.get(e.name) is e
         for e in self._by_name.values():
             total += e.nbytes
+            if e.base is not None:
+                assert e.base.alive and self._by_name.get(e.base.name) is e.base and e in e.base.dependents
+                assert 0 < e.base_len < len(e) and e.base_len <= len(e.base) and e.tokens[:e.base_len] == e.base.tokens[:e.base_len]
+                assert e.base.last_used >= e.last_used, "a base is used no less recently than its segments"
+            assert all(d.alive and d.base is e for d in e.dependents)
         assert in_tries == self.n_usable == sum(1 for e in self._by_name.values() if e.stale is None)
         assert all(self._by_name.get(name) is e and e.stale is not None for name, e in self._stale.items())
         assert total == self.nbytes, (total, self.nbytes)

@@ -35,6 +35,7 @@ REASONS = (
     "model",  # another model file or another state layout (KV types, --swa-full, sequences)
     "incomplete",  # a temporary file left by a write that never finished (a crash)
     "io",  # the file could not be read
+    "base",  # a segment whose base entry is gone or was written again
 )
 
 
@@ -88,6 +89,17 @@ class Meta:
 
 
 @dataclass(frozen=True, slots=True)
+class BaseRef:
+    """The entry a segment continues (its state holds only the cells from `n_tokens` on):
+    the base's file name, how many of its tokens the segment shares, and the checksums of
+    the base's state as written, which the base must still have."""
+
+    name: str
+    n_tokens: int
+    state_crcs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Header:
     """A parsed head: everything but the body, and where each body section lies."""
 
@@ -100,6 +112,8 @@ class Header:
     head_bytes: int  # where the body starts
     file_bytes: int  # the exact file size
     draft: DraftInfo | None = None
+    linear: bool = False  # its state holds each token's position once: a segment may continue it
+    base: BaseRef | None = None  # a segment: the entry holding its first base.n_tokens tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +147,8 @@ class Plan:
     sections: tuple[Section, ...]
     head_bytes: int
     draft: DraftInfo | None = None
+    linear: bool = False
+    base: BaseRef | None = None
 
     @property
     def file_bytes(self) -> int:

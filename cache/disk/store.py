@@ -20,6 +20,15 @@ Eviction is least recently used across restarts: last-use times are in each file
 and in `last-used.json` (rewritten when they change, at most every few seconds, and at
 close).
 
+Segments: with `write_segments` on (and `parse`, the memory kind's state parser: attention,
+sliding-window and hybrid memory), an entry that shares at least 64 tokens with one the directory holds is
+written as a segment of it, as the RAM cache stores its entries (cache/segments.py): its file
+holds the state of its own tokens only. The entry waits in the write queue whole, so a load
+meanwhile takes it as it is; the writer cuts it. A load of a segment reads its chain's
+states (each verified) and joins them. A base goes only with the segments continuing it:
+dropping it (evicted, expired, damaged) drops them too, and a use of a segment touches its
+chain, so least-recently-used eviction meets the segments first.
+
 Rejections: a file this server cannot trust or use is skipped, logged and counted by reason
 (`records.REASONS`). Damaged files (empty, truncated, checksum) are deleted. Files of another
 model, layout or format version stay (a restart with the old flags finds them) but count
@@ -44,6 +53,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import chains, segments
 from ..prefix_trie import PrefixTrie
 from ..prompt_cache import DraftState
 from ..shared_budget import SharedBudget
@@ -76,6 +86,8 @@ class DiskStats:
     expired: int = 0  # entries deleted because their retention ran out
     dropped_redundant: int = 0  # entries deleted because a newer one serves everything they could
     refused: int = 0  # entries not written: larger than the budget, or older than everything kept
+    chained: int = 0  # entries written as segments of another entry
+    chain_bytes_spared: int = 0  # state bytes those entries did not write (their bases hold them)
     queued_bytes: int = 0  # bytes waiting to be written
     index_seconds: float = 0.0  # the startup index rebuild
     index_files: int = 0  # files it looked at
@@ -101,10 +113,14 @@ class DiskCache(DiskDirectory, DiskWriter):
         background: bool = True,
         clock: Callable[[], float] = time.time,
         shared: SharedBudget | None = None,
+        parse: Callable[[np.ndarray], segments.Layout | None] | None = None,
+        write_segments: bool = False,
     ) -> None:
         """Open (or create, owner-only) `directory`, lock it and index its entries from
         their headers (no state is read). `background=False`: no writer thread; queued work
-        runs in `flush()` on the caller's thread. Raises DiskInUse, OSError."""
+        runs in `flush()` on the caller's thread. `parse`: the memory kind's state parser,
+        which reads segments (without it, segments found are rejected); `write_segments`:
+        write them. Raises DiskInUse, OSError."""
         assert budget > 0
         self.directory = os.path.abspath(directory)
         self._budget = budget
@@ -115,6 +131,8 @@ class DiskCache(DiskDirectory, DiskWriter):
         self.stats = DiskStats()
         self._allocate = allocate
         self._clock = clock
+        self.parse = parse
+        self.writes_segments = write_segments and parse is not None
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()
         self._index = DiskIndex()
@@ -197,15 +215,18 @@ class DiskCache(DiskDirectory, DiskWriter):
     ) -> DiskEntry | None:
         """Queue an entry for writing. `state`, the checkpoints' arrays and the drafter's
         sequence (`draft`, speculative decoding) are shared, never copied or changed (they
-        must be read-only); the writer thread writes them. Makes room first (least recently
-        used first; stale files before any) and drops older entries this one serves. An entry holding exactly these tokens is only touched.
-        Returns None when the entry is not kept: retention in memory only (keep_s == 0),
-        larger than the budget, or older than every entry it would evict. Index work only:
-        O(len(tokens) + evictions). Mutates."""
+        must be read-only); the writer thread writes them (a segment's cut too: see the
+        module). Makes room first (least recently used first; stale files before any) and
+        drops older entries this one serves. An entry holding exactly these tokens is only
+        touched. Returns None when the entry is not kept: retention in memory only
+        (keep_s == 0), larger than the budget, or older than every entry it would evict.
+        Index work only: O(len(tokens) + evictions), and the state's parse. Mutates."""
         if keep_s == 0 or not tokens:
             return None
         tokens = tuple(tokens)
         prompt_end = min(prompt_end, len(tokens)) if prompt_end > 0 else len(tokens)
+        layout = self.parse(state) if self.writes_segments else None
+        linear = layout is not None and layout.linear(len(tokens))
         with self._lock:
             if self._closed:
                 return None
@@ -214,26 +235,36 @@ class DiskCache(DiskDirectory, DiskWriter):
                 self._index.touch(existing, last_used)
                 self._lru_dirty = True
                 return existing
-            infos = fmt.checkpoint_infos(checkpoints)
             meta = Meta(self.fingerprint, tenant, prompt_end, last_used, keep_s)
-            layout = fmt.plan(meta, len(tokens), int(state.nbytes), infos, fmt.DraftInfo.of(draft, tokens) if draft else None)
             entry = DiskEntry(
                 name=secrets.token_hex(16) + fmt.SUFFIX, tokens=tokens, tenant=tenant, fingerprint=self.fingerprint,
-                nbytes=layout.file_bytes, state_bytes=int(state.nbytes), infos=infos, prompt_end=prompt_end,
-                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints), draft), meta=meta,
+                nbytes=0, state_bytes=0, infos=fmt.checkpoint_infos(checkpoints), prompt_end=prompt_end,
+                last_used=last_used, keep_s=keep_s, pending=Payload(state, tuple(checkpoints), draft), meta=meta, linear=linear,
             )
+            if linear:
+                self._chain(entry, layout)
+            self._plan(entry)
             if entry.nbytes > self.budget:
                 self.stats.refused += 1
                 return None
+            chain = {id(e) for e in entry.chain()}
             for old in self._index.covered_by(entry, self.truncatable):
-                self._drop(old, "redundant")
+                if id(old) not in chain:
+                    self._drop(old, "redundant")
             while self._index.nbytes + entry.nbytes > self.budget:
                 victim = self._index.lru_victim()
                 assert victim is not None
                 if victim.stale is None and victim.last_used > last_used:
                     self.stats.refused += 1  # everything kept was used more recently
                     return None
+                if id(victim) in chain:  # its base is the one to go: the entry goes whole
+                    entry.base, entry.base_len, entry.cut, chain = None, 0, None, set()
+                    self._plan(entry)
+                    continue
                 self._drop(victim, "evicted")
+            if entry.base is not None:
+                self.stats.chained += 1
+                self.stats.chain_bytes_spared += int(state.nbytes) - entry.state_bytes
             self._index.add(entry)
             self.stats.queued_bytes += entry.nbytes
             self._lru_dirty = True
@@ -241,6 +272,25 @@ class DiskCache(DiskDirectory, DiskWriter):
         if self.shared is not None:
             self.shared.grew(self)  # outside the lock: another store takes its own
         return entry
+
+    def _chain(self, entry: DiskEntry, layout: segments.Layout) -> None:
+        """Make `entry` a segment of the entry it continues, if there is one (see the
+        module). Lock held."""
+        base, shared = self._index.base_for(entry.tokens, entry.tenant, self.fingerprint)
+        if base is None or any(part.n and part.pos.min() < shared for part in layout.rest):
+            return  # nothing to continue, or a sliding window reaching back before its own tokens
+        entry.base, entry.base_len, entry.cut = base, shared, (layout, segments.from_(layout, shared))
+
+    def _plan(self, entry: DiskEntry) -> None:
+        """Size the entry's file, whole or as a segment. Lock held."""
+        state = entry.pending.state
+        ref = None
+        entry.state_bytes = int(state.nbytes)
+        if entry.base is not None:
+            entry.state_bytes = segments.size([entry.cut])
+            ref = fmt.base_placeholder(entry.base.name, entry.base_len, entry.base.state_bytes)
+        draft = fmt.DraftInfo.of(entry.pending.draft, entry.tokens) if entry.pending.draft is not None else None
+        entry.nbytes = fmt.plan(entry.meta, len(entry.tokens), entry.state_bytes, entry.infos, draft, entry.linear, ref).file_bytes
 
     def touch(self, entry: DiskEntry) -> None:
         """Mark an entry used now. O(log n). Mutates LRU order only."""
@@ -259,14 +309,29 @@ class DiskCache(DiskDirectory, DiskWriter):
         with self._lock:
             if not entry.alive:
                 return None
-            pending, expect = entry.pending, entry.header
-        if pending is not None:
+            links = [(e, e.pending, e.header) for e in entry.chain()]
+        if links[0][1] is not None:
             with self._stats_lock:  # reads run on several threads
                 self.stats.memory_reads += 1
-            return pending
+            return links[0][1]  # whole while it waits to be written
         t0 = time.monotonic()
+        if len(links) == 1:
+            payload = self._read_file(entry, links[0][2], self._allocate, checkpoints)
+        else:
+            payload = self._read_chain(links, checkpoints)
+        if payload is None:
+            return None
+        with self._stats_lock:
+            self.stats.reads += 1
+            self.stats.read_bytes += entry.bytes_for(checkpoints)
+            self.stats.read_seconds += time.monotonic() - t0
+        return payload
+
+    def _read_file(self, entry: DiskEntry, expect, allocate, checkpoints, draft: bool = True) -> Payload | None:
+        """One entry file, verified; None when it was evicted and deleted meanwhile. A file
+        that fails verification is rejected (and dropped, with what continues it)."""
         try:
-            _, payload = fmt.read(os.path.join(self.directory, entry.name), self._allocate, expect, checkpoints)
+            return fmt.read(os.path.join(self.directory, entry.name), allocate, expect, checkpoints, draft)[1]
         except Rejected as exc:
             with self._lock:
                 gone = not entry.alive
@@ -276,11 +341,26 @@ class DiskCache(DiskDirectory, DiskWriter):
             with self._lock:
                 self._drop(entry, None)
             raise
-        with self._stats_lock:
-            self.stats.reads += 1
-            self.stats.read_bytes += entry.bytes_for(checkpoints)
-            self.stats.read_seconds += time.monotonic() - t0
-        return payload
+
+    def _read_chain(self, links, checkpoints) -> Payload | None:
+        """A segment's whole state: its own file (with the checkpoints asked for and its
+        drafter's sequence) and its bases' states, joined; a base still waiting to be
+        written gives its cells from memory."""
+        parsed, own = [], None
+        for i, (e, pending, expect) in enumerate(links):
+            if pending is not None:  # whole: the chain ends here
+                parsed.append((self.parse(pending.state), 0))
+                break
+            payload = self._read_file(e, expect, None, checkpoints if i == 0 else frozenset(), draft=i == 0)
+            if payload is None:
+                return None
+            own = own or payload
+            parsed.append((self.parse(payload.state), e.base_len))
+        if any(layout is None for layout, _ in parsed):
+            raise Rejected("checksum", f"{links[0][0].name}: a link of its chain does not parse as a state")
+        state = chains.join_links(parsed, len(links[0][0]), self._allocate or segments.ordinary)
+        state.flags.writeable = False
+        return Payload(state, own.checkpoints, own.draft)
 
     def reject(self, exc: Rejected, name: str, tenant: str | None = None, tokens: Sequence[int] | None = None) -> None:
         """Count and log a rejected file (from here or a slot file); remember its key, when
@@ -345,9 +425,12 @@ class DiskCache(DiskDirectory, DiskWriter):
     # -- internals -------------------------------------------------------------------------
 
     def _drop(self, entry: DiskEntry, why: str | None) -> None:
-        """Take an entry out of the index and queue its file's deletion. Lock held."""
+        """Take an entry out of the index, with the segments continuing it, and queue their
+        files' deletion. Lock held."""
         if not entry.alive:
             return
+        for dependent in list(entry.dependents):
+            self._drop(dependent, why)
         self._index.remove(entry)
         if why == "evicted":
             self.stats.evictions += 1

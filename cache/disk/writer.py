@@ -11,6 +11,7 @@ import os
 import queue
 import time
 
+from .. import segments
 from . import format as fmt
 from .directory import LRU_FILE, unlink
 from .index import DiskEntry
@@ -57,15 +58,19 @@ class DiskWriter:
 
     def _write(self, entry: DiskEntry) -> None:
         with self._lock:
-            payload = entry.pending
+            payload, base = entry.pending, entry.base
             if not entry.alive:
                 self.stats.queued_bytes -= entry.nbytes
                 entry.pending = None
                 return
+            # a base is queued before what continues it, and goes with it: it is written
+            ref = fmt.BaseRef(base.name, entry.base_len, base.header.crcs[0]) if base is not None else None
         t0 = time.monotonic()
         try:
+            state = payload.state if entry.cut is None else segments.join([entry.cut], segments.ordinary)
             # the planned header (a later touch changes last_used, whose digits change the size)
-            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, payload.state, payload.checkpoints, payload.draft)
+            header = fmt.write(self.directory, entry.name, entry.meta, entry.tokens, state, payload.checkpoints, payload.draft,
+                               entry.linear, ref)
             if header.file_bytes != entry.nbytes:
                 unlink(os.path.join(self.directory, entry.name))
                 raise OSError(f"wrote {header.file_bytes} bytes, {entry.nbytes} were planned")
@@ -74,16 +79,15 @@ class DiskWriter:
             self.stats.write_errors += 1
             with self._lock:
                 self.stats.queued_bytes -= entry.nbytes
-                entry.pending = None
-                if entry.alive:
-                    self._index.remove(entry)
+                entry.pending, entry.cut = None, None
+                self._drop(entry, None)  # with the segments continuing it
             return
         self.stats.writes += 1
         self.stats.write_bytes += header.file_bytes
         self.stats.write_seconds += time.monotonic() - t0
         with self._lock:
             entry.header = header
-            entry.pending = None
+            entry.pending, entry.cut = None, None
             self.stats.queued_bytes -= entry.nbytes
             alive = entry.alive
         if not alive:  # evicted while it was being written

@@ -48,7 +48,8 @@ _COUNTER_NAMES = (
     "warmslot_state_tail_reads_total",
     "warmslot_quick_starts_total",
     "warmslot_full_prefills_total", "warmslot_prompt_cache_chained_total", "warmslot_prompt_cache_chain_bytes_spared_total",
-    "warmslot_prompt_cache_evictions_total", "llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total",
+    "warmslot_prompt_cache_evictions_total", "warmslot_disk_cache_hits_total", "warmslot_disk_cache_reads_total",
+    "warmslot_disk_cache_writes_total", "warmslot_disk_cache_chained_total", "llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total",
     "llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total", "llamacpp:n_decode_total",
 )
 

@@ -82,6 +82,8 @@ async def slot_action(request: Request) -> Response:
         })
     try:
         header, payload = await loop.run_in_executor(None, fmt.read, path)
+        if header.base is not None:
+            raise Rejected("base", "a disk-tier segment: it holds only the cells after the entry it continues")
     except Rejected as exc:
         server.slot_file_rejected[exc.reason] += 1
         log.warning("slot file %s refused (%s)", filename, exc)
