@@ -117,7 +117,7 @@ def _parse(blob: np.ndarray, extension: int, recurrent: bool = False) -> Layout 
         return part
 
     magic, seq = HEADER.unpack(take(HEADER.size))
-    if magic != SEQ_MAGIC:
+    if magic != SEQ_MAGIC or seq < 0:  # -1: every sequence's state, not one
         return None
 
     def part() -> Layout | None:
@@ -141,9 +141,9 @@ def _parse(blob: np.ndarray, extension: int, recurrent: bool = False) -> Layout 
             words = cells[:, :8].copy().view("<i4")  # position, number of ids
             if not np.all(words[:, 1] == 1):
                 return None
-            ids = cells[:, 8 + extension:12 + extension].copy().view("<i4")[:, 0]
-            if not np.all(ids == ids[0]):
-                return None
+            # NOTE: each cell records one sequence id, which a load into a sequence discards
+            # (llama_kv_cache::state_read_meta). A joined chain keeps each link's, so ids may
+            # differ from cell to cell: they are not compared.
             pos = np.ascontiguousarray(words[:, 0]).astype(np.int32)
             v_trans, n_layer = struct.unpack("<II", take(8))
             if v_trans > 1 or not 0 < n_layer <= 4096:

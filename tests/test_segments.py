@@ -320,12 +320,13 @@ def test_conversations_sharing_a_system_prompt_go_to_disk_as_segments_and_come_b
     holds as a segment of that entry; after a restart each comes back from its chain of
     files with the cold answer. A segment whose base file is gone is rejected, never used."""
     path, directory = tiny_models[kind], tmp_path / "disk"
-    engine = disk_engine(path, directory)
+    streams = LAYOUTS["streams"]  # two slots: RAM chains join cells that two sequences wrote
+    engine = disk_engine(path, directory, **streams)
     try:
         for prompt in CONVERSATIONS:
             generate(engine, prompt, max_tokens=4)
     finally:
-        engine.stop()  # the slot's conversation and the RAM entries are written, the newest first
+        engine.stop()  # the slots' conversations and the RAM entries are written, the newest first
     from warmslot.cache.disk import format as fmt
     headers = {f.name: fmt.read_header(str(f)) for f in entry_files(directory)}
     assert len(headers) == len(CONVERSATIONS)
@@ -339,7 +340,7 @@ def test_conversations_sharing_a_system_prompt_go_to_disk_as_segments_and_come_b
         else:
             assert h.state_bytes < 0.4 * headers[root].state_bytes
     prompts = [c + random_tokens(120 + i, 10) for i, c in enumerate(CONVERSATIONS)]
-    engine = disk_engine(path, directory)
+    engine = disk_engine(path, directory, **streams)
     try:
         warm = []
         for prompt, conversation in zip(prompts[:2], CONVERSATIONS):
@@ -351,7 +352,7 @@ def test_conversations_sharing_a_system_prompt_go_to_disk_as_segments_and_come_b
         engine.stop()
     chained = next(i for i, c in enumerate(CONVERSATIONS) if any(h.tokens[:len(c)] == tuple(c) for h in segs))
     (directory / root).unlink()  # the segments' base is gone
-    engine = disk_engine(path, directory)
+    engine = disk_engine(path, directory, **streams)
     try:
         assert engine.disk_view.stats.rejected["base"] >= 1
         lost = generate(engine, prompts[chained], return_prompt_logits=True, boundaries=(len(CONVERSATIONS[chained]),))
