@@ -399,6 +399,23 @@ def test_disk_segments_leave_with_their_base_and_the_disk_budget_holds(tiny_mode
         assert (warm.reuse.source, warm.usage.cached_tokens) == ("disk", len(back))
         store.flush()
         store.sanity_check()
+        # a base damaged on disk after it was indexed: the chained read rejects it, and the
+        # base goes with every segment continuing it
+        kept = {e.tokens[:len(SHARED) + 40]: e for e in store.entries()}
+        other = next(kept[tuple(c)] for c in conversations if c is not back and tuple(c) in kept and kept[tuple(c)].base is not None)
+        base = other.base
+        with open(directory / base.name, "r+b") as f:
+            f.seek(base.header.head_bytes + 100)  # inside its state
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        damaged_prompt = list(other.tokens[:len(SHARED) + 40]) + random_tokens(141, 10)
+        damaged = generate(engine, damaged_prompt, return_prompt_logits=True)
+        assert damaged.reuse.source != "disk" and engine.disk_view.stats.rejected["checksum"] == 1
+        assert not base.alive and not other.alive
+        store.flush()
+        store.sanity_check()
     finally:
         engine.stop()
     assert_same_answer(warm, cold_run(path, prompt, boundaries=(len(back),)))
+    assert_same_answer(damaged, cold_run(path, damaged_prompt))
