@@ -52,7 +52,8 @@ def explanation(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> di
         "divergence": divergence(reuse, n_prompt, prompt),
         "reason": reuse.reason,
         "state_bytes": {"device_to_ram": reuse.state_bytes.get("device_to_ram", 0),
-                        "ram_to_device": reuse.state_bytes.get("ram_to_device", 0)},
+                        "ram_to_device": reuse.state_bytes.get("ram_to_device", 0),
+                        "disk_to_ram": reuse.state_bytes.get("disk_to_ram", 0)},
     }
 
 

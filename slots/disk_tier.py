@@ -81,6 +81,7 @@ class DiskTier:
         self._inflight: dict[str, concurrent.futures.Future] = {}  # entry name -> read
         self._fetched: collections.OrderedDict[str, Payload] = collections.OrderedDict()
         self._waiting: dict[str, str] = {}  # request id -> entry name it waits for
+        self.taken_bytes = 0  # what the last `take` read from the disk (0: its bytes were in memory)
         ram.on_evict = self.spill
 
     # -- routing ---------------------------------------------------------------------------
@@ -161,6 +162,7 @@ class DiskTier:
         payload = self._fetched.pop(entry.name, None)
         if payload is None:
             return None
+        self.taken_bytes = payload.read_bytes
         checkpoints = CheckpointList(*self.checkpoint_limits)
         for c in payload.checkpoints:
             checkpoints.add(c)

@@ -10,8 +10,8 @@ import logging
 import time
 
 from .llama_api import GrammarError, Sampler
-from .requests import EngineError, ErrorKind, GenerateRequest, Reuse
-from .router import Fetch, Fork, Route, Wait
+from .requests import EngineError, ErrorKind, GenerateRequest, Reuse, Source
+from .router import Fetch, Fork, FromDisk, Route, Wait
 from .slot import Active, Slot
 from .stats import CopyCause
 from .text import TextStream
@@ -91,6 +91,8 @@ class EngineAdmit:
             sampler.close()  # the request never became active
             raise
         reuse.state_bytes = moved_bytes(before, self.stats.copy_bytes)
+        if isinstance(route, FromDisk) and reuse.source is Source.DISK and self.disk.taken_bytes:
+            reuse.state_bytes["disk_to_ram"] = self.disk.taken_bytes  # read (by a reader thread) for this request
         if reuse.cached == len(req.tokens):
             self.post.prompt_done_from_logits(route.target, plan.logits)
 

@@ -133,7 +133,8 @@ class Reuse:
     old_quoted: bool = False  # the candidate's text is the requester's own conversation's
     reason: str = ""
     # sequence state this request's start moved between the device and RAM, by direction:
-    # "device_to_ram" (slots saved to take a slot, or parked), "ram_to_device" (a cache load)
+    # "device_to_ram" (slots saved to take a slot, or parked), "ram_to_device" (a cache load),
+    # "disk_to_ram" (a disk entry read for it, its chain's bases included)
     state_bytes: dict[str, int] = field(default_factory=dict)
 
 

@@ -51,6 +51,7 @@ def test_a_conversation_outlives_its_engine_and_comes_back_from_disk(tiny_models
         if kind != "attention":
             assert 100 in [c.n_tokens for c in header.checkpoints] and skipped > 0
         assert (view.stats.hits, view.stats.reads) == (1, 1) and view.stats.read_bytes == written.stat().st_size - skipped
+        assert warm.reuse.state_bytes["disk_to_ram"] == view.stats.read_bytes  # the request says what was read for it
         assert entry_files(directory) == [written]  # loading did not consume the file
         again = generate(engine, NEXT, return_prompt_logits=True)  # and the slot now holds it
         assert again.reuse.source == "slot"

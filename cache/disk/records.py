@@ -123,6 +123,7 @@ class Payload:
     state: np.ndarray
     checkpoints: tuple[Checkpoint, ...]
     draft: DraftState | None = None
+    read_bytes: int = 0  # what reading it took from the disk (0: it was in memory)
 
     @property
     def nbytes(self) -> int:

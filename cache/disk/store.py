@@ -41,6 +41,7 @@ writer thread) and directory.py (the directory: its lock, and its index rebuilt 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import logging
 import os
@@ -321,11 +322,12 @@ class DiskCache(DiskDirectory, DiskWriter):
             payload = self._read_chain(links, checkpoints)
         if payload is None:
             return None
+        nbytes = entry.bytes_for(checkpoints)
         with self._stats_lock:
             self.stats.reads += 1
-            self.stats.read_bytes += entry.bytes_for(checkpoints)
+            self.stats.read_bytes += nbytes
             self.stats.read_seconds += time.monotonic() - t0
-        return payload
+        return dataclasses.replace(payload, read_bytes=nbytes)
 
     def _read_file(self, entry: DiskEntry, expect, allocate, checkpoints, draft: bool = True) -> Payload | None:
         """One entry file, verified; None when it was evicted and deleted meanwhile. A file
