@@ -21,6 +21,16 @@ def whole_bytes(engine, entry) -> int:
     return engine.call(lambda e: int(e.cache.whole_state(entry).nbytes)).result()
 
 
+def slot_state(path, prompt):
+    """A fresh engine's answer to `prompt` (4 tokens) and the bytes of the slot's state after it."""
+    probe = tiny_engine(path, **REUSE_ENGINE)
+    try:
+        answer = generate(probe, prompt, max_tokens=4)
+        return answer, probe.call(lambda e: e.ctx.state_size(0)).result()
+    finally:
+        probe.stop()
+
+
 # one slot in a unified pool; two slots with a stream each, flash attention off (transposed V)
 # and on (V by rows)
 LAYOUTS = {
@@ -181,12 +191,7 @@ def test_bases_leave_ram_only_after_what_chains_to_them_and_the_budget_holds(tin
     prompt: entries are evicted, a base never before the entries chained to it, and the
     cache stays within its budget; a conversation still held comes back as cold."""
     path = tiny_models["attention"]
-    probe = tiny_engine(path, **REUSE_ENGINE)
-    try:
-        generate(probe, CONVERSATIONS[0], max_tokens=4)
-        whole = probe.call(lambda e: e.ctx.state_size(0)).result()
-    finally:
-        probe.stop()
+    _, whole = slot_state(path, CONVERSATIONS[0])
     budget = 3 * whole
     engine = tiny_engine(path, cache_ram=budget, **REUSE_ENGINE)
     try:
@@ -244,12 +249,7 @@ def test_a_tail_read_that_ram_refuses_reaches_the_disk_joined_and_comes_back_as_
     first turn, whole, so that the conversation comes back from disk after a restart."""
     path, directory = tiny_models["attention"], tmp_path / "disk"
     first = CONVERSATIONS[0]
-    probe = tiny_engine(path, **REUSE_ENGINE)
-    try:
-        r1 = generate(probe, first, max_tokens=4)
-        whole = probe.call(lambda e: e.ctx.state_size(0)).result()
-    finally:
-        probe.stop()
+    r1, whole = slot_state(path, first)
     engine = disk_engine(path, directory, cache_ram=whole + 2048)  # the first turn, and not 34 cells more
     try:
         assert generate(engine, first, max_tokens=4).tokens == r1.tokens
@@ -374,12 +374,7 @@ def test_disk_segments_leave_with_their_base_and_the_disk_budget_holds(tiny_mode
     monkeypatch.setattr(DiskTier, "cost_tokens", lambda self, entry, need: 0.0)  # reads are free (see test_disk_tier)
     path, directory = tiny_models[kind], tmp_path / "disk"
     conversations = [SHARED + random_tokens(130 + i, 40) for i in range(10)]
-    probe = tiny_engine(path, **REUSE_ENGINE)
-    try:
-        generate(probe, conversations[0], max_tokens=4)
-        whole = probe.call(lambda e: e.ctx.state_size(0)).result()
-    finally:
-        probe.stop()
+    _, whole = slot_state(path, conversations[0])
     # one whole entry and a few segments (a hybrid's carry their recurrent state and checkpoints)
     budget = int((1.7 if kind == "attention" else 3.0) * whole)
     engine = disk_engine(path, directory, cache_ram=int(1.5 * whole), cache_disk_size=budget)
