@@ -15,7 +15,7 @@ from .prefix_trie import Match
 
 
 class CacheEntry(Protocol):
-    """What a chain needs of a prompt-cache entry (prompt_cache.CacheEntry)."""
+    """What a chain needs of a prompt-cache entry (entries.CacheEntry)."""
 
     id: int
     tokens: tuple[int, ...]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from contextlib import contextmanager
 from typing import Callable, Container, Iterable, Iterator, Sequence
 
@@ -41,90 +40,11 @@ import numpy as np
 
 from . import chains, segments
 from .checkpoints import CheckpointList
+from .entries import CacheEntry, CacheStats, DraftState, EntryMatch, Lookup
 from .evicted import EvictedKeys
 from .lookahead import next_uses, session_uses, victim_order
-from .prefix_trie import Candidate, PrefixTrie, common_prefix, rank
+from .prefix_trie import PrefixTrie, common_prefix, rank
 from .shared_budget import SharedBudget
-
-
-@dataclass(frozen=True, eq=False)
-class DraftState:
-    """What a drafter's own memory holds of a conversation: the tokens its sequence holds (a
-    prefix of the entry's, and perhaps tokens of a draft past it), that sequence's state, and
-    what else the drafter needs to go on (read-only arrays)."""
-
-    tokens: tuple[int, ...]
-    state: np.ndarray
-    extra: tuple[np.ndarray, ...] = ()
-    fingerprint: str = ""  # the drafter and its state layout: loaded only by an equal one
-
-    @property
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """Its state and extra arrays, in that order (as the disk format stores them)."""
-        return (self.state, *self.extra)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(int(a.nbytes) for a in self.arrays)
-
-
-@dataclass(eq=False)
-class CacheEntry:
-    tokens: tuple[int, ...]
-    state: np.ndarray  # the full sequence state (read-only)
-    checkpoints: CheckpointList
-    tenant: str
-    fingerprint: str
-    last_used: float = 0.0
-    id: int = 0
-    prompt_end: int = 0  # length of the last prompt in it; what follows is a generated reply
-    keep_s: float | None = None  # retention on disk: 0 never written there, None no limit but LRU
-    session: str = ""  # the client session of the request that made it (eviction: lookahead.session_uses)
-    draft: DraftState | None = None  # the drafter's memory of it (speculative decoding)
-    # a segment: `state` holds tokens [base_len, len) only, and `base` the state before them
-    base: "CacheEntry | None" = None
-    base_len: int = 0
-    linear: bool = False  # its state holds each token's position once, so it may be a base
-    layout: segments.Layout | None = None  # its state parsed (segments on)
-
-    @property
-    def chained(self) -> bool:
-        return self.base is not None
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.state.nbytes) + self.checkpoints.nbytes + (self.draft.nbytes if self.draft is not None else 0)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-@dataclass
-class CacheStats:
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    refused: int = 0  # entries not stored: every waiting request needs what the cache holds sooner
-    dropped_redundant: int = 0
-    saved_bytes: int = 0
-    loaded_bytes: int = 0
-    save_seconds: float = 0.0
-    load_seconds: float = 0.0
-    chained: int = 0  # entries stored as segments of another entry
-    chain_bytes_spared: int = 0  # bytes those entries did not store (their bases hold them)
-    join_seconds: float = 0.0  # joining chains into whole states for loads and the disk tier
-
-
-EntryMatch = Candidate  # Candidate[CacheEntry]: a RAM entry, the tokens shared and usable
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """What the cache knows about a query, from one walk of the tenant's tree."""
-
-    best: EntryMatch | None  # the entry that lets a slot keep the most of the query
-    closest: EntryMatch | None  # when no entry is usable: the one sharing the most tokens
-    evicted: tuple[int, tuple[int, ...]] | None  # (shared tokens, key) of an evicted entry
 
 
 class PromptCache:
@@ -274,8 +194,7 @@ class PromptCache:
         if plan is None:
             if entry.nbytes <= self.budget and self.on_evict is not None:
                 if start:  # a tail read: it goes as a segment of its base, which the disk tier joins
-                    entry.state = segments.join([(entry.layout, cells)], segments.ordinary)
-                    entry.layout, entry.base, entry.base_len = self.parse(entry.state), base, shared
+                    self._cut(entry, cells, base, shared, segments.ordinary)
                 elif transient:
                     entry.state = self._keep(state, None, segments.ordinary)
                 self.on_evict(entry)  # refused: the disk tier still keeps it
@@ -287,14 +206,9 @@ class PromptCache:
         for victim in victims:
             self._evict(victim)
         if base is not None:
-            t0 = time.monotonic()
-            tail = segments.join([(entry.layout, cells)], self.segment_buffer)
-            tail.flags.writeable = False
-            self.stats.join_seconds += time.monotonic() - t0
+            self._cut(entry, cells, base, shared, self.segment_buffer)
             self.stats.chained += 1
-            self.stats.chain_bytes_spared += int(state.nbytes) - int(tail.nbytes)
-            entry.state, entry.layout = tail, self.parse(tail)
-            entry.base, entry.base_len = base, shared
+            self.stats.chain_bytes_spared += int(state.nbytes) - int(entry.state.nbytes)
             self._children[base.id] = self._children.get(base.id, 0) + 1
         elif transient:
             entry.state = self._keep(state, entry.layout, self.segment_buffer or segments.ordinary)
@@ -308,6 +222,15 @@ class PromptCache:
         if self.shared is not None:
             self.shared.grew(self)
         return entry
+
+    def _cut(self, entry: CacheEntry, cells: np.ndarray, base: CacheEntry, shared: int, empty: Callable[[int], np.ndarray]) -> None:
+        """Make `entry` a segment of `base`: its state becomes its `cells` (those from
+        position `shared` on), joined into `empty(n)`."""
+        t0 = time.monotonic()
+        tail = segments.join([(entry.layout, cells)], empty)
+        tail.flags.writeable = False
+        self.stats.join_seconds += time.monotonic() - t0
+        entry.state, entry.layout, entry.base, entry.base_len = tail, self.parse(tail), base, shared
 
     def admits(self, tokens: Sequence[int], checkpoints: CheckpointList, tenant: str, prompt_end: int | None,
                nbytes: int, state_bytes: int = 0, session: str = "") -> bool:

@@ -33,7 +33,8 @@ from typing import Callable
 from warmslot.cache import segments
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.disk import DiskCache, DiskEntry, DiskLookup, DiskStats, Payload, Rejected
-from warmslot.cache.prompt_cache import CacheEntry, PromptCache
+from warmslot.cache.entries import CacheEntry
+from warmslot.cache.prompt_cache import PromptCache
 
 from .stats import EngineStats
 

@@ -13,7 +13,8 @@ import time
 from typing import Callable
 
 from warmslot.cache.checkpoints import Checkpoint
-from warmslot.cache.prompt_cache import CacheEntry, DraftState, PromptCache
+from warmslot.cache.entries import CacheEntry, DraftState
+from warmslot.cache.prompt_cache import PromptCache
 
 from .fitting.host_buffers import Staging
 from .llama_api import Batch, Context, MemoryKind, Model

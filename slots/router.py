@@ -36,7 +36,8 @@ from typing import Callable, Iterable, Sequence, Union
 
 from warmslot.cache.disk import DiskEntry
 from warmslot.cache.lookahead import give_up_first, next_uses, session_uses
-from warmslot.cache.prompt_cache import CacheEntry, PromptCache
+from warmslot.cache.entries import CacheEntry
+from warmslot.cache.prompt_cache import PromptCache
 
 from .disk_tier import DiskTier
 from .requests import GenerateRequest, Source

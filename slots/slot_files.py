@@ -19,7 +19,7 @@ import numpy as np
 
 from warmslot.cache.checkpoints import Checkpoint, CheckpointList
 from warmslot.cache.disk.records import Header, Payload
-from warmslot.cache.prompt_cache import CacheEntry
+from warmslot.cache.entries import CacheEntry
 
 from .multimodal.spans import SAME_POSITIONS
 from .stats import CopyCause

@@ -12,7 +12,7 @@ import pytest
 from warmslot.cache.checkpoints import Checkpoint
 from warmslot.cache.disk import DiskCache, DiskInUse, Meta, Rejected
 from warmslot.cache.disk import format as fmt
-from warmslot.cache.prompt_cache import DraftState
+from warmslot.cache.entries import DraftState
 
 FP = "model-a:f16:f16:0:u"
 

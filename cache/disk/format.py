@@ -41,7 +41,7 @@ from typing import Callable, Collection, Sequence
 import numpy as np
 
 from ..checkpoints import Checkpoint
-from ..prompt_cache import DraftState
+from ..entries import DraftState
 from .records import BaseRef, CheckpointInfo, DraftInfo, Header, Meta, Payload, Plan, Rejected, Section, checkpoint_infos
 
 MAGIC = b"WSLOTKV\n"

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..checkpoints import Checkpoint
 from ..prefix_trie import common_prefix
-from ..prompt_cache import DraftState
+from ..entries import DraftState
 
 
 class Rejected(Exception):

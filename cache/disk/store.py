@@ -56,7 +56,7 @@ import numpy as np
 
 from .. import chains, segments
 from ..prefix_trie import PrefixTrie
-from ..prompt_cache import DraftState
+from ..entries import DraftState
 from ..shared_budget import SharedBudget
 from . import format as fmt
 from .directory import DiskDirectory

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from warmslot.cache.prefix_trie import common_prefix
-from warmslot.cache.prompt_cache import DraftState
+from warmslot.cache.entries import DraftState
 
 from ..settings import EngineConfig
 from ..llama_api import Batch, Context, ContextParams, LlamaError, Model, Placement

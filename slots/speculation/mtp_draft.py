@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from warmslot.cache.prefix_trie import common_prefix
-from warmslot.cache.prompt_cache import DraftState
+from warmslot.cache.entries import DraftState
 
 from ..llama_api import Batch, Context, LlamaError, Model
 from ..llama_api import mtp
