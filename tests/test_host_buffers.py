@@ -227,8 +227,8 @@ def test_with_another_model_a_state_that_found_no_room_waits_for_a_quiet_process
         assert a.empty(3 << 20).nbytes == 3 << 20  # no room: ordinary memory
         time.sleep(1.2)
         assert pins.sizes == []  # its engine works: a pinning call would stall the other model's too
+        went_idle = time.monotonic()  # read before the change, so never later than its quiet clock
         a.idle(True)
-        went_idle = time.monotonic()
         wait_for(lambda: bool(pins.sizes))
         assert pins.sizes == [1 << 30] and time.monotonic() - went_idle >= a.QUIET
 
