@@ -100,10 +100,7 @@ class Cluster:
 
 
 def _chat_count(url: str) -> float:
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith('warmslot_requests_total{endpoint="chat",status="200"}'):
-            return float(line.split()[-1])
-    return 0.0
+    return _answers(url).get("200", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -124,21 +121,48 @@ def cluster(default_model):
                 proc.stop()
 
 
-def pick_conversations(cluster: Cluster, per_replica: int = 2) -> list[Conversation]:
+def pick_conversations(cluster: Cluster, per_replica: int = 2, rounds: int = 3) -> list[Conversation]:
     """First turns of new sessions until each replica holds `per_replica` of them: the hash
-    decides where a session goes, and ports (so the ring) change from run to run."""
-    chosen: list[Conversation] = []
-    count = [0] * len(cluster.replicas)
-    for i, topic in enumerate(TOPICS):
-        conv = Conversation(f"session-{i}-{topic}", topic)
-        turn = cluster.turn(conv)
-        assert turn.replica >= 0, "one replica served the turn"
-        if count[turn.replica] < per_replica:
-            count[turn.replica] += 1
-            chosen.append(conv)
-        if len(chosen) == per_replica * len(cluster.replicas):
-            return chosen
-    pytest.fail(f"{len(TOPICS)} sessions did not spread {per_replica} per replica: {count}")
+    decides where a session goes, and ports (so the ring) change from run to run. The router
+    hashes onto the replicas it deems healthy: a round starts once its /health says all are,
+    and a round that did not spread (a replica was out of the ring for a while) is dropped
+    for a round of new sessions."""
+    for r in range(rounds):
+        _wait_healthy(cluster.router.url)
+        chosen: list[Conversation] = []
+        count = [0] * len(cluster.replicas)
+        for i, topic in enumerate(TOPICS):
+            conv = Conversation(f"session-{r}-{i}-{topic}", topic)
+            turn = cluster.turn(conv)
+            assert turn.replica >= 0, "one replica served the turn"
+            if count[turn.replica] < per_replica:
+                count[turn.replica] += 1
+                chosen.append(conv)
+            if len(chosen) == per_replica * len(cluster.replicas):
+                return chosen
+        print(f"router test: round {r}: {len(TOPICS)} sessions spread {count}; router /health: "
+              f"{httpx.get(cluster.router.url + '/health', timeout=5).text!r}; replicas' answers: "
+              f"{[_answers(rep.url) for rep in cluster.replicas]}")
+    pytest.fail(f"{rounds} rounds of {len(TOPICS)} sessions did not spread {per_replica} per replica: {count}")
+
+
+def _wait_healthy(router_url: str, timeout: float = 30.0) -> None:
+    """The router's /health says every replica is healthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(router_url + "/health", timeout=5).status_code == 200:
+            return
+        time.sleep(0.5)
+    pytest.fail("the router does not report every replica healthy")
+
+
+def _answers(url: str) -> dict[str, float]:
+    """A replica's chat answers by status (its own /metrics)."""
+    out = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith('warmslot_requests_total{endpoint="chat"'):
+            out[line.split('status="')[1].split('"')[0]] = float(line.split()[-1])
+    return out
 
 
 def assert_warm(conv: Conversation, index: int) -> None:
