@@ -67,6 +67,12 @@ def join_links(links: Sequence[tuple[segments.Layout, int]], n_tokens: int, empt
     return segments.join(pieces[::-1], empty)
 
 
+def cuttable(layout: segments.Layout, shared: int) -> bool:
+    """Whether the state may be stored as a segment from position `shared` on: its parts that
+    come whole from the tip (a sliding window) lie in its own tokens."""
+    return not any(part.n and part.pos.min() < shared for part in layout.rest)
+
+
 def base_for(match: Match[CacheEntry], tokens: Sequence[int], fingerprint: str) -> tuple[CacheEntry | None, int]:
     """The entry a new one of `tokens` chains to, from the walk of its tenant's tree, and the
     tokens they share: the longest prefix held (ties: the most recently used), at least

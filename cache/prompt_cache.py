@@ -182,7 +182,7 @@ class PromptCache:
             entry.linear = entry.layout is not None and entry.layout.linear(len(tokens), start)
             if entry.linear:
                 base, shared = self._base_for(entry.tokens, tenant)
-            if base is not None and any(part.n and part.pos.min() < shared for part in entry.layout.rest):
+            if base is not None and not chains.cuttable(entry.layout, shared):
                 base, shared = None, 0  # a sliding window reaching back before its own tokens: whole
             if base is not None:
                 cells = segments.from_(entry.layout, shared)

@@ -61,7 +61,7 @@ class EngineAdmit:
                 continue
             self.admission.admitted(i)
             self.stats.queue_wait.observe(time.monotonic() - req.submitted)
-            quick = sum(1 for s in self.slots if s.active is not None) >= self.router.n_busy_max
+            quick = self.router.saturated()
             try:
                 self._start(route, req, quick)
             except Exception as exc:  # noqa: BLE001 - one bad request must not stop the engine

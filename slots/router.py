@@ -180,16 +180,22 @@ class Router:
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
         idle = [s for s in self.slots if s.active is None]
-        if len(self.slots) - len(idle) >= self.n_busy_max:
+        if self.saturated():
             return self._quick(req, idle) or Wait()
         return self._place(req, idle)
+
+    def saturated(self) -> bool:
+        """Whether `n_busy_max` requests run: a request starts now only as a quick one."""
+        return self._n_busy() >= self.n_busy_max
+
+    def _n_busy(self) -> int:
+        return sum(1 for s in self.slots if s.active is not None)
 
     def quick_room(self) -> bool:
         """Whether a quick request could start now that `n_busy_max` run (see the module)."""
         if not self.quick_tokens or not self.contiguous:  # in one pool it would take cells the others count on
             return False
-        busy = sum(1 for s in self.slots if s.active is not None)
-        return self.n_busy_max <= busy < min(len(self.slots), 2 * self.n_busy_max)
+        return self.n_busy_max <= self._n_busy() < min(len(self.slots), 2 * self.n_busy_max)
 
     def _quick(self, req: GenerateRequest, idle: list[Slot]) -> KeepSlot | Fork | None:
         """The route of a quick request (see the module), else None. An idle sequence must

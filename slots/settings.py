@@ -31,7 +31,7 @@ class EngineConfig:
     checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
     quick_tokens: int = 512  # new tokens of a quick request, which runs beside n_parallel others (router.py)
     cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
-    cache_segments: bool = True  # attention and sliding-window memory: prompt-cache entries store only what their base lacks
+    cache_segments: bool = True  # attention, sliding-window and hybrid memory: prompt-cache and disk entries store only what their base lacks
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)
     kv_unified: str = "auto"  # on: one KV pool for all slots; off: a stream per slot; auto: see layout.kv_unified
     cache_vram: int | None = None  # device memory for spare sequences (see layout.py); None: auto

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .. import chains
+from .. import chains, segments
 from ..checkpoints import Checkpoint, CheckpointList
 from ..prefix_trie import Candidate, PrefixTrie, common_prefix, rank
 from .records import CheckpointInfo, Header, Meta, Payload
@@ -60,7 +60,7 @@ class DiskEntry:
     base: "DiskEntry | None" = None  # a segment: the entry holding its first base_len tokens
     base_len: int = 0
     dependents: list["DiskEntry"] = field(default_factory=list, repr=False)  # the segments continuing it
-    cut: object = None  # a segment being written: the cells of its pending whole state to keep
+    cut: "segments.Piece | None" = None  # a segment being written: its pending whole state's cells to keep
     _outline: CheckpointList | None = field(default=None, repr=False)
 
     def __len__(self) -> int:

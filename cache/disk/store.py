@@ -278,7 +278,7 @@ class DiskCache(DiskDirectory, DiskWriter):
         """Make `entry` a segment of the entry it continues, if there is one (see the
         module). Lock held."""
         base, shared = self._index.base_for(entry.tokens, entry.tenant, self.fingerprint)
-        if base is None or any(part.n and part.pos.min() < shared for part in layout.rest):
+        if base is None or not chains.cuttable(layout, shared):
             return  # nothing to continue, or a sliding window reaching back before its own tokens
         entry.base, entry.base_len, entry.cut = base, shared, (layout, segments.from_(layout, shared))
 
