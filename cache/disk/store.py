@@ -348,7 +348,8 @@ class DiskCache(DiskDirectory, DiskWriter):
         """A segment's whole state: its own file (with the checkpoints asked for and its
         drafter's sequence) and its bases' states, joined; a base still waiting to be
         written gives its cells from memory."""
-        parsed, own = [], None
+        parsed: list = []
+        own: Payload | None = None  # the segment's own file: its checkpoints and drafter's sequence
         for i, (e, pending, expect) in enumerate(links):
             if pending is not None:  # whole: the chain ends here
                 parsed.append((self.parse(pending.state), 0))
@@ -356,7 +357,8 @@ class DiskCache(DiskDirectory, DiskWriter):
             payload = self._read_file(e, expect, None, checkpoints if i == 0 else frozenset(), draft=i == 0)
             if payload is None:
                 return None
-            own = own or payload
+            if i == 0:
+                own = payload
             parsed.append((self.parse(payload.state), e.base_len))
         if any(layout is None for layout, _ in parsed):
             raise Rejected("checksum", f"{links[0][0].name}: a link of its chain does not parse as a state")
