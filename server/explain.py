@@ -115,6 +115,6 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
 
 
 def _name(value: Any) -> str:
-    """An enum's value ("ram"), as the README names sources; f"{...}" of a str enum writes
+    """An enum's value ("ram"), as docs/metrics.md names sources; f"{...}" of a str enum writes
     "Source.RAM" on some Python versions."""
     return str(value.value) if isinstance(value, enum.Enum) else str(value)

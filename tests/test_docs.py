@@ -1,4 +1,5 @@
-"""The README documents what the code does: every flag, and the commands CI runs."""
+"""The README and docs/ document what the code does: every flag, every metric, and the commands
+CI runs; their links hold."""
 
 import pathlib
 import re
@@ -7,13 +8,16 @@ from warmslot.server.process.flag_values import parse_size
 from warmslot.server.process.flags import FLAGS, NOOP, OFF, ON, SIZE
 
 README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+FLAG_REFERENCE = (pathlib.Path(__file__).parent.parent / "docs" / "flags.md").read_text()
+METRICS_PAGE = (pathlib.Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+TABLE_HEAD = "\n| flag | default | meaning |\n|---|---|---|\n"
 
 
-def readme_flag_table() -> dict[tuple[str, ...], str]:
-    """The README's flag table: each spelling of a flag (the names of one `-x, --xx` span) and
-    the default its row states. A row may hold several flags, `a` / `b`, with defaults
-    `x` / `y` (or one default for all)."""
-    rows = README.split("\n| flag | default | meaning |\n|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+def flag_table(text: str = FLAG_REFERENCE) -> dict[tuple[str, ...], str]:
+    """A flag table (docs/flags.md's, or the README's short one): each spelling of a flag (the
+    names of one `-x, --xx` span) and the default its row states. A row may hold several flags,
+    `a` / `b`, with defaults `x` / `y` (or one default for all)."""
+    rows = text.split(TABLE_HEAD, 1)[1].split("\n\n", 1)[0]
     table = {}
     for line in rows.splitlines():
         names, default, _meaning = (cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1])
@@ -26,31 +30,31 @@ def readme_flag_table() -> dict[tuple[str, ...], str]:
     return table
 
 
-def _in_readme(flag) -> tuple[tuple[str, ...], str]:
-    """The README's spelling of a flag (names that are all its own, its first long one among
+def _in_reference(flag) -> tuple[tuple[str, ...], str]:
+    """docs/flags.md's spelling of a flag (names that are all its own, its first long one among
     them) and the default stated for it."""
     long = next(name for name in flag.names if name.startswith("--"))
-    found = [(names, stated) for names, stated in readme_flag_table().items() if long in names]
-    assert len(found) == 1, f"{long}: {len(found)} rows of the README's flag table"
+    found = [(names, stated) for names, stated in flag_table().items() if long in names]
+    assert len(found) == 1, f"{long}: {len(found)} rows of docs/flags.md's flag table"
     names, stated = found[0]
     assert set(names) <= set(flag.names), f"{names}: not the names of {flag.names}"
     return names, stated
 
 
-def test_every_flag_is_in_the_readme_table():
+def test_every_flag_is_in_the_flag_reference():
     for flag in FLAGS:
-        _in_readme(flag)
+        _in_reference(flag)
     table_names = {name for flag in FLAGS for name in flag.names} | {"--version"}
-    for names in readme_flag_table():
-        assert set(names) <= table_names, f"the README's flag table names a flag that is not one: {names}"
+    for names in flag_table():
+        assert set(names) <= table_names, f"docs/flags.md's flag table names a flag that is not one: {names}"
 
 
-def test_the_readme_states_each_flags_default():
+def test_the_flag_reference_states_each_flags_default():
     """The default column says the table's default: its `default_text`, else the value
     (`8080`, `8MiB`; numbers and sizes compared as values), none for an unset one, off or on
     for a switch, nothing for a flag accepted only for compatibility."""
     for flag in FLAGS:
-        names, stated = _in_readme(flag)
+        names, stated = _in_reference(flag)
         if flag.default_text is not None:
             expected = flag.default_text
         elif flag.kind == NOOP:
@@ -63,11 +67,21 @@ def test_the_readme_states_each_flags_default():
             expected = "none"
         else:
             value = re.fullmatch(r"`([^`]+)`( \(MiB\))?", stated)
-            assert value, f"{names}: the README states {stated!r}, not the value {flag.default!r}"
+            assert value, f"{names}: docs/flags.md states {stated!r}, not the value {flag.default!r}"
             read = {SIZE: parse_size, int: float, float: float}.get(flag.kind, str)
-            assert read(value.group(1)) == read(flag.default), f"{names}: README {stated!r}, table {flag.default!r}"
+            assert read(value.group(1)) == read(flag.default), (
+                f"{names}: docs/flags.md {stated!r}, table {flag.default!r}")
             continue
-        assert stated == expected, f"{names}: README {stated!r}, table {expected!r}"
+        assert stated == expected, f"{names}: docs/flags.md {stated!r}, table {expected!r}"
+
+
+def test_the_readme_flags_are_rows_of_the_reference():
+    """The README's short table of the flags used most repeats docs/flags.md's rows word for word."""
+    rows = README.split(TABLE_HEAD, 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(rows) >= 5
+    reference = set(FLAG_REFERENCE.splitlines())
+    stale = [row for row in rows if row not in reference]
+    assert not stale, f"README rows that differ from docs/flags.md: {stale}"
 
 
 def test_readme_has_the_two_setup_commands():
@@ -80,12 +94,13 @@ def test_readme_has_the_two_setup_commands():
 
 
 def test_grafana_dashboard_uses_documented_metrics():
+    """Every metric the Grafana dashboard plots is one that docs/metrics.md documents."""
     text = (pathlib.Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text()
     names = set(re.findall(r"warmslot_[a-z_]+", text))
     assert len(names) > 10
     for name in names:
         base = re.sub(r"_(bucket|count|sum)$", "", name)
-        assert base in README, name
+        assert base in METRICS_PAGE, name
 
 
 def test_every_package_folder_is_installed():

@@ -23,7 +23,7 @@ A `Flag` row holds everything about one flag:
   engine) computes from this flag: clamped, negated, split into a list, or combined with others;
 - `choices`, `repeatable` (each use adds to a list), `help` (for --help, which adds the
   environment variable);
-- `default_text`: the default as the README's flag table states it, where that is not the value
+- `default_text`: the default as the flag reference (docs/flags.md) states it, where that is not the value
   itself (what leaving the flag unset means: `all`, `off`, `the GGUF's`).
 
 What is made from the table or held to it:
@@ -36,8 +36,10 @@ What is made from the table or held to it:
   that every field of ServerConfig is reached from a row (or is in a short list of fields that
   no flag sets), that its dataclass default is what the flags give when none is set, and that
   a value given to a `sets` flag arrives in its field;
-- tests/test_docs.py checks that the README's flag table lists every flag, under names that
-  are its names, with its default (`default_text`, else the value).
+- flags_doc.flags_markdown() makes docs/flags.md, the flag reference, from the rows and the words
+  flags_doc.py holds for each flag; tests/test_flags_doc.py checks that the page is what it makes,
+  and tests/test_docs.py that it lists every flag, under names that are its names, with its default
+  (`default_text`, else the value).
 
 ServerConfig stays a dataclass written out in config.py rather than one made from these rows
 with `dataclasses.make_dataclass`: the whole server reads `config.<field>`, and a class written
@@ -75,7 +77,7 @@ class Flag:
     feeds: str | None = None  # the config field computed from it (config.py, engine_settings.py)
     choices: tuple[str, ...] | None = None
     repeatable: bool = False
-    default_text: str | None = None  # the README's default, where it is not the value
+    default_text: str | None = None  # the reference's default, where it is not the value
     help: str = ""
 
     @property

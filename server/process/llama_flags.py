@@ -235,7 +235,7 @@ def add_to(parser: argparse.ArgumentParser) -> None:
     """Register the catalog's flags on the parser: aliases add names to warmslot's own flag,
     the others store under a private name that `effects` reads."""
     known = parser._option_string_actions  # noqa: SLF001 (argparse has no public lookup)
-    group = parser.add_argument_group("llama-server flags with no effect here or refused (see the README)")
+    group = parser.add_argument_group("llama-server flags with no effect here or refused (see docs/llama-server-flags.md)")
     for flag in FLAGS:
         if flag.action == "alias":
             target_flag, *value = flag.reason.split()
