@@ -69,7 +69,7 @@ class PromptCache:
         self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
         # the client sessions (tenant, session) at work, and waiting: lookahead.session_uses
         self.sessions: Callable[[], tuple[Iterable[tuple[str, str]], Iterable[tuple[str, str]]]] | None = None
-        # what the device's sequences hold (tenant, tokens): see _held_on_device
+        # what the device's sequences hold (tenant, tokens): see held_on_device
         self.on_device: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
         self._pinned: CacheEntry | None = None  # an entry being loaded: not evicted meanwhile
         # with a shared budget: the budget shrank below what this cache holds (another model's
@@ -379,12 +379,17 @@ class PromptCache:
         if self.sessions is not None:
             uses = session_uses(((-1 if e is entry else e.id, e.tenant, e.session) for e in candidates), *self.sessions(), uses)
         order = victim_order(keys, uses)
-        held = self._held_on_device()
+        held = self.held_on_device()
         if held:  # the device holds them: a request continuing one takes the device's copy
             order = [k for k in order if k in held] + [k for k in order if k not in held]
         return chains.bases_after_dependents(order, self._children, self._lru, freed) if self._children else order
 
-    def _held_on_device(self) -> set[int]:
+    def give_up_order(self) -> list[CacheEntry]:
+        """The entries in the order eviction would give them up now (the one being loaded
+        and the bases it needs left out). Read-only."""
+        return [self._lru[key] for key in self._give_up_order()]
+
+    def held_on_device(self) -> set[int]:
         """The ids of the entries whose tokens a device sequence starts with (of the same
         tenant), on memory that can be cut back anywhere: losing one costs no computation
         while the sequence stays, and RAM that holds only what the device holds is RAM that

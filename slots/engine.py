@@ -41,7 +41,7 @@ from warmslot.cache.prompt_cache import PromptCache
 
 from .admission import Admission
 from .settings import EngineConfig
-from .disk_tier import DiskTier
+from .tiers.disk import DiskTier
 from .embedding_worker import Embedder, Reranker
 from .engine_admit import EngineAdmit
 from .engine_sleep import EngineSleep, UnloadedContext

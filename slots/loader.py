@@ -41,7 +41,7 @@ from .memory import SlotMemory
 from .native_log import record_buffers
 from .parallel_sampling import BatchSampler, sampling_threads
 from .prefix import Prefixes
-from .disk_tier import DiskTier
+from .tiers.disk import DiskTier
 from .router import Router
 from .slot import Slot
 from .snapshot import EngineInfo
@@ -233,7 +233,7 @@ def _load(
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
     router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
-                    quick_tokens=cfg.quick_tokens)
+                    quick_tokens=cfg.quick_tokens, stats=stats)
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
         park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk,

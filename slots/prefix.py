@@ -15,7 +15,6 @@ from warmslot.cache.lookahead import give_up_first
 from warmslot.cache.prompt_cache import PromptCache
 
 from .llama_api import Context, Model
-from .disk_tier import DiskTier
 from .memory import SlotMemory
 from .multimodal.spans import Positions, placeholder_ids
 from .requests import GenerateRequest, Reuse, Source
@@ -23,6 +22,7 @@ from .reuse import ReusePlan
 from .router import Fork, FromDisk, KeepSlot, Load, Route, held_elsewhere, slot_uses
 from .slot import Slot
 from .stats import CopyCause, EngineStats
+from .tiers.disk import DiskTier
 
 log = logging.getLogger("warmslot.engine")
 
@@ -161,7 +161,7 @@ class Prefixes:
             memory.fork(route.donor, slot, route.usable)
         elif isinstance(route, (Load, FromDisk)):
             # a disk entry is loaded through the prompt-cache entry its fetched bytes make
-            entry = route.entry if isinstance(route, Load) else self.disk.take(route.entry)
+            entry = route.entry if isinstance(route, Load) else self.disk.take(route)
             if entry is None:
                 memory.clear(slot)
                 return 0, None

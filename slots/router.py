@@ -25,24 +25,34 @@ few hundred tokens, where waiting for a slot would cost it other conversations' 
 prefills.
 
 A route is one of `KeepSlot`, `Fork`, `Load`, `FromDisk`, `Fresh`, `Fetch` or `Wait`: each
-carries exactly what applying it needs.
+carries exactly what applying it needs (tiers/routes.py).
+
+The sources are three tiers behind one interface (`Tier`, tiers/base.py), asked in order:
+the device's sequences (`DeviceTier`: keep or fork), the RAM prompt cache (`RamTier`: load)
+and the disk (`DiskTier`: fetch, then load). Each answers `match` with its offers and the
+candidates that explain a miss; the router weighs them all and names the slot.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence, Union
+from typing import Callable, Iterable, Sequence
 
-from warmslot.cache.disk import DiskEntry
 from warmslot.cache.lookahead import give_up_first, next_uses, session_uses
-from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
-from .disk_tier import DiskTier
 from .requests import GenerateRequest, Source
-from .reuse import ReusePlan, common_prefix, plan_reuse
+from .reuse import common_prefix
 from .slot import Slot
+from .stats import EngineStats
+from .tiers.base import Tier
+from .tiers.device import DeviceTier, affine, held_elsewhere
+from .tiers.disk import DiskTier
+from .tiers.ram import RamTier
+from .tiers.routes import Candidate, Fetch, Fork, Fresh, FromDisk, KeepSlot, Load, Route, Wait, score
+
+__all__ = ["Candidate", "Fetch", "Fork", "Fresh", "FromDisk", "KeepSlot", "Load", "Route", "Router", "Wait",
+           "held_elsewhere", "slot_uses"]
 
 # a prefix this long, being computed by another slot right now, is worth waiting for
 MIN_SHARED_TO_WAIT = 32
@@ -53,100 +63,6 @@ MIN_SHARED_TO_WAIT = 32
 APART_MIN_KEEP = 256
 
 _RANK = {Source.SLOT: 3, Source.FORK: 2, Source.RAM: 1, Source.DISK: 0}
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """The candidate sharing the longest prefix with a prompt, usable or not (diagnostics)."""
-
-    source: Source
-    matched: int
-    tokens: Sequence[int]
-    usable: int
-    reason: str = ""
-    # where the prompt that produced `tokens` ended (what follows is its generated reply);
-    # unknown: len(tokens). Text before it is quoted to no one (see Prefixes.take)
-    prompt_end: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class KeepSlot:
-    """The target already holds the prefix: apply `plan` to it."""
-
-    target: Slot
-    plan: ReusePlan
-    seen: Candidate | None = None
-    source = Source.SLOT
-
-    @property
-    def usable(self) -> int:
-        return self.plan.keep
-
-
-@dataclass(frozen=True, slots=True)
-class Fork:
-    """Copy `donor`'s sequence into the target on the device; `usable` tokens are kept."""
-
-    target: Slot | None
-    donor: Slot
-    usable: int
-    seen: Candidate | None = None
-    source = Source.FORK
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """Copy a prompt-cache entry into the target; `usable` tokens are kept."""
-
-    target: Slot | None
-    entry: CacheEntry
-    usable: int
-    seen: Candidate | None = None
-    source = Source.RAM
-
-
-@dataclass(frozen=True, slots=True)
-class FromDisk:
-    """Load a disk entry, whose bytes are in memory now, into the target; `usable` tokens
-    are kept. `cost`: the read's price in tokens (ranking only)."""
-
-    target: Slot | None
-    entry: DiskEntry
-    usable: int
-    seen: Candidate | None = None
-    cost: float = 0.0
-    need: frozenset[int] = frozenset()  # positions of the entry's checkpoints the load uses
-    source = Source.DISK
-
-
-@dataclass(frozen=True, slots=True)
-class Fetch:
-    """Not now: the best source is a disk entry that is being read; the request waits for it
-    and lets later requests go first."""
-
-    entry: DiskEntry
-    need: frozenset[int] = frozenset()  # positions of the entry's checkpoints to read
-
-
-@dataclass(frozen=True, slots=True)
-class Fresh:
-    """Nothing to reuse: the target starts empty."""
-
-    target: Slot
-    seen: Candidate | None = None
-    source = Source.NONE
-    usable = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Not now: no idle slot, or `for_slot` is about to compute `shared` prompt tokens."""
-
-    for_slot: Slot | None = None
-    shared: int = 0
-
-
-Route = Union[KeepSlot, Fork, Load, FromDisk, Fresh, Fetch, Wait]
 
 
 class Router:
@@ -161,6 +77,7 @@ class Router:
         contiguous: bool = False,
         disk: DiskTier | None = None,
         quick_tokens: int = 0,
+        stats: EngineStats | None = None,
     ) -> None:
         self.slots = slots
         self.cache = cache
@@ -171,6 +88,10 @@ class Router:
         self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
         self.contiguous = contiguous  # keep busy ids in one run (a KV stream per sequence)
         self.disk = disk
+        self.device = DeviceTier(slots, cutter, can_fork, cache, stats)
+        self.ram = RamTier(cache, truncatable, stats) if cache is not None else None
+        # asked in this order; on equal scores the earlier source wins (_RANK)
+        self.tiers: tuple[Tier, ...] = tuple(t for t in (self.device, self.ram, disk) if t is not None)
         self.quick_tokens = quick_tokens  # see the module: 0, none run beside n_busy_max
         # the requests waiting for a slot, next first (the engine's queue): which idle slot
         # gives up its contents (see warmslot.cache.lookahead)
@@ -207,7 +128,7 @@ class Router:
             return None
         route = self._place(req, idle)
         if isinstance(route, Fork):
-            free = not route.target.tokens or held_elsewhere(route.target, self.slots, self.cache)
+            free = not route.target.tokens or self.device.held_elsewhere(route.target)
             if route.donor.active is not None or not free:
                 return None  # a busy donor's copy, or a save to make room: not quick
         if isinstance(route, (KeepSlot, Fork)) and route.usable >= need:
@@ -238,15 +159,14 @@ class Router:
         if isinstance(best, Fork):
             return Fork(self._receiver(idle, best.donor, req), best.donor, best.usable, seen)
         if isinstance(best, FromDisk):
-            if not self.disk.ready(best.entry, best.need):
+            if not self.disk.ready(best):
                 return Fetch(best.entry, best.need)
             return FromDisk(self._receiver(idle, None, req), best.entry, best.usable, seen, best.cost, best.need)
         return Load(self._receiver(idle, None, req), best.entry, best.usable, seen)
 
     def _best(self, req: GenerateRequest) -> tuple[KeepSlot | Fork | Load | FromDisk | None, Candidate | None]:
         """The source that keeps the most of the prompt, and the candidate that shared the
-        most with it (for the miss explanation), over the tenant's slots and cache entries."""
-        prompt = req.tokens
+        most with it (for the miss explanation), over what the tiers hold for the tenant."""
         best: KeepSlot | Fork | Load | FromDisk | None = None
         seen: Candidate | None = None
 
@@ -254,74 +174,13 @@ class Router:
             nonlocal best, seen
             if seen is None or (candidate.matched, candidate.usable) > (seen.matched, seen.usable):
                 seen = candidate
-            if route is not None and (best is None or (_score(route), _RANK[route.source]) > (_score(best), _RANK[best.source])):
+            if route is not None and (best is None or (score(route), _RANK[route.source]) > (score(best), _RANK[best.source])):
                 best = route
 
-        # on ties the slot that last served the request's prompt_cache_key comes first
-        for slot in sorted(self.slots, key=lambda s: not _affine(s, req)):
-            if slot.tenant != req.tenant or not slot.tokens:
-                continue
-            plan = plan_reuse(slot.tokens, slot.checkpoints, prompt, self.cutter(slot))
-            source = Source.SLOT if slot.active is None else Source.FORK
-            candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason, slot.prompt_end or None)
-            if slot.active is None:
-                consider(KeepSlot(slot, plan), candidate)
-            # a fork that needs neither a cut nor a restore in the target is safe everywhere
-            if plan.keep > 0 and (self.can_fork or (plan.restore is None and plan.keep == slot.n_past)):
-                consider(Fork(None, slot, plan.keep), candidate)
-        if self.cache is not None:
-            self._consider_cache(req, consider)
-        if self.disk is not None:
-            self._consider_disk(req, consider)
+        for tier in self.tiers:
+            for found in tier.match(req).found:
+                consider(found.offer, found.candidate)
         return best, seen
-
-    def _consider_cache(self, req: GenerateRequest, consider) -> None:
-        """The cache's best entry, or the entry that shared the most (unusable, for the
-        explanation), or a recently evicted entry that would have served."""
-        lookup = self.cache.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
-        if lookup.best is not None:
-            e = lookup.best
-            consider(Load(None, e.entry, e.usable), Candidate(Source.RAM, e.matched, e.entry.tokens, e.usable, "", e.entry.prompt_end))
-        elif lookup.closest is not None:
-            e = lookup.closest
-            consider(None, Candidate(Source.RAM, e.matched, e.entry.tokens, 0,
-                                     "the prompt cache entry has no checkpoint at or before the divergence", e.entry.prompt_end))
-        if lookup.evicted is not None:
-            matched, tokens = lookup.evicted
-            consider(None, Candidate(Source.EVICTED, matched, tokens, 0,
-                                     f"a prompt-cache entry sharing {matched} tokens was evicted (raise --cache-ram)"))
-
-    def _consider_disk(self, req: GenerateRequest, consider) -> None:
-        """The disk's best entry priced by its read, or what explains a disk miss: the entry
-        sharing the most, or one that was rejected."""
-        lookup = self.disk.lookup(req.tokens, req.tenant, self._entry_usable(req.tokens))
-        if lookup.best is not None:
-            e = lookup.best
-            need = e.entry.needed(e.usable, len(req.tokens))
-            cost = self.disk.cost_tokens(e.entry, need)
-            if e.usable - cost > 0:
-                consider(FromDisk(None, e.entry, e.usable, cost=cost, need=need), Candidate(Source.DISK, e.matched, e.entry.tokens, e.usable))
-            else:
-                consider(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
-                                         f"computing {e.usable} tokens is faster than reading their {e.entry.bytes_for(need)} bytes from disk"))
-        elif lookup.closest is not None:
-            e = lookup.closest
-            consider(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
-                                     "the disk entry has no checkpoint at or before the divergence"))
-        if lookup.rejected is not None:
-            matched, tokens, reason = lookup.rejected
-            consider(None, Candidate(Source.DISK, matched, tokens, 0,
-                                     f"a disk entry sharing {matched} tokens was rejected ({reason})"))
-
-    def _entry_usable(self, prompt: Sequence[int]) -> Callable[[CacheEntry | DiskEntry, int], int]:
-        # after a load the memory ends at the entry's end; only attention memory can be cut
-        # anywhere (an SWA window position is unknown until the load, so be strict)
-        can_cut = (lambda n: True) if self.truncatable else (lambda n: False)
-
-        def usable(entry: CacheEntry | DiskEntry, matched: int) -> int:
-            return plan_reuse(entry.tokens, entry.checkpoints, prompt, can_cut).keep
-
-        return usable
 
     def _worth_waiting(self, req: GenerateRequest, usable: int) -> Wait | None:
         """A slot now prefilling a prompt that shares a long prefix with `req` beyond what
@@ -366,7 +225,7 @@ class Router:
         run = self._run()
         if run is None or not (self.truncatable and self.can_fork):
             return None
-        free = [s for s in idle if run[0] <= s.id <= run[1] and (not s.tokens or held_elsewhere(s, self.slots, self.cache))]
+        free = [s for s in idle if run[0] <= s.id <= run[1] and (not s.tokens or self.device.held_elsewhere(s))]
         return min(free, key=lambda s: (s.n_past, s.id)) if free else None
 
     def _receiver(self, idle: list[Slot], exclude: Slot | None, req: GenerateRequest) -> Slot:
@@ -384,9 +243,9 @@ class Router:
         def distance(slot: Slot) -> int:
             return 0 if run is None else max(run[0] - slot.id, slot.id - run[1], 0)
 
-        affine = [s for s in pool if _affine(s, req)]
-        if affine:
-            return max(affine, key=lambda s: s.last_used)
+        served = [s for s in pool if affine(s, req)]
+        if served:
+            return max(served, key=lambda s: s.last_used)
         empty = [s for s in pool if not s.tokens]
         if empty:
             return min(empty, key=lambda s: (distance(s), s.id))
@@ -395,7 +254,7 @@ class Router:
         def cost(slot: Slot) -> tuple:
             # nothing to save when another stream or the cache holds it all (a copy left by
             # a move next to the busy streams: the waiting request it serves goes there)
-            free = self.truncatable and held_elsewhere(slot, self.slots, self.cache)
+            free = self.truncatable and self.device.held_elsewhere(slot)
             return (not free, *give_up_first(uses, slot.id), distance(slot), slot.last_used)
 
         return min(pool, key=cost)
@@ -412,29 +271,6 @@ def slot_uses(slots: Sequence[Slot], waiting: Sequence[GenerateRequest], running
     running = [*running, *([(skip.tenant, skip.session)] if skip is not None else [])]
     return session_uses(((s.id, s.tenant, s.session) for s in slots), running, ((r.tenant, r.session) for r in upcoming), uses)
 
-
-
-def held_elsewhere(slot: Slot, slots: Sequence[Slot], cache: PromptCache | None) -> bool:
-    """Everything the slot holds is also held by another slot of its tenant (whose tokens
-    start with all of its own), or by a prompt-cache entry: on memory that can be cut
-    back anywhere, its contents can go without a save."""
-    tokens = slot.tokens
-    n = len(tokens)
-    for other in slots:
-        if other is not slot and other.tenant == slot.tenant and len(other.tokens) >= n \
-                and (n == 0 or other.tokens[n - 1] == tokens[-1]) and other.tokens[:n] == tokens:
-            return True
-    return cache is not None and cache.find_covering(tokens, slot.tenant) is not None
-
-
-def _score(route) -> float:
-    """A route's usable prefix, less what reading it costs (disk), in tokens."""
-    return route.usable - getattr(route, "cost", 0.0)
-
-
-def _affine(slot: Slot, req: GenerateRequest) -> bool:
-    """The slot last served the request's prompt_cache_key (within its tenant)."""
-    return bool(req.cache_key) and slot.cache_key == req.cache_key and slot.tenant == req.tenant
 
 
 def _may_hold(slot: Slot, req: GenerateRequest, need: int) -> bool:

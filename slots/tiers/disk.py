@@ -1,6 +1,9 @@
-"""The disk tier as the engine sees it: spills, fetches, loads and the shutdown flush.
+"""The disk tier (cache/disk/) as the router and the engine see it: lookups priced by their
+read, spills, fetches, loads and the shutdown flush.
 
-- **Spill.** The RAM cache hands every entry it evicts to `spill`, which queues it for the
+- **Match.** `match` looks the prompt up in the store's index and offers the best entry as
+  a `FromDisk` route when its usable prefix outweighs the price of reading it (`cost_tokens`).
+- **Spill.** The RAM cache hands every entry it evicts to `put`, which queues it for the
   disk writer (its read-only arrays are shared, nothing is copied): index work only, so the
   decode step that caused the eviction does not wait for the disk.
 - **Fetch.** A request whose best source is a disk entry that is not in memory yet gets a
@@ -32,11 +35,14 @@ from typing import Callable
 
 from warmslot.cache import segments
 from warmslot.cache.checkpoints import CheckpointList
-from warmslot.cache.disk import DiskCache, DiskEntry, DiskLookup, DiskStats, Payload, Rejected
+from warmslot.cache.disk import DiskCache, DiskEntry, DiskMatch, DiskStats, Payload, Rejected
 from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
-from .stats import EngineStats
+from ..requests import GenerateRequest, Source
+from ..stats import EngineStats
+from .base import Found, Release, TierCounters, TierMatch, entry_usable
+from .routes import Candidate, FromDisk
 
 log = logging.getLogger("warmslot.engine")
 
@@ -64,6 +70,8 @@ def wall_time(monotonic: float) -> float:
 
 
 class DiskTier:
+    source = Source.DISK
+
     def __init__(
         self,
         disk: DiskCache,
@@ -83,16 +91,45 @@ class DiskTier:
         self._fetched: collections.OrderedDict[str, Payload] = collections.OrderedDict()
         self._waiting: dict[str, str] = {}  # request id -> entry name it waits for
         self.taken_bytes = 0  # what the last `take` read from the disk (0: its bytes were in memory)
-        ram.on_evict = self.spill
+        ram.on_evict = self.put
 
     # -- routing ---------------------------------------------------------------------------
 
-    def lookup(self, prompt, tenant: str, usable) -> DiskLookup:
-        return self.disk.lookup(prompt, tenant, usable)
+    def match(self, req: GenerateRequest) -> TierMatch:
+        """The best entry priced by its read, or what explains a disk miss: the entry sharing
+        the most, or one that was rejected. Read-only but for keeping the bytes of an entry
+        still being written (see `_in_memory`)."""
+        lookup = self.disk.lookup(req.tokens, req.tenant, entry_usable(req.tokens, self.ram.truncatable))
+        found = []
+        if lookup.best is not None:
+            found.append(self._priced(lookup.best, len(req.tokens)))
+        elif lookup.closest is not None:
+            e = lookup.closest
+            found.append(Found(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
+                                               "the disk entry has no checkpoint at or before the divergence")))
+        if lookup.rejected is not None:
+            matched, tokens, reason = lookup.rejected
+            found.append(Found(None, Candidate(Source.DISK, matched, tokens, 0,
+                                               f"a disk entry sharing {matched} tokens was rejected ({reason})")))
+        return TierMatch(tuple(found))
 
-    def ready(self, entry: DiskEntry, need: frozenset[int]) -> bool:
+    def _priced(self, e: DiskMatch, n_prompt: int) -> Found:
+        """The entry as an offer when its usable prefix outweighs its read, else as a
+        candidate that says why not."""
+        need = e.entry.needed(e.usable, n_prompt)
+        cost = self.cost_tokens(e.entry, need)
+        if e.usable - cost > 0:
+            return Found(FromDisk(None, e.entry, e.usable, cost=cost, need=need), Candidate(Source.DISK, e.matched, e.entry.tokens, e.usable))
+        return Found(None, Candidate(Source.DISK, e.matched, e.entry.tokens, 0,
+                                     f"computing {e.usable} tokens is faster than reading their {e.entry.bytes_for(need)} bytes from disk"))
+
+    def ready(self, offer: FromDisk) -> bool:
+        """Whether the offer's bytes are in memory (else the request waits for a `Fetch`)."""
+        return self._in_memory(offer.entry, offer.need)
+
+    def _in_memory(self, entry: DiskEntry, need: frozenset[int]) -> bool:
         """Whether the entry's state and the checkpoints at the positions `need` are in
-        memory (fetched, or still queued for writing)."""
+        memory (fetched, or still queued for writing: those bytes are kept as fetched)."""
         fetched = self._fetched.get(entry.name)
         if fetched is not None and need <= {c.n_tokens for c in fetched.checkpoints}:
             return True
@@ -105,7 +142,7 @@ class DiskTier:
     def cost_tokens(self, entry: DiskEntry, need: frozenset[int]) -> float:
         """What loading the entry (its state and the checkpoints at `need`) costs, in prompt
         tokens the same time would compute."""
-        if self.ready(entry, need):
+        if self._in_memory(entry, need):
             return 0.0
         s = self.disk.stats
         bandwidth = s.read_bytes / s.read_seconds if s.read_bytes >= (1 << 20) and s.read_seconds > 0 else READ_BANDWIDTH_PRIOR
@@ -157,9 +194,11 @@ class DiskTier:
         while len(self._fetched) > FETCHED_KEPT:
             self._fetched.popitem(last=False)
 
-    def take(self, entry: DiskEntry) -> CacheEntry | None:
+    def take(self, offer: FromDisk) -> CacheEntry | None:
         """The fetched entry as a prompt-cache entry to load into a slot (kept in RAM too
-        when that pays), or None when its bytes are not in memory. The disk entry stays."""
+        when that pays), or None when its bytes are not in memory. The disk entry stays;
+        mutates the fetched bytes, the RAM cache and the counters."""
+        entry = offer.entry
         payload = self._fetched.pop(entry.name, None)
         if payload is None:
             return None
@@ -183,13 +222,14 @@ class DiskTier:
 
     # -- writing (engine thread) -----------------------------------------------------------
 
-    def spill(self, entry: CacheEntry) -> None:
+    def put(self, entry: CacheEntry) -> bool:
         """Queue a RAM entry for the disk (the RAM cache evicts it). Index work only, but
-        for joining a chained entry's state."""
+        for joining a chained entry's state. Mutates; False: not queued (a disk entry
+        serves it already, or the store refused it)."""
         if self._on_disk_already(entry):
-            return
-        self.disk.put(entry.tokens, self.ram.whole_state(entry, segments.ordinary), list(entry.checkpoints), entry.tenant,
-                      entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft)
+            return False
+        return self.disk.put(entry.tokens, self.ram.whole_state(entry, segments.ordinary), list(entry.checkpoints), entry.tenant,
+                             entry.prompt_end, wall_time(entry.last_used), entry.keep_s, entry.draft) is not None
 
     def shutdown(
         self, slots, state_of: Callable[[int], object], timeout: float | None = None, draft_of: Callable[[object], object] | None = None,
@@ -227,6 +267,17 @@ class DiskTier:
         end = entry.prompt_end or len(entry)
         found = self.disk.lookup(entry.tokens[:end], entry.tenant, lambda e, matched: matched).best
         return found is not None and found.matched >= end
+
+    def give_up(self) -> list[Release]:
+        """The entries, least recently used first (the store's order of eviction).
+        Read-only."""
+        return [Release(e, len(e), e.nbytes, len(e)) for e in sorted(self.disk.entries(), key=lambda e: e.last_used)]
+
+    def counters(self) -> TierCounters:
+        """Entries, bytes, loads served, evictions, and the prompt tokens disk gave. Any
+        thread."""
+        d = self.disk
+        return TierCounters(self.source, d.n_entries, d.nbytes, d.stats.hits, d.stats.evictions, self.stats.prompt_tokens["disk"])
 
     def view(self) -> DiskView:
         """Sizes and a copy of the counters; any thread."""
