@@ -40,6 +40,7 @@ import numpy as np
 
 from . import chains, segments
 from .checkpoints import CheckpointList
+from .demand import Demand
 from .entries import CacheEntry, CacheStats, DraftState, EntryMatch, Lookup
 from .evicted import EvictedKeys
 from .lookahead import next_uses, session_uses, victim_order
@@ -48,7 +49,10 @@ from .shared_budget import SharedBudget
 
 
 class PromptCache:
-    def __init__(self, budget: int, fingerprint: str, truncatable: bool, shared: SharedBudget | None = None) -> None:
+    def __init__(
+        self, budget: int, fingerprint: str, truncatable: bool, shared: SharedBudget | None = None,
+        demand: Demand | None = None, parse: Callable[[np.ndarray], segments.Layout | None] = segments.parse,
+    ) -> None:
         assert budget > 0
         self._budget = budget
         self.shared = shared  # one budget with other models' caches (see shared_budget.py)
@@ -64,22 +68,17 @@ class PromptCache:
         # called with every entry evicted for room (the disk tier writes it); not for entries
         # dropped as redundant, whose tokens a newer entry serves
         self.on_evict: Callable[[CacheEntry], None] | None = None
-        # the prompts (tenant, tokens) of the requests waiting for a slot, next first: what
-        # eviction keeps (see lookahead.py); None: least recently used first
-        self.upcoming: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
-        # the client sessions (tenant, session) at work, and waiting: lookahead.session_uses
-        self.sessions: Callable[[], tuple[Iterable[tuple[str, str]], Iterable[tuple[str, str]]]] | None = None
-        # what the device's sequences hold (tenant, tokens): see held_on_device
-        self.on_device: Callable[[], Iterable[tuple[str, Sequence[int]]]] | None = None
+        # the engine's queue, its sessions at work and what its device holds: what eviction
+        # keeps (see lookahead.py, held_on_device); None: least recently used first
+        self.demand = demand
         self._pinned: CacheEntry | None = None  # an entry being loaded: not evicted meanwhile
-        # with a shared budget: the budget shrank below what this cache holds (another model's
-        # cache grew into its share); the owner calls trim() on its own thread
-        self.on_over: Callable[[], None] | None = None
+        # with a shared budget: when the budget shrinks below what this cache holds (another
+        # model's cache grew into its share), `demand.later` has trim() run on the owner's thread
         self.reserved = 0  # RAM the model holds beside the cache out of a shared budget (CPU spare streams)
         # segments (see the module): where chained states are written (the engine's pinned host
         # memory; None: every entry holds its whole state), and how a state parses (a hybrid's)
         self.segment_buffer: Callable[[int], np.ndarray] | None = None
-        self.parse: Callable[[np.ndarray], segments.Layout | None] = segments.parse
+        self.parse = parse
         self._children: dict[int, int] = {}  # entry id -> entries chained to it
         if shared is not None:
             shared.join(self)
@@ -90,8 +89,14 @@ class PromptCache:
         return self.shared.budget_of(self) if self.shared is not None else self._budget
 
     def budget_changed(self) -> None:
-        if self.on_over is not None:
-            self.on_over()
+        if self.demand is not None:
+            self.demand.later(self.trim)
+
+    def place_segments(self, segment_buffer: Callable[[int], np.ndarray] | None) -> None:
+        """Where chained states are written from now on (a loaded context's pinned host
+        memory; None: every entry holds its whole state). The cache outlives the contexts
+        (sleep): each load names its own."""
+        self.segment_buffer = segment_buffer
 
     def trim(self) -> None:
         """Give back entries until the cache fits its budget again (a shared budget shrank):
@@ -374,10 +379,12 @@ class PromptCache:
         if entry is not None:
             keys.append(-1)
             candidates.append(entry)
-        upcoming = self.upcoming() if self.upcoming is not None else ()
+        demand = self.demand
+        upcoming = demand.upcoming() if demand is not None else ()
         uses = next_uses(((-1 if e is entry else e.id, e.tenant, e.tokens, e.prompt_end) for e in candidates), upcoming)
-        if self.sessions is not None:
-            uses = session_uses(((-1 if e is entry else e.id, e.tenant, e.session) for e in candidates), *self.sessions(), uses)
+        if demand is not None:
+            uses = session_uses(((-1 if e is entry else e.id, e.tenant, e.session) for e in candidates),
+                                demand.sessions(), demand.waiting_sessions(), uses)
         order = victim_order(keys, uses)
         held = self.held_on_device()
         if held:  # the device holds them: a request continuing one takes the device's copy
@@ -395,10 +402,10 @@ class PromptCache:
         while the sequence stays, and RAM that holds only what the device holds is RAM that
         another conversation needs (sessions outnumbering the device's sequences come back
         from RAM or are computed again). Read-only."""
-        if not self.truncatable or self.on_device is None:
+        if not self.truncatable or self.demand is None:
             return set()
         held: set[int] = set()
-        for tenant, tokens in self.on_device():
+        for tenant, tokens in self.demand.on_device():
             trie = self._tries.get(tenant)
             if trie is not None and tokens:
                 held.update(e.id for _, e in trie.match(tokens).prefixes)

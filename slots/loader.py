@@ -1,7 +1,9 @@
 """Loading: the model, the KV layout, the context and the objects that work on them.
 
-`load_parts` runs on the engine thread, once, before the engine serves; everything it
-returns belongs to that thread except `vocab` and `info`, which any thread may use.
+`open_model` runs on the engine thread, once per load, before the engine serves; everything
+it returns belongs to that thread except `vocab` and `info`, which any thread may use.
+`reuse_parts` then builds what moves and reuses the slots' contents on it, once the
+speculative drafter is known (the engine's `Loaded` holds it all: engine/loaded.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from warmslot.cache.checkpoints import CheckpointList
+from warmslot.cache.demand import Demand
 from warmslot.cache import segments
 from warmslot.cache.disk import DiskCache
 from warmslot.cache.prompt_cache import PromptCache
@@ -52,11 +55,13 @@ log = logging.getLogger("warmslot.engine")
 
 
 
-__all__ = ["Parts", "flash_attn_setting", "load_parts", "physical_memory"]
+__all__ = ["ModelParts", "flash_attn_setting", "open_model", "physical_memory", "reuse_parts"]
 
 
 @dataclass(slots=True)
-class Parts:
+class ModelParts:
+    """The model, its context and what is built on them before the engine's parts."""
+
     model: Model
     layout: KvLayout
     ctx: Context
@@ -64,9 +69,6 @@ class Parts:
     sampling: BatchSampler
     slots: list[Slot]
     cache: PromptCache | None
-    memory: SlotMemory
-    router: Router
-    prefixes: Prefixes
     filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
     vocab: Vocab
     info: EngineInfo
@@ -74,22 +76,25 @@ class Parts:
     embedder: Embedder | None = None
     reranker: Reranker | None = None  # --reranking
     projector: Projector | None = None  # --mmproj
+    cfg: EngineConfig | None = None  # as fitted (the parts of `reuse_parts` read it)
+    can_fork: bool = True  # whether a slot may copy another's sequence (see reuse_parts)
     reload: EngineConfig | None = None  # what loads the same parts again (the context and placement chosen)
 
 
-def load_parts(
+def open_model(
     cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], wake=None,
-    kept: tuple[PromptCache | None, DiskTier | None] | None = None,
-) -> Parts:
-    """Load the model and build the engine's parts. `wake(fn)` runs fn on the engine thread
+    kept: tuple[PromptCache | None, DiskTier | None] | None = None, demand: Demand | None = None,
+) -> ModelParts:
+    """Load the model and build the parts on it. `wake(fn)` runs fn on the engine thread
     (the disk tier's reads report back through it). `kept`: the prompt cache and disk tier of
-    an earlier load of the same parts (a server waking from sleep), used as they are."""
+    an earlier load of the same parts (a server waking from sleep), used as they are.
+    `demand`: what the engine knows about demand, for a new prompt cache."""
     started = time.monotonic()
     with host_buffers.loading():  # no arena of another model pins meanwhile
         cfg, plan = fit_settings(cfg, _offloads(cfg))
         phases = {"fit": time.monotonic() - started}
         with record_buffers() as buffers:
-            parts = _load(cfg, stats, progress, buffers, wake, plan, kept, phases)
+            parts = _load(cfg, stats, progress, buffers, wake, plan, kept, phases, demand)
         parts.info = _with_capacity(parts, cfg, buffers, plan)
     log.info("capacity:\n%s", parts.info.capacity.table())
     total = time.monotonic() - started
@@ -148,8 +153,8 @@ def _context_choice(cfg: EngineConfig, model: Model, on_gpu: bool, plan: FitPlan
 
 def _load(
     cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], buffers, wake, plan: FitPlan | None, kept,
-    phases: dict[str, float],
-) -> Parts:
+    phases: dict[str, float], demand: Demand | None,
+) -> ModelParts:
     """The parts; `phases` gets the seconds of the slow steps (weights, context)."""
     filler_budget = 0
     log.info("loading %s", cfg.model_path)
@@ -220,24 +225,16 @@ def _load(
     else:
         if kept is not None and kept[0] is not None:
             log.warning("the state layout changed (%s); the prompt cache starts empty", fingerprint)
-        cache, disk = _cache_tiers(cfg, ctx, stats, fingerprint, kind, wake)
+        cache, disk = _cache_tiers(cfg, ctx, stats, fingerprint, kind, wake, demand)
     if cache is not None and cache.shared is not None:
         cache.reserved = spares_ram  # held out of the shared budget (set again at every load)
     if cache is not None:  # entries sharing a prefix store it once (cache/segments.py), in this context's host memory
-        cache.segment_buffer = ctx.host.empty if _segments_on(cfg, kind) else None
-        cache.parse = _parser(kind)
-    memory = SlotMemory(ctx, model, cache, stats)
+        cache.place_segments(ctx.host.empty if _segments_on(cfg, kind) else None)
     # NOTE: a fork between streams is copied at the next decode, after a sliding-window
     # checkpoint restore into the target would already have been written: no forks there
     can_fork = unified or kind is not MemoryKind.SWA
     if not unified and kind is MemoryKind.ATTENTION and per_token:
         filler_budget = info.size_bytes // per_token
-    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
-                    quick_tokens=cfg.quick_tokens, stats=stats)
-    prefixes = Prefixes(
-        slots, memory, cache, ctx, model, stats,
-        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk,
-    )
     log.info(
         "model %s (%s, %s memory%s): %d slots, context %d tokens %s%s, batch %d/%d, %d threads",
         info.name,
@@ -270,10 +267,25 @@ def _load(
         model, n_ctx=min(info.n_ctx_train, max(cfg.n_batch, 512)), n_threads=cfg.n_threads, flash_attn=cfg.flash_attn,
     ) if cfg.reranking else None
     projector = _projector(cfg, model, on_gpu, stats)
-    return Parts(
-        model, layout, ctx, batch, sampling, slots, cache, memory, router, prefixes, filler_budget, vocab, engine_info, disk,
-        embedder, reranker, projector,
+    return ModelParts(
+        model, layout, ctx, batch, sampling, slots, cache, filler_budget, vocab, engine_info, disk,
+        embedder, reranker, projector, cfg=cfg, can_fork=can_fork,
     )
+
+
+def reuse_parts(parts: ModelParts, stats: EngineStats, drafter=None, demand: Demand | None = None) -> tuple[SlotMemory, Router, Prefixes]:
+    """What moves sequence state (`memory`, with the speculative drafter's sequences when it
+    keeps them), decides where a prompt comes from (`router`) and applies that (`prefixes`)."""
+    cfg, model, ctx, slots, cache, disk = parts.cfg, parts.model, parts.ctx, parts.slots, parts.cache, parts.disk
+    kind, unified, layout, can_fork = ctx.memory_kind, parts.layout.unified, parts.layout, parts.can_fork
+    memory = SlotMemory(ctx, model, cache, stats, drafter=drafter)
+    router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
+                    quick_tokens=cfg.quick_tokens, stats=stats, demand=demand)
+    prefixes = Prefixes(
+        slots, memory, cache, ctx, model, stats,
+        park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk, demand=demand,
+    )
+    return memory, router, prefixes
 
 
 def _segments_on(cfg: EngineConfig, kind: MemoryKind) -> bool:
@@ -287,9 +299,9 @@ def _parser(kind: MemoryKind):
     return functools.partial(segments.parse, recurrent=kind is MemoryKind.HYBRID)
 
 
-def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake):
+def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake, demand: Demand | None):
     """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
-    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram) if cfg.cache_ram > 0 else None
+    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram, demand=demand, parse=_parser(kind)) if cfg.cache_ram > 0 else None
     disk = None
     if cfg.cache_disk:
         if cache is None:
@@ -315,7 +327,7 @@ def _projector(cfg: EngineConfig, model: Model, on_gpu: bool, stats: EngineStats
     return projector
 
 
-def _with_capacity(parts: Parts, cfg: EngineConfig, buffers: list[tuple[str, str, int]], plan: FitPlan | None) -> EngineInfo:
+def _with_capacity(parts: ModelParts, cfg: EngineConfig, buffers: list[tuple[str, str, int]], plan: FitPlan | None) -> EngineInfo:
     """The engine's info with its capacity table, from what llama.cpp allocated."""
     info = parts.info
     recurrent = buffers_by_device(buffers, "RS")

@@ -29,7 +29,7 @@ TAIL_READ_MIN = 64
 
 
 class SlotMemory:
-    def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats) -> None:
+    def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats, drafter=None) -> None:
         self.ctx = ctx
         self.model = model
         self.cache = cache
@@ -42,7 +42,7 @@ class SlotMemory:
         self.fork_donor: Slot | None = None
         # speculative decoding's drafter, when it keeps a sequence per slot (draft_model.py,
         # mtp_draft.py): save_state, load_state and fork follow the slot's
-        self.drafter = None
+        self.drafter = drafter
 
     # -- what can be kept -----------------------------------------------------------------
 

@@ -21,10 +21,10 @@ log = logging.getLogger("warmslot.engine")
 
 
 class Outbox:
-    def __init__(self, stats: EngineStats) -> None:
+    def __init__(self, stats: EngineStats, on_finish: Callable[[Slot], None] | None = None) -> None:
         self.stats = stats
         self._pending: list[tuple[Sink, list[Event]]] = []  # finished requests' events
-        self.on_finish: Callable[[Slot], None] | None = None  # a request ends well (its slot still holds it)
+        self.on_finish = on_finish  # a request ends well (its slot still holds it)
         self.sessions = Sessions()  # client sessions at work: their requests end here
 
     def finish(self, slot: Slot, reason: FinishReason, error: EngineError | None = None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from warmslot.cache.demand import Demand
 from warmslot.cache.lookahead import give_up_first
 from warmslot.cache.prompt_cache import PromptCache
 
@@ -45,6 +46,7 @@ class Prefixes:
         n_spare: int,
         checkpoint_every: int,
         disk: DiskTier | None = None,
+        demand: Demand | None = None,
     ) -> None:
         self.slots = slots
         self.memory = memory
@@ -56,8 +58,7 @@ class Prefixes:
         self.n_spare = n_spare
         self.checkpoint_every = checkpoint_every
         self.disk = disk
-        self.waiting = tuple  # the requests waiting for a slot, next first (set by the engine)
-        self.sessions = tuple  # the client sessions at work (sessions.py; set by the engine)
+        self.demand = demand  # the requests waiting for a slot, the client sessions at work
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -204,7 +205,8 @@ class Prefixes:
         idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
         if not idle:
             return False
-        uses = slot_uses(idle, self.waiting(), self.sessions())
+        demand = self.demand
+        uses = slot_uses(idle, demand.waiting() if demand else (), demand.sessions() if demand else ())
         victim = min(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
         self.memory.save(victim, CopyCause.SPILL, keep=0)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Sequence
 
+from warmslot.cache.demand import Demand
 from warmslot.cache.lookahead import give_up_first, next_uses, session_uses
 from warmslot.cache.prompt_cache import PromptCache
 
@@ -78,6 +79,7 @@ class Router:
         disk: DiskTier | None = None,
         quick_tokens: int = 0,
         stats: EngineStats | None = None,
+        demand: Demand | None = None,
     ) -> None:
         self.slots = slots
         self.cache = cache
@@ -93,10 +95,9 @@ class Router:
         # asked in this order; on equal scores the earlier source wins (_RANK)
         self.tiers: tuple[Tier, ...] = tuple(t for t in (self.device, self.ram, disk) if t is not None)
         self.quick_tokens = quick_tokens  # see the module: 0, none run beside n_busy_max
-        # the requests waiting for a slot, next first (the engine's queue): which idle slot
-        # gives up its contents (see warmslot.cache.lookahead)
-        self.waiting: Callable[[], Iterable[GenerateRequest]] = tuple
-        self.sessions: Callable[[], Iterable[tuple[str, str]]] = tuple  # client sessions at work (sessions.py)
+        # the requests waiting for a slot, next first (the engine's queue), and the client
+        # sessions at work: which idle slot gives up its contents (see warmslot.cache.lookahead)
+        self.demand = demand
 
     def route(self, req: GenerateRequest) -> Route:
         """Decide where `req` goes. Read-only: applying the route is the engine's job."""
@@ -249,7 +250,8 @@ class Router:
         empty = [s for s in pool if not s.tokens]
         if empty:
             return min(empty, key=lambda s: (distance(s), s.id))
-        uses = slot_uses(pool, self.waiting(), self.sessions(), skip=req)
+        demand = self.demand
+        uses = slot_uses(pool, demand.waiting() if demand else (), demand.sessions() if demand else (), skip=req)
 
         def cost(slot: Slot) -> tuple:
             # nothing to save when another stream or the cache holds it all (a copy left by

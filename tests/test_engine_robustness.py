@@ -17,7 +17,7 @@ def engine(tiny_models):
 
 
 def test_an_unexpected_error_fails_the_running_request_and_the_engine_goes_on(engine):
-    original = engine._run
+    original = engine.stepper._run
     calls = {"n": 0}
 
     def broken_once(entries):
@@ -26,7 +26,7 @@ def test_an_unexpected_error_fails_the_running_request_and_the_engine_goes_on(en
             raise RuntimeError("injected")
         return original(entries)
 
-    engine._run = broken_once
+    engine.stepper._run = broken_once
     failed = generate(engine, list(range(30)))
     assert failed.error is not None and failed.error.kind is ErrorKind.INTERNAL
     ok = generate(engine, list(range(30)))

@@ -97,7 +97,7 @@ def test_sampling_on_threads_gives_the_tokens_of_sampling_in_turn(tiny_models):
     def run(threads: int) -> list[list[int]]:
         engine = tiny_engine(tiny_models["attention"], n_parallel=4, kv_unified="off", **REUSE_ENGINE)
         try:
-            engine.call(lambda e: setattr(e, "sampling", BatchSampler(e.ctx, threads))).result(10)
+            engine.call(lambda e: setattr(e.loaded, "sampling", BatchSampler(e.ctx, threads))).result(10)
             sinks = [QueueSink() for _ in prompts]
             for i, (p, sink) in enumerate(zip(prompts, sinks)):
                 params = SamplingParams(temperature=0.9, top_k=20, seed=100 + i)

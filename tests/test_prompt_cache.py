@@ -21,6 +21,37 @@ def usable_truncatable(entry, matched):
     return matched
 
 
+class Demand:
+    """What an engine would tell its cache of demand (warmslot.cache.demand.Demand): the
+    prompts waiting (tenant, tokens), the sessions at work, what the device holds; the lists
+    are read as they are at each question. `later(fn)` is recorded, not run."""
+
+    def __init__(self, upcoming=None, sessions=None, on_device=None, told=None, name=""):
+        self.prompts = upcoming if upcoming is not None else []
+        self.running = sessions if sessions is not None else []
+        self.device = on_device if on_device is not None else []
+        self.told = told if told is not None else []
+        self.name = name
+
+    def waiting(self):
+        return []
+
+    def upcoming(self):
+        return iter(self.prompts)
+
+    def sessions(self):
+        return iter(self.running)
+
+    def waiting_sessions(self):
+        return iter(())
+
+    def on_device(self):
+        return iter(self.device)
+
+    def later(self, fn):
+        self.told.append(self.name)
+
+
 def test_budget_holds_under_many_inserts_and_eviction_is_exactly_lru():
     cache = PromptCache(budget=10_000, fingerprint="m", truncatable=True)
     inserted = []
@@ -115,9 +146,8 @@ def turn(conv: int, n: int) -> list[int]:
 
 
 def test_the_entry_a_waiting_request_continues_stays_and_lru_would_have_evicted_it():
-    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
     waiting: list[tuple[str, list[int]]] = []
-    cache.upcoming = lambda: iter(waiting)
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True, demand=Demand(upcoming=waiting))
     a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     b = cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     waiting[:] = [("", turn(1, 2))]  # a's next turn waits: b goes, though a is the older
@@ -133,9 +163,8 @@ def test_the_entry_a_waiting_request_continues_stays_and_lru_would_have_evicted_
 
 def test_an_entry_whose_tokens_a_device_sequence_holds_is_given_up_first_on_attention_memory_only():
     for truncatable in (True, False):
-        cache = PromptCache(budget=3 * 1000, fingerprint="m", truncatable=truncatable)
         device: list[tuple[str, list[int]]] = []
-        cache.on_device = lambda: iter(device)
+        cache = PromptCache(budget=3 * 1000, fingerprint="m", truncatable=truncatable, demand=Demand(on_device=device))
         a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
         b = cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
         c = cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
@@ -152,8 +181,8 @@ def test_an_entry_whose_tokens_a_device_sequence_holds_is_given_up_first_on_atte
 
 
 def test_an_entry_of_a_session_with_a_request_running_stays_and_lru_would_have_evicted_it():
-    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
-    cache.sessions = lambda: ([("", "s1")], [])  # s1's sub-agent runs: its main agent comes back after
+    # s1's sub-agent runs: its main agent comes back after
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True, demand=Demand(sessions=[("", "s1")]))
     a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="", session="s1")
     b = cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="", session="s2")
     c = cache.insert(turn(3, 1), state(1000), CheckpointList(4, 1 << 20), tenant="", session="s3")
@@ -162,9 +191,8 @@ def test_an_entry_of_a_session_with_a_request_running_stays_and_lru_would_have_e
 
 
 def test_an_entry_needed_after_everything_the_cache_holds_is_not_stored():
-    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
     waiting: list[tuple[str, list[int]]] = []
-    cache.upcoming = lambda: iter(waiting)
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True, demand=Demand(upcoming=waiting))
     cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     waiting[:] = [("", turn(1, 2)), ("", turn(2, 2)), ("", turn(3, 2))]
@@ -181,10 +209,9 @@ def test_an_entry_needed_after_everything_the_cache_holds_is_not_stored():
 
 
 def test_a_refused_entry_still_reaches_the_disk_tier_and_the_entry_being_loaded_is_never_evicted():
-    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True)
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True, demand=Demand(upcoming=[("", turn(2, 2)), ("", turn(3, 2))]))
     written = []
     cache.on_evict = written.append
-    cache.upcoming = lambda: iter([("", turn(2, 2)), ("", turn(3, 2))])
     a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     with cache.pinned(a):  # a is no waiting request's, but a slot is loading it
@@ -198,11 +225,9 @@ def test_a_shared_budget_lends_what_the_other_caches_leave_and_gives_each_its_sh
     from warmslot.cache.shared_budget import SharedBudget
 
     pool = SharedBudget(1000)
-    a = PromptCache(1000, "a", True, shared=pool)
-    b = PromptCache(1000, "b", True, shared=pool)
     told: list[str] = []
-    a.on_over = lambda: told.append("a")
-    b.on_over = lambda: told.append("b")
+    a = PromptCache(1000, "a", True, shared=pool, demand=Demand(told=told, name="a"))
+    b = PromptCache(1000, "b", True, shared=pool, demand=Demand(told=told, name="b"))
     empty = CheckpointList(4, 1 << 20)
     # a busy model fills the whole budget while the other holds nothing
     kept = [a.insert([i, i, i], state(100), empty, "") for i in range(9)]

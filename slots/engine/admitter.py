@@ -1,7 +1,7 @@
 """Admission applied: the requests waiting in `Admission`'s queue are given slots in arrival
 order. Each is routed (router.py), its prefix applied to the slot (prefix.py), and the slot
 activated with the request's sampler; a request that waits for another slot's prefill to
-pass their shared prefix lets later requests go first. Part of `Engine` (engine.py)."""
+pass their shared prefix lets later requests go first. Engine thread only, once per step."""
 
 from __future__ import annotations
 
@@ -9,14 +9,21 @@ import bisect
 import logging
 import time
 
-from .llama_api import GrammarError, Sampler
-from .requests import EngineError, ErrorKind, GenerateRequest, Reuse, Source
-from .router import Fetch, Fork, FromDisk, Route, Wait
-from .slot import Active, Slot
-from .stats import CopyCause
-from .text import TextStream
+from ..admission import Admission
+from ..llama_api import Context, GrammarError, Model, Sampler
+from ..memory import SlotMemory
+from ..postprocess import Postprocess
+from ..prefix import Prefixes
+from ..requests import EngineError, ErrorKind, GenerateRequest, Reuse, Source
+from ..router import Fetch, Fork, FromDisk, Route, Router, Wait
+from ..slot import Active, Slot
+from ..stats import CopyCause, EngineStats
+from ..text import TextStream
+from ..tiers.disk import DiskTier
 
 log = logging.getLogger("warmslot.engine")
+
+__all__ = ["Admitter", "moved_bytes"]
 
 
 def moved_bytes(before: dict, after: dict) -> dict[str, int]:
@@ -30,10 +37,24 @@ def moved_bytes(before: dict, after: dict) -> dict[str, int]:
     return out
 
 
-class EngineAdmit:
-    """Waiting requests started on slots (engine thread, once per step)."""
+class Admitter:
+    """Waiting requests started on slots."""
 
-    def _admit(self) -> None:
+    def __init__(
+        self, admission: Admission, router: Router, prefixes: Prefixes, memory: SlotMemory, post: Postprocess,
+        model: Model, ctx: Context, stats: EngineStats, disk: DiskTier | None = None,
+    ) -> None:
+        self.admission = admission
+        self.router = router
+        self.prefixes = prefixes
+        self.memory = memory
+        self.post = post
+        self.model = model  # the requests' samplers are built on it
+        self.ctx = ctx
+        self.stats = stats
+        self.disk = disk
+
+    def admit(self) -> None:
         """Give waiting requests slots, in arrival order. A request that waits for another
         slot's prefill to pass their shared prefix lets later requests go first."""
         i = 0
@@ -117,4 +138,3 @@ class EngineAdmit:
         active.event().reuse = reuse
         active.report_progress(keep, at_start=True)
         log.debug("slot %d: request %s, %d prompt tokens, kept %d from %s (%s)", slot.id, req.id, len(req.tokens), keep, reuse.source, reuse.reason)
-

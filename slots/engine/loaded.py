@@ -1,0 +1,102 @@
+"""What a loaded model brings: the model and its context, the slots and every part that works
+on them. `load` builds it on the engine thread; `Loaded.close` frees it (sleep is
+`loaded.close(); loaded = None`). The prompt cache and the disk tier outlive it: a later
+load of the same parts takes them back (`kept`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from warmslot.cache.prompt_cache import PromptCache
+
+from ..embedding_worker import Embedder, Reranker
+from ..fitting.layout import KvLayout
+from ..llama_api import Batch, Context, MemoryKind, Model
+from ..llama_api.mtmd import Projector
+from ..loader import open_model, reuse_parts
+from ..memory import SlotMemory
+from ..multimodal.prefill import MediaPrefill
+from ..outbox import Outbox
+from ..parallel_sampling import BatchSampler
+from ..postprocess import Postprocess
+from ..prefix import Prefixes
+from ..router import Router
+from ..settings import EngineConfig
+from ..slot import Slot
+from ..snapshot import EngineInfo
+from ..speculation.draft_model import load_draft
+from ..speculation.speculator import Speculator
+from ..stats import EngineStats
+from ..tiers.disk import DiskTier
+from ..vocab import Vocab
+from .demand import EngineDemand
+
+__all__ = ["Loaded", "UnloadedContext", "load"]
+
+
+@dataclass(slots=True)
+class Loaded:
+    model: Model
+    layout: KvLayout
+    ctx: Context
+    batch: Batch
+    sampling: BatchSampler
+    slots: list[Slot]
+    memory: SlotMemory  # saves, loads, forks and clears slots' sequences
+    router: Router  # decides where a request's prompt comes from
+    prefixes: Prefixes  # applies that decision
+    post: Postprocess  # the token path after each decode
+    spec: Speculator  # drafts tokens and verifies them (speculative decoding)
+    filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
+    vocab: Vocab  # any thread
+    info: EngineInfo  # any thread
+    reload: EngineConfig  # loads the same parts again (the context and placement chosen)
+    cache: PromptCache | None = None
+    disk: DiskTier | None = None  # the disk tier, when on
+    embedder: Embedder | None = None  # with config.embeddings: embeddings on a context of their own
+    reranker: Reranker | None = None  # with config.reranking: relevance scores, likewise
+    projector: Projector | None = None  # --mmproj: its `tokenize_media` may be called from any thread
+    media: MediaPrefill | None = None  # --mmproj: images in prompts
+
+    def close_parts(self) -> None:
+        """Free what was built on the model (the model itself stays: see close)."""
+        for part in (self.sampling, self.spec, self.ctx, self.embedder, self.reranker, self.projector):
+            if part is not None:
+                part.close()
+
+    def close(self) -> None:
+        """Free the parts and the model (no other thread may be tokenizing: Vocab.retire)."""
+        self.close_parts()
+        self.model.close()
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadedContext:
+    """The context's facts a snapshot shows while the model is unloaded."""
+
+    memory_kind: MemoryKind
+    n_ctx: int
+    host: Any  # the host buffers the prompt cache's entries live in
+
+
+def load(
+    cfg: EngineConfig, stats: EngineStats, progress: Callable[[float], None], *, outbox: Outbox, demand: EngineDemand,
+    kept: tuple[PromptCache | None, DiskTier | None] | None = None,
+) -> Loaded:
+    """Load the model (loader.py), then its speculative drafter, then the parts that move and
+    reuse the slots' contents (which follow the drafter's sequences) and the token path.
+    `kept`: the prompt cache and disk tier of an earlier load (waking from sleep)."""
+    parts = open_model(cfg, stats, progress, wake=demand.later, kept=kept, demand=demand)
+    model, ctx = parts.model, parts.ctx
+    spec = Speculator(cfg.spec, ctx, stats, model.info.n_swa, load_draft(cfg, model, ctx, stats))
+    memory, router, prefixes = reuse_parts(parts, stats, drafter=spec.draft_model, demand=demand)
+    media = None
+    if parts.projector is not None:
+        media = MediaPrefill(parts.projector, ctx, memory, outbox, stats, truncatable=ctx.memory_kind.truncatable)
+    return Loaded(
+        model=model, layout=parts.layout, ctx=ctx, batch=parts.batch, sampling=parts.sampling, slots=parts.slots,
+        memory=memory, router=router, prefixes=prefixes, post=Postprocess(model, ctx, memory, outbox, stats), spec=spec,
+        filler_budget=parts.filler_budget, vocab=parts.vocab, info=parts.info, reload=parts.reload, cache=parts.cache,
+        disk=parts.disk, embedder=parts.embedder, reranker=parts.reranker, projector=parts.projector, media=media,
+    )
