@@ -12,7 +12,7 @@ from .fitting.gguf_tensors import NotGGUF, arch_numbers as gguf_arch_numbers, re
 from .crash_report import hold_sent_aborts, report_crashes, report_crashes_of
 from .embedding_worker import InputTooLong
 from .engine import Engine
-from .grammar import GrammarError, GrammarSpec
+from .llama_api.grammar import GrammarError, GrammarSpec
 from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, gpu_memory, model_params, placement, supports_gpu_offload
 from .llama_api.model import kv_bytes_per_token

@@ -38,10 +38,12 @@ from .embedding_worker import Embedder, Reranker
 from .fitting.fit import FitPlan
 from .fitting.fit_settings import capacity_headroom, fit_settings
 from .fitting.layout import KvLayout, plan_layout, ram_spares_bytes, stream_state_bytes
-from .llama_api import Batch, Context, ContextParams, MemoryKind, Model, classify_memory, gpu_memory, supports_gpu_offload
+from .llama_api import (
+    Batch, Context, ContextParams, MemoryKind, Model, classify_memory, cuda_host_allocator, gpu_memory, supports_gpu_offload,
+)
 from .llama_api.mtmd import Projector, ProjectorParams
 from .memory import SlotMemory
-from .native_log import record_buffers
+from .llama_api.native_log import record_buffers
 from .parallel_sampling import BatchSampler, sampling_threads
 from .prefix import Prefixes
 from .tiers.disk import DiskTier
@@ -181,6 +183,9 @@ def _load(
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
     whole = stream_state_bytes(model, kind, layout.n_ctx if unified else layout.n_ctx // layout.n_seq, cfg.type_k, cfg.type_v)
+    # page-locked host memory for states on a CUDA GPU: the prompt cache, every slot's
+    # checkpoints, the staging buffer (a whole state) and some slack; never most of the RAM
+    pinned_limit = min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + min(whole, 16 << 30) + (2 << 30), physical_memory() * 3 // 4)
     params = ContextParams(
         n_ctx=layout.n_ctx,
         n_batch=max(cfg.n_batch, layout.n_seq),
@@ -193,14 +198,10 @@ def _load(
         type_v=cfg.type_v,
         swa_full=cfg.swa_full,
         kv_unified=unified,
-        pinned_states=on_gpu,
-        # the prompt cache, every slot's checkpoints, the staging buffer (a whole state) and
-        # some slack; never most of the RAM
-        pinned_limit=min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + min(whole, 16 << 30) + (2 << 30), physical_memory() * 3 // 4),
         n_rs_seq=cfg.spec.snapshots_for(kind),
     )
     started = time.monotonic()
-    ctx = Context(model, params)
+    ctx = Context(model, params, host=host_buffers.HostBuffers(cuda_host_allocator() if on_gpu else None, limit=pinned_limit))
     phases["context"] = time.monotonic() - started
     batch = Batch(ctx.n_batch, ctx.n_seq_max)
     sampling = BatchSampler(ctx, sampling_threads(cfg.n_parallel))
@@ -255,7 +256,7 @@ def _load(
         fingerprint=info.fingerprint, n_params=info.n_params, size_bytes=info.size_bytes, n_vocab=info.n_vocab,
         n_ctx_train=info.n_ctx_train, chat_template=info.chat_template, memory=kind, n_slots=cfg.n_parallel,
         n_seq=layout.n_seq, kv_unified=unified, n_ctx=ctx.n_ctx, n_ctx_slot=ctx.n_ctx_seq,
-        kv_bytes_per_token=per_token, context=choice, pinned_limit=params.pinned_limit if host.pinned else 0,
+        kv_bytes_per_token=per_token, context=choice, pinned_limit=pinned_limit if host.pinned else 0,
         state_fingerprint=fingerprint,
     )
     # inputs of up to --batch-size tokens (within the training context) on a second context

@@ -13,12 +13,11 @@ import logging
 import time
 from typing import Any
 
-from .llama_api import Context, Model
+from .llama_api import Context, Model, SamplingFailed
 from .logprobs import token_logprob
 from .memory import SlotMemory
 from .outbox import Outbox
 from .requests import EngineError, ErrorKind, FinishReason
-from .sampling import SamplingFailed
 from .scheduler import BatchEntry
 from .slot import Active, Slot
 from .stats import EngineStats

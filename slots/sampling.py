@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
-from .grammar import GrammarSpec
-from .reasoning_budget import ReasoningBudget
+from .llama_api.grammar import GrammarSpec
+from .reasoning_budget import BudgetState, ReasoningBudget
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +38,10 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    def token_forcer(self) -> BudgetState | None:
+        """A fresh reasoning budget for one request's draws (`llama_api.Sampler` asks it)."""
+        return BudgetState(self.reasoning_budget) if self.reasoning_budget is not None else None
+
     def describe(self) -> str:
         """The settings in one line (the crash report names a running request's sampling)."""
         parts = [
@@ -60,28 +63,3 @@ class SamplingParams:
         if self.reasoning_budget is not None:
             parts.append(f"reasoning_budget={self.reasoning_budget.budget}")
         return " ".join(parts)
-
-
-class NoToken(str, enum.Enum):
-    """Why no token could be sampled from a row of logits."""
-
-    NAN = "NaN"  # the model wrote a NaN logit
-    POS_INF = "+inf"  # a logit of +inf: its softmax is NaN
-    ALL_NEG_INF = "-inf"  # every logit is -inf
-    NO_CANDIDATE = "no candidate"  # the request's grammar or logit_bias allows no token here
-
-    @property
-    def model_output(self) -> bool:
-        """The model's own logits are broken (not the request's constraints)."""
-        return self is not NoToken.NO_CANDIDATE
-
-
-class SamplingFailed(Exception):
-    """A row of logits gives no token: raised by `Sampler.sample` before the chain accepts
-    anything, so the request can end with an error and every other one go on (llama.cpp
-    itself would abort the process on an empty candidate set or a grammar's dead end)."""
-
-    def __init__(self, cause: NoToken, detail: str) -> None:
-        super().__init__(detail)
-        self.cause = cause
-        self.detail = detail

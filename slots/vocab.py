@@ -12,7 +12,7 @@ import contextlib
 import threading
 from typing import Sequence
 
-from .grammar import GrammarSpec
+from .llama_api.grammar import GrammarSpec
 from .llama_api import Model, check_grammar
 
 

@@ -23,7 +23,7 @@ import pytest
 from scripts.server_process import REPO_ROOT, free_port
 from tests.helpers import generate, random_tokens, tiny_engine
 from warmslot.slots.fitting.capacity import DeviceMemory, device_memory
-from warmslot.slots.native_log import NativeLog, record_buffers
+from warmslot.slots.llama_api.native_log import NativeLog, record_buffers
 from warmslot.server.process.config import parse_config
 from warmslot.slots.llama_api import LlamaError, Model, Placement, devices, placement
 

@@ -27,7 +27,7 @@ from warmslot.server.gbnf.tools import tool_call_grammar
 from warmslot.server.output.parser import OutputParser
 from warmslot.server.request.constraints import ToolChoice, parse_response_format, validate_tool_choice, validate_tools
 from warmslot.slots import GrammarSpec, check_grammar
-from warmslot.slots.grammar import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_REPETITIONS, MAX_GRAMMAR_RULES, measure
+from warmslot.slots.llama_api.grammar import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_REPETITIONS, MAX_GRAMMAR_RULES, measure
 
 FORMATS = ("hermes", "hermes_xml", "llama3", "mistral", "json")
 

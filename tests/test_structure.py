@@ -12,6 +12,8 @@
 - server/ uses no private (underscore) name of another module, and imports the engine
   through the package `warmslot.slots` only, never through one of its submodules.
 - The disk store uses no private name of the disk format.
+- slots/llama_api/, the one ctypes seam, imports no module of ours outside itself: the engine
+  depends on the seam, never the other way.
 - slots/ and cache/ assign no callable onto another object after it is built: a part gets
   what it calls in its constructor.
 """
@@ -244,6 +246,21 @@ def test_the_layers_are_read():
     assert any(_layer(i.target)[0] == "server: pipeline" for i in IMPORTS["warmslot.server.api.chat.route"])
 
 
+SEAM = "warmslot.slots.llama_api"
+
+
+def test_llama_api_imports_nothing_of_the_engine():
+    offenders = [
+        f"{_where(i.module)}:{i.line}: {i.raw}"
+        for m in MODULES if m == SEAM or m.startswith(SEAM + ".")
+        for i in IMPORTS[m]
+        if not (i.target == SEAM or i.target.startswith(SEAM + "."))
+    ]
+    assert not offenders, "slots/llama_api/ imports modules outside itself (pass plain values, or types it defines):\n" + "\n".join(
+        sorted(set(offenders))
+    )
+
+
 # the disk store's modules: its index and API, its writer thread, its directory
 DISK_STORE = ("warmslot.cache.disk.store", "warmslot.cache.disk.writer", "warmslot.cache.disk.directory")
 
@@ -274,6 +291,7 @@ def test_the_checks_see_the_code():
     assert any(i.target == "warmslot.slots.engine" for i in IMPORTS["warmslot.slots"])
     relative = [i for i in IMPORTS["warmslot.cache.disk.index"] if i.target == "warmslot.cache.prefix_trie"]
     assert relative, "`from ..prefix_trie import ...` must resolve"
+    assert any(i.target == "warmslot.slots.llama_api.model" for i in IMPORTS["warmslot.slots.llama_api.context"])
 
 
 # -- no callable is assigned onto another object after construction --------------------------

@@ -23,9 +23,8 @@ import pytest
 from tests.helpers import generate, tiny_engine
 from tests.tiny_models import N_VOCAB, write_tiny_model
 from warmslot.slots import ErrorKind, GrammarSpec, SamplingParams
-from warmslot.slots.llama_api import Model, Sampler
+from warmslot.slots.llama_api import Model, NoToken, Sampler, SamplingFailed
 from warmslot.slots.llama_api.sampler import _top_k
-from warmslot.slots.sampling import NoToken, SamplingFailed
 
 pytestmark = pytest.mark.model
 

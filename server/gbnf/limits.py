@@ -2,7 +2,7 @@
 
 A schema is turned into GBNF text that llama.cpp then compiles, and both steps grow with
 numbers inside the schema rather than with its size: ``maxLength: N`` becomes about 2N units
-of counted repetition, which llama.cpp expands one rule per unit (see `warmslot.slots.grammar`),
+of counted repetition, which llama.cpp expands one rule per unit (see `warmslot.slots.llama_api.grammar`),
 and an exact numeric range grows with its bounds' digits. Measured on 2 idle CPU cores,
 compiling a string of ``maxLength`` 10^5 takes 0.05 s and 22 MB, 10^6 takes 0.6 s and 240 MB,
 10^7 takes 10 s and 2.4 GB, and 10^8 overflows the stack of llama.cpp's parser: a segfault.

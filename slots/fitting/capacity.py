@@ -2,7 +2,7 @@
 /props and /engine.
 
 Buffer sizes come from llama.cpp's own accounting of each buffer it allocated (see
-`native_log.record_buffers`), grouped by device: llama.cpp's CPU buffer types (`CPU_Mapped`,
+`llama_api.native_log.record_buffers`), grouped by device: llama.cpp's CPU buffer types (`CPU_Mapped`,
 `CPU_REPACK`, `CUDA_Host`, ...) all live in host memory.
 """
 

@@ -18,11 +18,11 @@ from .backend import Device, LlamaError, cuda_host_allocator, devices, ggml_buil
 from .context import Batch, Context, ContextParams, default_threads
 from .placement import Placement
 from .model import KV_TYPE_BYTES, KV_TYPES, MemoryKind, Model, ModelInfo, classify_memory, kv_bytes_per_token, model_params
-from .sampler import GrammarError, GrammarSpec, Sampler, check_grammar, trigger_tokens
+from .sampler import ChainParams, GrammarError, GrammarSpec, NoToken, Sampler, SamplingFailed, TokenForcer, check_grammar, trigger_tokens
 
 __all__ = [
-    "Batch", "Context", "ContextParams", "Device", "Placement",
-    "GrammarError", "GrammarSpec", "KV_TYPES", "KV_TYPE_BYTES",
+    "Batch", "ChainParams", "Context", "ContextParams", "Device", "Placement",
+    "GrammarError", "NoToken", "SamplingFailed", "TokenForcer", "GrammarSpec", "KV_TYPES", "KV_TYPE_BYTES",
     "LlamaError", "MemoryKind", "Model", "ModelInfo", "Sampler", "check_grammar", "classify_memory", "kv_bytes_per_token",
     "model_params",
     "cuda_host_allocator", "default_threads", "devices", "ggml_build", "gpu_memory", "init_backend", "supports_gpu_offload",

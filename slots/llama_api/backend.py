@@ -14,7 +14,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from ..native_log import NativeLog
+from .native_log import NativeLog
 
 log = logging.getLogger("warmslot.llama")
 

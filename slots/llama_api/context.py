@@ -7,12 +7,11 @@ import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..fitting.host_buffers import HostBuffers
-from .backend import LlamaError, cuda_host_allocator
+from .backend import LlamaError
 from .model import FLASH_ATTN, KV_TYPES, PARTIAL_ONLY, Model, classify_memory
 
 @dataclass(slots=True)
@@ -28,8 +27,6 @@ class ContextParams:
     type_v: str = "f16"
     swa_full: bool = False
     kv_unified: bool = True  # one KV pool for all sequences; False: a stream of n_ctx/n_seq_max cells each
-    pinned_states: bool = True  # page-locked host memory for states when on a CUDA GPU
-    pinned_limit: int = 16 << 30  # at most this much of it
     # recurrent state snapshots per sequence: seq_rm may take back this many of its last
     # tokens without a state copy (llama.cpp's n_rs_seq; 0 where the model has no support)
     n_rs_seq: int = 0
@@ -44,12 +41,46 @@ def default_threads() -> int:
     return max(1, n // 2) if n >= 8 else max(1, n)
 
 
+class HostMemory(Protocol):
+    """Host memory for sequence states (the engine's pinned arena, `fitting.host_buffers`)."""
+
+    def empty(self, size: int) -> np.ndarray:
+        """An uninitialized uint8 array of `size` bytes."""
+
+    def close(self) -> None:
+        """Its context is gone."""
+
+
+class OrdinaryMemory:
+    """Host memory of plain numpy arrays: a context whose states need no page-locked memory."""
+
+    pinned = False
+
+    def empty(self, size: int) -> np.ndarray:
+        return np.empty(size, dtype=np.uint8)
+
+    def close(self) -> None:
+        pass
+
+
 class Context:
     """A llama_context with one sequence per slot. Owned by the engine thread."""
 
-    def __init__(self, model: Model, params: ContextParams, *, ctx_type: int = 0, other: "Context | None" = None) -> None:
-        """`ctx_type` and `other`: libllama's context type, and the context it is made
+    def __init__(
+        self, model: Model, params: ContextParams, *, host: HostMemory | None = None, ctx_type: int = 0, other: "Context | None" = None,
+    ) -> None:
+        """`host`: where its states are copied by default (None: ordinary memory); the
+        context owns it from here, and closes it with itself, or at once if it cannot be made.
+        `ctx_type` and `other`: libllama's context type, and the context it is made
         against (an MTP context and its target; see mtp.py)."""
+        self.host = host if host is not None else OrdinaryMemory()
+        try:
+            self._make(model, params, ctx_type, other)
+        except BaseException:
+            self.close()
+            raise
+
+    def _make(self, model: Model, params: ContextParams, ctx_type: int, other: "Context | None") -> None:
         self.model = model
         cp = llama_cpp.llama_context_default_params()
         cp.n_ctx = params.n_ctx
@@ -88,8 +119,6 @@ class Context:
         self.n_threads = threads
         self.n_vocab = model.n_vocab
         self.memory_kind = classify_memory(model.info, params.swa_full)
-        allocator = cuda_host_allocator() if params.pinned_states else None
-        self.host = HostBuffers(allocator, limit=params.pinned_limit)
 
     def decode(self, batch: "Batch") -> int:
         """0 ok; 1 no KV space (memory is unchanged); other values are errors."""
@@ -127,7 +156,7 @@ class Context:
 
     def state_get(self, seq: int, *, partial: bool, empty: Callable[[int], np.ndarray] | None = None) -> np.ndarray:
         """A copy of a sequence's state: everything, or only its non-truncatable part, in
-        `empty(n)` (default: the host buffers)."""
+        `empty(n)` (default: its host memory)."""
         flags = PARTIAL_ONLY if partial else 0
         size = int(llama_cpp.llama_state_seq_get_size_ext(self.ptr, seq, flags))
         buf = (empty or self.host.empty)(size)

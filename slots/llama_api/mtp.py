@@ -96,7 +96,7 @@ class MtpContext:
         self.ctx = Context(model, ContextParams(
             n_ctx=p.n_ctx, n_batch=target.n_batch, n_ubatch=target.n_ubatch, n_seq_max=p.n_seq_max,
             n_threads=target.n_threads, n_threads_batch=p.n_threads_batch, flash_attn=p.flash_attn,
-            type_k=p.type_k, type_v=p.type_v, kv_unified=p.kv_unified, pinned_states=False,
+            type_k=p.type_k, type_v=p.type_v, kv_unified=p.kv_unified,
         ), ctx_type=CONTEXT_TYPE_MTP, other=target)
         if _ctx_other(self.ctx.ptr) == _address(target.ptr):
             self.ctx.close()

@@ -5,15 +5,14 @@ from __future__ import annotations
 import llama_cpp  # noqa: I001  (must precede numpy, see the package docstring)
 
 import ctypes
+import enum
 import math
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
-from ..grammar import GrammarError, GrammarSpec, shape_error
-from ..reasoning_budget import BudgetState
-from ..sampling import NoToken, SamplingFailed, SamplingParams
 from .context import Context
+from .grammar import GrammarError, GrammarSpec, shape_error
 from .model import Model
 
 # top-k up to this many is taken in numpy (`_top_k`); a larger k goes through the chain's own
@@ -21,17 +20,73 @@ TOP_K_FAST = 256
 _BLOCK = 256  # `_top_k`: the maxima of blocks this long bound the k-th largest logit
 
 
+class TokenForcer(Protocol):
+    """Tokens forced over the model's choice (the engine's reasoning budget): asked before
+    each draw, told every token drawn."""
+
+    def forced_token(self) -> int | None: ...
+
+    def accept(self, token: int) -> None: ...
+
+
+class ChainParams(Protocol):
+    """What a sampler chain is built from (the engine's `SamplingParams`)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    repeat_last_n: int
+    frequency_penalty: float
+    presence_penalty: float
+    seed: int | None
+    logit_bias: dict[int, float]
+    grammar: GrammarSpec | None
+
+    @property
+    def greedy(self) -> bool: ...
+
+    def token_forcer(self) -> TokenForcer | None:
+        """A fresh forcer for one request's draws (None: nothing is forced)."""
+
+
+class NoToken(str, enum.Enum):
+    """Why no token could be sampled from a row of logits."""
+
+    NAN = "NaN"  # the model wrote a NaN logit
+    POS_INF = "+inf"  # a logit of +inf: its softmax is NaN
+    ALL_NEG_INF = "-inf"  # every logit is -inf
+    NO_CANDIDATE = "no candidate"  # the request's grammar or logit_bias allows no token here
+
+    @property
+    def model_output(self) -> bool:
+        """The model's own logits are broken (not the request's constraints)."""
+        return self is not NoToken.NO_CANDIDATE
+
+
+class SamplingFailed(Exception):
+    """A row of logits gives no token: raised by `Sampler.sample` before the chain accepts
+    anything, so the request can end with an error and every other one go on (llama.cpp
+    itself would abort the process on an empty candidate set or a grammar's dead end)."""
+
+    def __init__(self, cause: NoToken, detail: str) -> None:
+        super().__init__(detail)
+        self.cause = cause
+        self.detail = detail
+
+
 class Sampler:
     """A native llama.cpp sampler chain for one request."""
 
     _token_ids: np.ndarray | None = None
 
-    def __init__(self, model: Model, params: SamplingParams) -> None:
+    def __init__(self, model: Model, params: ChainParams) -> None:
         chain_params = llama_cpp.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self.ptr = llama_cpp.llama_sampler_chain_init(chain_params)
         self.n_vocab = model.n_vocab
-        self.budget = BudgetState(params.reasoning_budget) if params.reasoning_budget is not None else None
+        self.budget = params.token_forcer()
         # a chain of the greedy sampler alone keeps no state: its token is the logits' first
         # maximum, which numpy finds in place (llama_sampler_sample first copies the whole
         # vocabulary into a candidate array: a third of a millisecond a row at 152k tokens)
@@ -64,7 +119,7 @@ class Sampler:
             self.close()
             raise
 
-    def _build(self, model: Model, p: SamplingParams, top_k: bool = True):
+    def _build(self, model: Model, p: ChainParams, top_k: bool = True):
         if p.grammar is not None:
             yield self._grammar(model, p.grammar)
         if p.logit_bias:
@@ -173,7 +228,7 @@ class Sampler:
             self.ptr = None
 
 
-def _why_empty(p: SamplingParams) -> str:
+def _why_empty(p: ChainParams) -> str:
     """What leaves a chain of these parameters without a candidate (`SamplingFailed`)."""
     bias = any(b == -math.inf for b in p.logit_bias.values())
     if p.grammar is not None and bias:

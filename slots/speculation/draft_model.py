@@ -62,7 +62,7 @@ class DraftModel:
                 )
             self.ctx = Context(self.model, ContextParams(
                 n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_seq_max=n_seq, n_threads=n_threads, type_k=type_k,
-                type_v=type_v, kv_unified=True, pinned_states=False, flash_attn=flash_attn,
+                type_v=type_v, kv_unified=True, flash_attn=flash_attn,
             ))
         except BaseException:
             self.model.close()
