@@ -52,7 +52,7 @@ from .models.catalog import ModelSpec
 from .models.in_use import ModelsInUse
 from .models.registry import ModelEntry, Models
 from .routes import model_admin
-from .state import Warmslot
+from .state import ModelHost, Server
 
 log = logging.getLogger("warmslot.server")
 
@@ -100,16 +100,16 @@ def create_app(
     `models`: several models by name, each with its config (`models.configs.model_configs`);
     none is loaded before a request names it."""
     _register_apis()
-    server = _several(config, models) if models else Warmslot(config, engine or Engine(config.engine))
+    server = _several(config, models) if models else Server(config, engine or Engine(config.engine))
     attach_store(server)  # the Responses API's stored responses (previous_response_id)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         loop = asyncio.get_running_loop()
         if server.models is None:
-            if not server.engine.started:
-                server.engine.start()
-            loader = loop.run_in_executor(None, _finish_loading, server, on_fatal)
+            if not server.default.engine.started:
+                server.default.engine.start()
+            loader = loop.run_in_executor(None, _finish_loading, server.default, on_fatal)
         else:
             loader = asyncio.ensure_future(server.models.watch())  # keep-alive
             try:
@@ -117,14 +117,14 @@ def create_app(
                 log.info("models (GET /models/capacity):\n%s", capacity_table(view))
             except Exception as exc:  # noqa: BLE001 - the table informs; the models load or fail on their own
                 log.warning("cannot size the models: %s", exc)
-        sleeper = asyncio.ensure_future(server.sleeper.watch()) if server.sleeper is not None else None
+        sleeper = asyncio.ensure_future(server.default.sleeper.watch()) if server.default.sleeper is not None else None
         try:
             yield
         finally:
             loader.cancel()
             if sleeper is not None:
                 sleeper.cancel()
-            for each in server.models.servers() if server.models is not None else [server]:
+            for each in server.hosts():
                 await loop.run_in_executor(None, each.engine.stop)
             server.tokenize_pool.shutdown(wait=False)
 
@@ -181,7 +181,7 @@ def create_app(
             Middleware(Cors, policy=config.cors),  # preflights answered before anything else
             Middleware(metrics.RequestCounter, counts=request_counts, endpoints={**rerank.ENDPOINTS, **worker.ENDPOINTS}),
             Middleware(ModelsInUse),  # several models: a model is in use until its response is sent
-            Middleware(WakeOnRequest, sleeper=server.sleeper),  # --sleep-idle-seconds: a request loads the model again
+            Middleware(WakeOnRequest, sleeper=server.default.sleeper),  # --sleep-idle-seconds: a request loads the model again
             Middleware(ErrorGuard),  # unexpected errors: an OpenAI 500, the connection kept
             Middleware(BodyLimit, limit=config.max_body),
         ],
@@ -193,26 +193,26 @@ def create_app(
     return app
 
 
-def _several(config: ServerConfig, models: list[tuple[ModelSpec, ServerConfig]]) -> Warmslot:
-    """The server state of each model, the default's (else the first's) the home of the others
-    and the holder of the registry."""
+def _several(config: ServerConfig, models: list[tuple[ModelSpec, ServerConfig]]) -> Server:
+    """The server with a host for each model, the default's (else the first's) its `default`,
+    and the registry of them all."""
     first = next((i for i, (spec, _) in enumerate(models) if spec.name == config.models_default), 0)
-    home_config = models[first][1]
-    home = Warmslot(home_config, Engine(home_config.engine))
+    default_config = models[first][1]
+    server = Server(default_config, Engine(default_config.engine))
     entries = []
     for i, (spec, model_config) in enumerate(models):
-        served = home if i == first else Warmslot(model_config, Engine(model_config.engine), home=home)
-        entries.append(ModelEntry(spec, served, keep_alive=spec.keep_alive))
-    home.models = Models(entries, max_loaded=config.models_max, default=config.models_default,
-                         load_timeout=config.models_load_timeout)
-    return home
+        host = server.default if i == first else ModelHost(server, model_config, Engine(model_config.engine))
+        entries.append(ModelEntry(spec, host, keep_alive=spec.keep_alive))
+    server.models = Models(entries, max_loaded=config.models_max, default=config.models_default,
+                           load_timeout=config.models_load_timeout)
+    return server
 
 
-def _finish_loading(server: Warmslot, on_fatal) -> None:
+def _finish_loading(host: ModelHost, on_fatal) -> None:
     try:
-        server.finish_loading()
+        host.finish_loading()
     except BaseException as exc:  # noqa: BLE001 - reported by /health and every request
         log.error("the server cannot serve: %s", exc)
-        server.init_error = exc
+        host.init_error = exc
         if on_fatal is not None:
             on_fatal(exc)

@@ -81,12 +81,12 @@ class EngineCollector:
         yield from self._requests()
         models = self.server.models
         if models is None:
-            yield from self._engine(self.server.engine)
+            yield from self._engine(self.server.default.engine)
             return
         # several models: each engine's families once, every sample labelled with its model
         merged: dict[str, Metric] = {}
         for entry in list(models.entries.values()):
-            for family in self._engine(entry.server.engine):
+            for family in self._engine(entry.host.engine):
                 into = merged.get(family.name)
                 if into is None:
                     into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
@@ -306,12 +306,12 @@ def _since_last(last: dict, key: str, tokens: int, seconds: float) -> float:
     return (tokens - tokens0) / (seconds - seconds0) if seconds > seconds0 else 0.0
 
 
-def llama_server_families(server, last: dict) -> str:
+def llama_server_families(engine, last: dict) -> str:
     """llama-server's `llamacpp:` families, by its names, types and meanings, so dashboards and
     alerts written for it read warmslot unchanged. Written as text: `n_tokens_max` is a counter
     whose name has no `_total`, which prometheus_client would append. The throughput gauges
-    are, as llama-server's, over the window since the previous scrape (`last`)."""
-    engine = server.engine
+    are, as llama-server's, over the window since the previous scrape (`last`). `engine`: the
+    default model's."""
     stats = engine.stats
     computed = stats.prompt_tokens.get("computed", 0)
     snap = engine.snapshot()
@@ -372,9 +372,9 @@ async def metrics_endpoint(request: Request) -> Response:
         if not server.is_admin(key):
             raise Forbidden("/metrics shows every tenant's traffic: it needs the admin key (--admin-key, else the first --api-key)")
     registry = request.app.state.metrics_registry
-    body = generate_latest(registry) + llama_server_families(server, request.app.state.metrics_window).encode()
+    body = generate_latest(registry) + llama_server_families(server.default.engine, request.app.state.metrics_window).encode()
     response = Response(body, media_type=CONTENT_TYPE_LATEST)
     # llama-server's header, in its case (clients look it up in a case-sensitive dict)
-    response.raw_headers.append((b"Process-Start-Time-Unix", str(request.app.state.warmslot.created).encode()))
+    response.raw_headers.append((b"Process-Start-Time-Unix", str(server.default.created).encode()))
     return response
 

@@ -1,8 +1,9 @@
-"""Server-wide state: the engine, the prompt builder, settings, authentication and tenants."""
+"""The server's state: the whole server's (`Server`: settings, authentication and tenants, the
+work pools, the models) and each model's (`ModelHost`: its engine, prompt builder and output
+formats)."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import concurrent.futures
 import hashlib
@@ -11,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 
@@ -34,17 +35,31 @@ from .process.sleep import Sleeper
 log = logging.getLogger("warmslot.server")
 
 
-class Warmslot:
-    """Server-wide state: the engine, the prompt builder and the settings.
+T = TypeVar("T")
 
-    A server with several models (`--models-dir`, `--models-file`) has one per model: each
-    with its own config, engine and builder; the others share the first's (`home`) pools,
-    stores and shutdown, and the first holds the registry (`models`)."""
 
-    def __init__(self, config: ServerConfig, engine: Engine, home: Warmslot | None = None) -> None:
+class ApiStates:
+    """What the APIs keep for the server's lifetime (the Responses API's stored responses),
+    one typed object per API, found by its class: the API makes it and reads it, the core
+    only holds it."""
+
+    def __init__(self) -> None:
+        self._held: dict[type, Any] = {}
+
+    def put(self, state: object) -> None:
+        self._held[type(state)] = state
+
+    def get(self, kind: type[T]) -> T:
+        return self._held[kind]
+
+
+class ModelHost:
+    """One model as the server serves it: its config, engine, prompt builder and output
+    formats, and whether it is ready. `server`: the whole server's state."""
+
+    def __init__(self, server: Server, config: ServerConfig, engine: Engine) -> None:
+        self.server = server
         self.config = config
-        self.home = home or self
-        self.models: Models | None = None  # several models by name (set by the app); None: one model
         self.engine = engine
         self.builder: PromptBuilder | None = None
         self.model_name = config.alias or os.path.basename(config.engine.model_path) or "model"
@@ -56,30 +71,6 @@ class Warmslot:
         self.sleeper = Sleeper(  # --sleep-idle-seconds
             engine, config.sleep_idle_s, ready=lambda: self.ready, rebuild=self.finish_loading,
         ) if config.sleep_idle_s > 0 else None
-        self._draining = False  # shutting down: no new requests (see drain.py)
-        if home is not None:  # another model of the same server: its pools and stores
-            self.slot_file_rejected = home.slot_file_rejected
-            self.tokenize_pool, self.tokenize_queue, self.embed_queue = home.tokenize_pool, home.tokenize_queue, home.embed_queue
-            self.api_state = home.api_state
-            self.recent = home.recent  # one list of recent requests for the whole server
-            return
-        self.recent = RecentRequests()  # the last requests' summaries, for the admin (/engine/requests)
-        self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
-        self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
-        self.tokenize_queue = WorkQueue("tokenize pool", lambda: self.config.engine.max_queue)
-        self.embed_queue = WorkQueue("embeddings worker", lambda: self.config.engine.max_queue)
-        # what an API keeps for the server's lifetime, by the API's name (the Responses API's
-        # store): the API sets it up and reads it, the core only holds it
-        self.api_state: dict[str, Any] = {}
-
-    @property
-    def draining(self) -> bool:
-        """Shutting down: no new requests (the whole server's, see drain.py)."""
-        return self.home._draining
-
-    @draining.setter
-    def draining(self, value: bool) -> None:
-        self.home._draining = value
 
     # -- readiness --------------------------------------------------------------------
 
@@ -117,13 +108,39 @@ class Warmslot:
     def require_ready(self) -> None:
         if self.init_error is not None:
             raise ServerError(f"the model failed to load: {self.init_error}")
-        if self.draining:
+        if self.server.draining:
             raise shutting_down()
-        several = self.home.models is not None
+        several = self.server.models is not None
         if several and (not self.engine.started or (self.engine.asleep and self.sleeper is None)):
             raise Unavailable("the model is not loaded: a request naming it loads it", retry_after=5, code="model_unloaded")
         if not self.ready:
             raise Unavailable("the model is loading", retry_after=5, code="loading")
+
+
+class Server:
+    """The whole server's state: settings, authentication and tenants, the work pools, the
+    recent requests, what each API keeps, and the models.
+
+    `default` serves the model of a server with one; a server with several models
+    (`--models-dir`, `--models-file`) has a `ModelHost` each, in the registry (`models`), and
+    `default` is the `--models-default` one (else the first), whose config is the server's
+    (`config`: the flags of the whole server are every model's)."""
+
+    def __init__(self, config: ServerConfig, engine: Engine) -> None:
+        self.config = config
+        self.default = ModelHost(self, config, engine)
+        self.models: Models | None = None  # several models by name (set by the app); None: one model
+        self.draining = False  # shutting down: no new requests (see drain.py)
+        self.recent = RecentRequests()  # the last requests' summaries, for the admin (/engine/requests)
+        self.slot_file_rejected: collections.Counter = collections.Counter()  # by reason, for /metrics
+        self.tokenize_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="warmslot-tokenize")
+        self.tokenize_queue = WorkQueue("tokenize pool", lambda: self.config.engine.max_queue)
+        self.embed_queue = WorkQueue("embeddings worker", lambda: self.config.engine.max_queue)
+        self.apis = ApiStates()
+
+    def hosts(self) -> list[ModelHost]:
+        """Every model's host (one without a registry)."""
+        return self.models.hosts() if self.models is not None else [self.default]
 
     # -- auth and tenants ---------------------------------------------------------------
 
@@ -210,42 +227,42 @@ def _scan_vocab(builder: PromptBuilder) -> None:
         pass
 
 
-def server_of(request: Request) -> Warmslot:
+def server_of(request: Request) -> Server:
     return request.app.state.warmslot
 
 
-async def open_model(request: Request) -> tuple[Warmslot, str, dict]:
-    """The server (of the model the body's `model` names, loaded, where there are several),
-    the API key used and the JSON body."""
+async def open_model(request: Request) -> tuple[ModelHost, str, dict]:
+    """The model (the one the body's `model` names, loaded, where there are several), the API
+    key used and the JSON body."""
     server = server_of(request)
     key = server.authorize(request)
     if server.models is None:
-        server.require_ready()
-        return server, key, parse_body(await request.body())
+        server.default.require_ready()
+        return server.default, key, parse_body(await request.body())
     if server.draining:
         raise shutting_down()
     body = parse_body(await request.body())
-    server = await use_model(request, body.get("model"), body.get("keep_alive"))
-    server.require_ready()
-    return server, key, body
+    host = await use_model(request, body.get("model"), body.get("keep_alive"))
+    host.require_ready()
+    return host, key, body
 
 
-async def open_request(request: Request) -> tuple[Warmslot, str, dict]:
+async def open_request(request: Request) -> tuple[ModelHost, str, dict]:
     """`open_model` for a generation request: the body within the request limits."""
-    server, key, body = await open_model(request)
-    check_body_limits(server.config, body)
-    return server, key, body
+    host, key, body = await open_model(request)
+    check_body_limits(host.config, body)
+    return host, key, body
 
 
-def named_model(request: Request, wanted: Any) -> Warmslot:
-    """The server of the model `wanted` names, as it stands (a read loads nothing); with one
-    model, that model whatever the name."""
+def named_model(request: Request, wanted: Any) -> ModelHost:
+    """The model `wanted` names, as it stands (a read loads nothing); with one model, that
+    model whatever the name."""
     server = server_of(request)
-    return server.models.resolve(wanted).server if server.models is not None and wanted else server
+    return server.models.resolve(wanted).host if server.models is not None and wanted else server.default
 
 
-async def use_model(request: Request, wanted: Any, keep_alive: Any = None) -> Warmslot:
-    """The server of the model `wanted` names, loaded (see `Models.acquire`); it counts the
+async def use_model(request: Request, wanted: Any, keep_alive: Any = None) -> ModelHost:
+    """The model `wanted` names, loaded (see `Models.acquire`); it counts the
     request in flight until its response is sent (`models.in_use.ModelsInUse`). `keep_alive`:
     the request's own (Ollama's: seconds, or a duration such as "5m"; 0 unloads the model
     once the request ends)."""

@@ -260,7 +260,7 @@ def test_a_request_larger_than_the_queue_can_ever_hold_is_a_400_naming_the_field
 
 def test_a_fanout_past_the_queue_gets_400_on_the_wire_not_a_503():
     with InProcessServer("--max-queue", "64") as srv:
-        srv.app.state.warmslot.builder = object()  # ready enough: the check comes before any work
+        srv.app.state.warmslot.default.builder = object()  # ready enough: the check comes before any work
         r = httpx.post(srv.url + "/v1/completions", json={"prompt": ["hi"] * 9, "n": 8}, timeout=10)
     assert r.status_code == 400, r.text
     assert_openai_error(r.content, "invalid_request_error")["param"] == "n, prompt"

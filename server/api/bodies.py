@@ -23,8 +23,8 @@ class Envelope:
 
     @classmethod
     def of(cls, generation: Generation, prefix: str) -> "Envelope":
-        server = generation.server
-        return cls(f"{prefix}-{generation.id}", generation.created, server.model_name, f"ws-{server.engine.info.fingerprint[:10]}")
+        host = generation.host
+        return cls(f"{prefix}-{generation.id}", generation.created, host.model_name, f"ws-{host.engine.info.fingerprint[:10]}")
 
     def base(self, obj: str) -> dict[str, Any]:
         return {

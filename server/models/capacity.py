@@ -71,7 +71,7 @@ class ModelMemory:
 
 def model_memory(entry: ModelEntry) -> ModelMemory:
     """What the model takes: measured once it has loaded, else estimated from its file."""
-    engine, cfg = entry.server.engine, entry.server.config.engine
+    engine, cfg = entry.host.engine, entry.host.config.engine
     capacity = engine.info.capacity if engine.info is not None else None
     state = entry.state.value
     if capacity is not None:
@@ -189,7 +189,7 @@ def together(models: Models, memories: list[ModelMemory]) -> Together:
     """Whether the models fit together (reads the devices' free memory, or the RAM's)."""
     gpus = gpu_memory()
     on_device = bool(gpus) and any(d != "CPU" for m in memories for d in m.held_bytes)
-    margin = max(entry.server.config.engine.fit_target for entry in models.entries.values())
+    margin = max(entry.host.config.engine.fit_target for entry in models.entries.values())
 
     def there(m: ModelMemory) -> int:
         return sum(n for d, n in m.held_bytes.items() if (d != "CPU") == on_device)
@@ -211,7 +211,7 @@ def ram_budgets(models: Models) -> int:
     """The RAM the models' prompt caches may take: a budget they share counted once."""
     total, pools = 0, {}
     for entry in models.entries.values():
-        engine = entry.server.config.engine
+        engine = entry.host.config.engine
         if engine.shared_ram is not None:
             pools[id(engine.shared_ram)] = engine.shared_ram.total
         else:

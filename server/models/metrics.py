@@ -40,7 +40,7 @@ class ModelsCollector:
             in_flight.add_metric([name], entry.in_flight)
             for key, family in counters.items():
                 family.add_metric([name], entry.counts[key])
-            stats = entry.server.engine.stats
+            stats = entry.host.engine.stats
             for source in PROMPT_SOURCES:
                 prompt.add_metric([name, source], stats.prompt_tokens.get(source, 0))
             generated.add_metric([name], stats.generated_tokens)

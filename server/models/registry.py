@@ -1,7 +1,7 @@
 """The models of a server with several, by name: which one a request's `model` picks, loading
 it on demand, and unloading the least recently used idle one when `--models-max` are loaded.
 
-Each model is served by its own server state (a `Warmslot`: its engine thread, its llama
+Each model is served by its own host (a `state.ModelHost`: its engine thread, its llama
 context, its prompt builder), made by the app; this module knows of it only what `Served`
 says. Unloading is the engine's sleep: the idle slots' contents move into the model's RAM
 prompt cache and its disk tier stays, so a conversation comes back warm after a reload.
@@ -40,7 +40,7 @@ class ModelState(enum.Enum):
 
 
 class Served(Protocol):
-    """What the registry needs of a model's server state."""
+    """What the registry needs of a model's host."""
 
     engine: Any
 
@@ -51,10 +51,10 @@ class Served(Protocol):
 
 @dataclass(eq=False)
 class ModelEntry:
-    """One model: its spec, its server state, where it stands and its counters."""
+    """One model: its spec, its host, where it stands and its counters."""
 
     spec: ModelSpec
-    server: Served
+    host: Served
     keep_alive: float  # seconds it stays loaded without a request (inf: until room is needed)
     state: ModelState = ModelState.UNLOADED
     in_flight: int = 0  # requests that picked it and have not finished
@@ -70,7 +70,7 @@ class ModelEntry:
 
     def idle(self) -> bool:
         """Loaded, with no request in flight, nothing running or queued, and no transition."""
-        engine = self.server.engine
+        engine = self.host.engine
         return (self.state is ModelState.LOADED and self.in_flight == 0 and self.transition is None
                 and engine.n_unfinished() == 0 and engine.queue_depth == 0)
 
@@ -106,7 +106,7 @@ class Models:
     # -- using a model --------------------------------------------------------------------
 
     async def acquire(self, entry: ModelEntry) -> Served:
-        """The model's server state, loaded (waiting for a load, up to --models-load-timeout:
+        """The model's host, loaded (waiting for a load, up to --models-load-timeout:
         then 503 with Retry-After). Counts the request in flight until `release`."""
         entry.in_flight += 1
         try:
@@ -116,7 +116,7 @@ class Models:
             raise
         entry.counts["requests"] += 1
         entry.last_used = time.monotonic()
-        return entry.server
+        return entry.host
 
     def release(self, entry: ModelEntry, keep_alive: float | None = None) -> None:
         """A request ended: the model stays loaded `keep_alive` seconds from now (the request's
@@ -161,19 +161,19 @@ class Models:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         try:
-            engine = entry.server.engine
+            engine = entry.host.engine
             if not engine.started:
                 engine.start()
             else:  # sleeping: loaded again as it was, its prompt cache kept
                 await asyncio.wrap_future(engine.wake())
-            await loop.run_in_executor(None, entry.server.finish_loading)
+            await loop.run_in_executor(None, entry.host.finish_loading)
         except NotReady as exc:
             entry.counts["load_failures"] += 1
             entry.error = str(exc)
             entry.state = ModelState.UNLOADED
             log.error("model %s: %s", entry.name, exc)
-            await loop.run_in_executor(None, entry.server.engine.stop)
-            entry.server.renew_engine()  # a fresh engine: the next request tries again
+            await loop.run_in_executor(None, entry.host.engine.stop)
+            entry.host.renew_engine()  # a fresh engine: the next request tries again
             raise ServerError(f"the model '{entry.name}' failed to load: {exc}") from None
         except BaseException:
             entry.state = before
@@ -205,7 +205,7 @@ class Models:
     async def _unload(self, entry: ModelEntry) -> bool:
         entry.state = ModelState.UNLOADING
         try:
-            done = await asyncio.wrap_future(entry.server.engine.sleep())
+            done = await asyncio.wrap_future(entry.host.engine.sleep())
         except BaseException:
             entry.state = ModelState.LOADED
             raise
@@ -237,5 +237,5 @@ class Models:
                     log.info("model %s: unloaded after its keep-alive", entry.name)
                     self._start(entry, self._unload(entry))
 
-    def servers(self) -> list[Served]:
-        return [entry.server for entry in self.entries.values()]
+    def hosts(self) -> list[Served]:
+        return [entry.host for entry in self.entries.values()]

@@ -28,7 +28,7 @@ from ..errors import ClientClosed, ContextOverflow
 from ..output.parsed import ContentDelta, ReasoningDelta, ToolCallDelta
 from ..output.reply import parse_event, parse_reply
 from ..request.protocol import ChatParams, CompletionParams, GenerationParams
-from ..state import Warmslot
+from ..state import ModelHost
 from .events import ChoiceEnd, ChoiceReply, Delta, End, PromptProgress, Reply, StreamEvent, finish_of, total_usage
 from .plan import ChatPlan, check_n, completion_tokens, echo_text, plan_chat
 from .submission import Submission, TaggedSink
@@ -40,10 +40,10 @@ class Generation:
     """A request admitted by the engine: `n` choices for each of its prompts."""
 
     def __init__(
-        self, server: Warmslot, endpoint: str, gen: GenerationParams, sub: Submission, started: Event,
+        self, host: ModelHost, endpoint: str, gen: GenerationParams, sub: Submission, started: Event,
         prompts: list[list[int]], plan: ChatPlan | None, built_s: float | None = None,
     ) -> None:
-        self.server = server
+        self.host = host
         self.endpoint = endpoint  # names the request in the log
         self.gen = gen
         self.sub = sub
@@ -54,7 +54,7 @@ class Generation:
         self.n_choices = len(prompts) * gen.n
         self.prompt: Prompt | None = plan.prompt if plan is not None else None
         self.media = plan.media if plan is not None else ()
-        self.parsers = [plan.parser(server) for _ in range(self.n_choices)] if plan is not None else None
+        self.parsers = [plan.parser(host) for _ in range(self.n_choices)] if plan is not None else None
         self.echoes = [""] * self.n_choices  # what `echo` puts before each choice's text
         self.headers = explain.header(self.reuse, len(prompts[0]), self.prompt)
         self.built_s = built_s  # how long its prompt took to build (or tokenize), its wait for the pool included
@@ -157,12 +157,12 @@ class Generation:
     async def count_tokens(self, text: str) -> int:
         if not text:
             return 0
-        return len(await self.server.offload(self.server.builder.tokenizer.raw, text))
+        return len(await self.host.server.offload(self.host.builder.tokenizer.raw, text))
 
     def _log(self, usage) -> None:
         log.info("%s", explain.log_line(self.endpoint, self.reuse, usage, self.prompt, self.built_s))
         req = self.sub.req
-        self.server.recent.add(summarize(req.id, req.origin, req.tenant, self.reuse, usage, self.prompt, self.media))
+        self.host.server.recent.add(summarize(req.id, req.origin, req.tenant, self.reuse, usage, self.prompt, self.media))
 
     def log_gone(self) -> None:
         slot = f"slot {self.reuse.slot} " if self.reuse is not None else ""
@@ -206,41 +206,41 @@ class _Live:
 
 
 async def start_chat(
-    request: Request, server: Warmslot, key: str, params: ChatParams, *, budget: int, endpoint: str, prompt_param: str = "messages"
+    request: Request, host: ModelHost, key: str, params: ChatParams, *, budget: int, endpoint: str, prompt_param: str = "messages"
 ) -> Generation:
     """Plan a chat-shaped request, submit its choices and wait for admission."""
-    check_n(server, params.gen.n)
-    deadline = server.deadline(params.gen.timeout)  # from arrival: waiting for the pool counts too
+    check_n(host, params.gen.n)
+    deadline = host.server.deadline(params.gen.timeout)  # from arrival: waiting for the pool counts too
     started = time.monotonic()
     async with _waiting(endpoint):
         try:
-            plan = await server.offload(plan_chat, server, params, budget, request=request, deadline=deadline)
+            plan = await host.server.offload(plan_chat, host, params, budget, request=request, deadline=deadline)
         except ContextOverflow as exc:  # the builder stopped early: named as this API names its prompt
             exc.param = prompt_param
             raise
     built_s = time.monotonic() - started
     params.gen.sampling.reasoning_budget = plan.budget
-    sub = _submit(server, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline, request.url.path)
-    return Generation(server, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan, built_s)
+    sub = _submit(host, key, [plan.prompt.tokens], params.gen, plan, prompt_param, deadline, request.url.path)
+    return Generation(host, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan, built_s)
 
 
-async def start_text(request: Request, server: Warmslot, key: str, params: CompletionParams) -> Generation:
+async def start_text(request: Request, host: ModelHost, key: str, params: CompletionParams) -> Generation:
     """Tokenize a completion request's prompts, submit their choices, wait for admission."""
-    check_n(server, params.gen.n)
-    deadline = server.deadline(params.gen.timeout)
+    check_n(host, params.gen.n)
+    deadline = host.server.deadline(params.gen.timeout)
     many = len(params.prompts) > 1
     started = time.monotonic()
     async with _waiting("completion"):
         prompts = [
-            await server.offload(completion_tokens, server, p, f"prompt[{i}]" if many else "prompt", request=request, deadline=deadline)
+            await host.server.offload(completion_tokens, host, p, f"prompt[{i}]" if many else "prompt", request=request, deadline=deadline)
             for i, p in enumerate(params.prompts)
         ]
         echoes = [
-            await server.offload(echo_text, server, p, t, request=request, deadline=deadline) for p, t in zip(params.prompts, prompts)
+            await host.server.offload(echo_text, host, p, t, request=request, deadline=deadline) for p, t in zip(params.prompts, prompts)
         ] if params.gen.echo else None
     built_s = time.monotonic() - started
-    sub = _submit(server, key, prompts, params.gen, None, "prompt", deadline, request.url.path)
-    generation = Generation(server, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None, built_s)
+    sub = _submit(host, key, prompts, params.gen, None, "prompt", deadline, request.url.path)
+    generation = Generation(host, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None, built_s)
     if echoes is not None:
         generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
     return generation
@@ -257,7 +257,7 @@ async def _waiting(endpoint: str):
 
 
 def _submit(
-    server: Warmslot, key: str, prompts: list[list[int]], gen: GenerationParams, plan: ChatPlan | None, prompt_param: str,
+    host: ModelHost, key: str, prompts: list[list[int]], gen: GenerationParams, plan: ChatPlan | None, prompt_param: str,
     deadline: float | None, origin: str,
 ) -> Submission:
     """One engine request per choice. Choice i*n + j answers prompt i with its j-th sample:
@@ -273,17 +273,17 @@ def _submit(
         for j in range(gen.n):
             sink = TaggedSink(loop, queue, p * gen.n + j)
             req = _engine_request(
-                server, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline, media=media,
+                host, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline, media=media,
                 origin=origin,
             )
             first = first or req.id
             reqs.append(req)
-    limit = server.time_limit(gen.timeout)
-    return Submission.submit(server.engine, reqs, queue, server.engine.info.n_ctx_slot, prompt_param, limit)
+    limit = host.server.time_limit(gen.timeout)
+    return Submission.submit(host.engine, reqs, queue, host.engine.info.n_ctx_slot, prompt_param, limit)
 
 
 def _engine_request(
-    server: Warmslot, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of,
+    host: ModelHost, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of,
     deadline: float | None, media=(), origin: str = "",
 ) -> GenerateRequest:
     """The engine request for one choice (`choice` > 0: another choice of the same prompt,
@@ -294,7 +294,7 @@ def _engine_request(
     if choice:
         seed = None if sampling.seed is None else sampling.seed + choice
         sampling = dataclasses.replace(sampling, seed=seed)
-    n_predict = server.config.n_predict
+    n_predict = host.config.n_predict
     return GenerateRequest(
         id=secrets.token_hex(12),
         tokens=tokens,
@@ -304,7 +304,7 @@ def _engine_request(
         max_tokens=gen.max_tokens if gen.max_tokens is not None else (n_predict if n_predict >= 0 else None),
         stop=gen.stop,
         ignore_eos=gen.ignore_eos,
-        tenant=server.tenant(key, gen.tenant_hint),
+        tenant=host.server.tenant(key, gen.tenant_hint),
         reuse_prefix=gen.cache_prompt,
         cache_key=gen.cache_key,
         session=gen.session,

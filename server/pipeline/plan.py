@@ -3,7 +3,7 @@
 A chat-shaped request (chat completions, Responses, and any API converted to chat messages)
 becomes a `ChatPlan`: the rendered prompt, the tools offered, the grammar that constrains the
 output, the reasoning budget, and the checkpoint boundaries where agent histories diverge. A
-completion prompt becomes its tokens. Planning runs on the tokenize pool (`Warmslot.offload`):
+completion prompt becomes its tokens. Planning runs on the tokenize pool (`Server.offload`):
 schema conversion, template rendering and grammar checks can take a while.
 """
 
@@ -36,7 +36,7 @@ from warmslot.server.request.constraints import (
 )
 from ..request.protocol import ChatParams
 from ..request.reasoning import budget_spec
-from ..state import Warmslot
+from ..state import ModelHost
 
 log = logging.getLogger("warmslot.server")
 
@@ -57,11 +57,11 @@ class ChatPlan:
     def boundaries(self) -> list[int]:
         return checkpoint_boundaries(self.prompt, self.breakpoints)
 
-    def parser(self, server: Warmslot) -> OutputParser:
+    def parser(self, host: ModelHost) -> OutputParser:
         """A fresh output parser for one choice of this plan's reply."""
         return OutputParser(
-            format=server.tool_format,
-            reasoning=server.reasoning[0],
+            format=host.tool_format,
+            reasoning=host.reasoning[0],
             starts_in_reasoning=self.opens_reasoning,
             tools_enabled=self.tools is not None,
             tools=self.tools,
@@ -99,12 +99,12 @@ def _tools_key(tools: object) -> str:
     return json.dumps(tools, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def check_n(server: Warmslot, n: int) -> None:
-    if n > server.config.max_n:
-        raise InvalidRequest(f"'n' must be at most {server.config.max_n} (--max-n)", param="n")
+def check_n(host: ModelHost, n: int) -> None:
+    if n > host.config.max_n:
+        raise InvalidRequest(f"'n' must be at most {host.config.max_n} (--max-n)", param="n")
 
 
-def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPlan:
+def plan_chat(host: ModelHost, params: ChatParams, budget: int = -1) -> ChatPlan:
     """Validate the tools, build the prompt and the grammar (on the tokenize pool)."""
     key = _tools_key(params.tools) if params.tools else ""
     tools = _TOOLS.get((key,), lambda: validate_tools(params.tools)) if params.tools is not None else []
@@ -113,7 +113,7 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     # NOTE: tool_choice "none" still renders the tools (only the grammar and the parsing turn
     # off), as llama-server and vLLM do: the prompt, and so the cached prefix, stays the same
     images = message_images(params.messages)
-    projector = server.engine.projector if images else None
+    projector = host.engine.projector if images else None
     if images and projector is None:
         what = "audio" if images[0].audio else "images"
         raise InvalidRequest(f"this model takes no {what}: the server runs without a projector (--mmproj)", param=images[0].param)
@@ -122,30 +122,30 @@ def plan_chat(server: Warmslot, params: ChatParams, budget: int = -1) -> ChatPla
     # prompt's tool list: the tool result that loads it shows its definition, so loading one
     # never changes the prompt's start
     listed = [t for t in tools if t["function"]["name"] not in params.hidden_tools] if params.hidden_tools else tools
-    prompt = server.builder.build(
+    prompt = host.builder.build(
         params.messages, listed or None, extra=params.template_kwargs, media_marker=marker,
         add_generation_prompt=params.add_generation_prompt, continue_final=params.continue_final,
     )
     media: tuple[MediaSpan, ...] = ()
     if images:
-        config = server.config
+        config = host.config
         prompt, media = attach_images(
             prompt, images, projector, max_bytes=config.image_max_bytes, max_pixels=config.image_max_pixels, media_path=config.media_path,
             fetch_timeout=config.image_fetch_timeout if config.image_fetch else None,
         )
     if params.exact_turns:
-        prompt, media = _splice(server, prompt, params.exact_turns, media)
+        prompt, media = _splice(host, prompt, params.exact_turns, media)
     # a request that turns thinking off gets no think block in its grammar either
-    reasoning = server.reasoning[0] and params.template_kwargs.get("enable_thinking") is not False
+    reasoning = host.reasoning[0] and params.template_kwargs.get("enable_thinking") is not False
     opens = prompt_opens_reasoning(prompt.text)
-    grammar = _grammar(server, params, offered, choice, reasoning, reasoning and opens, key)
-    spec = budget_spec(budget, server.engine.vocab, opens) if server.thinks else None
+    grammar = _grammar(host, params, offered, choice, reasoning, reasoning and opens, key)
+    spec = budget_spec(budget, host.engine.vocab, opens) if host.thinks else None
     return ChatPlan(prompt, offered, reasoning and opens, grammar, spec, media, params.breakpoints)
 
 
-def _splice(server: Warmslot, prompt: Prompt, turns: dict, media: tuple[MediaSpan, ...]) -> tuple[Prompt, tuple[MediaSpan, ...]]:
+def _splice(host: ModelHost, prompt: Prompt, turns: dict, media: tuple[MediaSpan, ...]) -> tuple[Prompt, tuple[MediaSpan, ...]]:
     """Earlier assistant turns as the model generated them (see exact_turns.py)."""
-    spliced, report = splice_turns(prompt, turns, server.engine.vocab.is_eog)
+    spliced, report = splice_turns(prompt, turns, host.engine.vocab.is_eog)
     if report.skipped:  # one line per request: a long history may hold many such turns
         first, reason = next(iter(report.skipped.items()))
         log.info("%d of %d turns rendered by the template, not as generated (from message %d: %s)",
@@ -155,13 +155,13 @@ def _splice(server: Warmslot, prompt: Prompt, turns: dict, media: tuple[MediaSpa
 
 
 def _grammar(
-    server: Warmslot, params: ChatParams, tools: list[dict] | None, choice: ToolChoice, reasoning: bool, opens: bool,
+    host: ModelHost, params: ChatParams, tools: list[dict] | None, choice: ToolChoice, reasoning: bool, opens: bool,
     tools_key: str = "",
 ) -> GrammarSpec | None:
     """The grammar that constrains the output (tool_choice, response_format), if any."""
     spec = None
     if tools:
-        parallel, fmt = params.parallel_tool_calls, server.tool_format
+        parallel, fmt = params.parallel_tool_calls, host.tool_format
         spec = _TOOL_GRAMMARS.get((tools_key, repr(choice), fmt, parallel, reasoning, opens), lambda: tool_call_grammar(
             tools, choice, fmt, parallel_tool_calls=parallel, reasoning=reasoning, starts_in_reasoning=opens,
         ))
@@ -173,7 +173,7 @@ def _grammar(
         output = json_schema_grammar(response.schema, response.param, reasoning=reasoning, starts_in_reasoning=opens)
     elif params.grammar is not None:  # the client's own GBNF, as llama-server takes it
         output = GrammarSpec(params.grammar)
-        error = server.engine.vocab.check_grammar(output)
+        error = host.engine.vocab.check_grammar(output)
         if error is not None:
             raise InvalidRequest(f"the grammar cannot be used: {error}", param="grammar")
     if output is not None:
@@ -210,14 +210,14 @@ def checkpoint_boundaries(prompt: Prompt, breakpoints: tuple[int, ...] = ()) -> 
     return sorted({b for b in out if 0 < b < len(prompt.tokens)})
 
 
-def completion_tokens(server: Warmslot, prompt: str | list[int], param: str) -> list[int]:
+def completion_tokens(host: ModelHost, prompt: str | list[int], param: str) -> list[int]:
     """A completion prompt's tokens (on the tokenize pool for a text)."""
-    tokens = server.builder.tokenizer.prompt(prompt) if isinstance(prompt, str) else list(prompt)
+    tokens = host.builder.tokenizer.prompt(prompt) if isinstance(prompt, str) else list(prompt)
     if not tokens:
         raise InvalidRequest("the prompt has no tokens", param=param)
     return tokens
 
 
-def echo_text(server: Warmslot, prompt: str | list[int], tokens: list[int]) -> str:
+def echo_text(host: ModelHost, prompt: str | list[int], tokens: list[int]) -> str:
     """What `echo` puts before a choice's text: the prompt as sent, or its tokens' text."""
-    return prompt if isinstance(prompt, str) else server.engine.vocab.detokenize(tokens)
+    return prompt if isinstance(prompt, str) else host.engine.vocab.detokenize(tokens)

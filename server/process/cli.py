@@ -310,11 +310,11 @@ def _serve(config, socks: list[socket.socket], argv: list[str]) -> NoReturn:
 
     app = create_app(config, on_fatal=on_fatal, models=models)
     # an abort inside llama.cpp names the running requests (of every model)
-    home = app.state.warmslot
-    if home.models is None:
-        report_crashes(home.engine)
+    state = app.state.warmslot
+    if state.models is None:
+        report_crashes(state.default.engine)
     else:
-        report_crashes_of(lambda: [served.engine for served in home.models.servers()])
+        report_crashes_of(lambda: [host.engine for host in state.hosts()])
     uv_config = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="warning", access_log=False, timeout_graceful_shutdown=5
     )

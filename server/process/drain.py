@@ -28,7 +28,7 @@ import time
 import uvicorn
 from sse_starlette.sse import AppStatus
 
-from ..state import Warmslot
+from ..state import Server
 
 log = logging.getLogger("warmslot.server")
 
@@ -47,7 +47,7 @@ def _exit_now() -> None:
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, server: Warmslot, timeout: float) -> None:
+    def __init__(self, config: uvicorn.Config, server: Server, timeout: float) -> None:
         super().__init__(config)
         self.warmslot = server
         self.drain_timeout = timeout
@@ -82,8 +82,8 @@ class DrainingServer(uvicorn.Server):
         server.draining = True
         server.close_queues()  # prompt building and embeddings that wait or run end now
         several = server.models is not None
-        engines = [each.engine for each in server.models.servers() if each.ready] if several else [server.engine]
-        if not several and not server.ready:
+        engines = [each.engine for each in server.models.hosts() if each.ready] if several else [server.default.engine]
+        if not several and not server.default.ready:
             self.should_exit = True
             return
         unfinished = lambda: sum(engine.n_unfinished() for engine in engines)  # noqa: E731

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import ModelNotFound
-from ..state import Warmslot, named_model, server_of
+from ..state import ModelHost, named_model, server_of
 from ..version import build_info, version_info
 
 # With one model every POST takes any `model` for it; the README's examples use this name.
@@ -27,19 +27,19 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # what llama-server reports for "a random seed"
 async def props(request: Request) -> Response:
     """llama-server's /props: the slots' context, the defaults and the chat template, plus
     warmslot's capacity table."""
-    server = named_model(request, request.query_params.get("model"))
-    server.authorize(request)
-    server.require_ready()
-    info = server.engine.info
-    template = server.builder.template
-    modalities = _modalities(server)
+    host = named_model(request, request.query_params.get("model"))
+    host.server.authorize(request)
+    host.require_ready()
+    info = host.engine.info
+    template = host.builder.template
+    modalities = _modalities(host)
     body = {
-        "default_generation_settings": {"params": default_params(server), "n_ctx": info.n_ctx_slot},
+        "default_generation_settings": {"params": default_params(host), "n_ctx": info.n_ctx_slot},
         "total_slots": info.n_slots,
-        "model_alias": server.model_name,
-        "model_path": server.config.engine.model_path or info.model_path,  # as given, not the resolved blob
+        "model_alias": host.model_name,
+        "model_path": host.config.engine.model_path or info.model_path,  # as given, not the resolved blob
         "modalities": {"vision": "vision" in modalities, "video": False, "audio": "audio" in modalities},
-        "endpoint_slots": server.config.slots_endpoint,
+        "endpoint_slots": host.config.slots_endpoint,
         "endpoint_props": False,
         "endpoint_metrics": True,
         "chat_template": template.source,
@@ -48,24 +48,24 @@ async def props(request: Request) -> Response:
         "bos_token": template.bos_token,
         "eos_token": template.eos_token,
         "build_info": build_info(),
-        "is_sleeping": server.sleeper is not None and server.sleeper.asleep,
+        "is_sleeping": host.sleeper is not None and host.sleeper.asleep,
         "n_ctx_train": info.n_ctx_train,
         "capacity": info.capacity.to_json() if info.capacity is not None else None,
     }
     return JSONResponse(body)
 
 
-def _modalities(server: Warmslot) -> tuple[str, ...]:
+def _modalities(host: ModelHost) -> tuple[str, ...]:
     """What the projector's encoders take ("vision", "audio"), as loaded (the engine frees the
     projector while the model sleeps; its info stays)."""
-    capacity = server.engine.info.capacity if server.ready else None
+    capacity = host.engine.info.capacity if host.ready else None
     return capacity.modalities if capacity is not None else ()
 
 
-def default_params(server: Warmslot) -> dict:
+def default_params(host: ModelHost) -> dict:
     """A request's defaults, named as llama-server names them."""
-    s = server.config.sampling
-    n_predict = server.config.n_predict
+    s = host.config.sampling
+    n_predict = host.config.n_predict
     return {
         "seed": LLAMA_DEFAULT_SEED if s.seed is None else s.seed,
         "temperature": s.temperature,
@@ -79,8 +79,8 @@ def default_params(server: Warmslot) -> dict:
         "max_tokens": n_predict,
         "n_predict": n_predict,
         "stream": False,
-        "reasoning_format": server.config.reasoning_format,
-        "reasoning_budget": server.config.reasoning_budget,
+        "reasoning_format": host.config.reasoning_format,
+        "reasoning_budget": host.config.reasoning_budget,
         "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
     }
 
@@ -89,13 +89,13 @@ async def version(request: Request) -> Response:
     return JSONResponse({**version_info(), "build_info": build_info()})
 
 
-def model_entry(server: Warmslot) -> dict:
+def model_entry(host: ModelHost) -> dict:
     """One /v1/models entry. `context_length` and `max_model_len` (vLLM's name) are a slot's
     context, which is what a request can use."""
-    entry = {"id": server.model_name, "object": "model", "created": server.created, "owned_by": "warmslot",
-             "aliases": server.config.aliases or [server.model_name], "tags": server.config.tags}
-    if server.ready:
-        info = server.engine.info
+    entry = {"id": host.model_name, "object": "model", "created": host.created, "owned_by": "warmslot",
+             "aliases": host.config.aliases or [host.model_name], "tags": host.config.tags}
+    if host.ready:
+        info = host.engine.info
         entry["context_length"] = info.n_ctx_slot
         entry["max_model_len"] = info.n_ctx_slot
         entry["meta"] = {
@@ -116,17 +116,17 @@ async def models(request: Request) -> Response:
     adds it (clients read its `capabilities`). With several models, each entry says where it
     stands: `state` (and llama-server's `status.value`) is loaded, loading, unloading,
     sleeping (unloaded, its prompt cache kept) or unloaded."""
-    home = server_of(request)
-    served = [(entry.server, entry.state.value) for entry in home.models.entries.values()] if home.models else [(home, None)]
+    server = server_of(request)
+    served = [(entry.host, entry.state.value) for entry in server.models.entries.values()] if server.models else [(server.default, None)]
     data, ollama = [], []
-    for server, state in served:
-        entry = model_entry(server)
-        media = bool(_modalities(server))
+    for host, state in served:
+        entry = model_entry(host)
+        media = bool(_modalities(host))
         if state is not None:
             entry.update(state=state, status={"value": state})
         data.append(entry)
-        ollama.append({"name": server.model_name, "model": server.model_name, "type": "model", "format": "gguf",
-                       "tags": server.config.tags, "capabilities": ["completion", "multimodal"] if media else ["completion"]})
+        ollama.append({"name": host.model_name, "model": host.model_name, "type": "model", "format": "gguf",
+                       "tags": host.config.tags, "capabilities": ["completion", "multimodal"] if media else ["completion"]})
     return JSONResponse({"object": "list", "data": data, "models": ollama})
 
 
@@ -134,12 +134,12 @@ async def model(request: Request) -> Response:
     """GET /v1/models/{id}: the model under its name, any alias, or "default" (the name every
     POST accepts for the loaded model); 404 otherwise. With several models, the one the name
     picks (as a request's `model` would)."""
-    home = server_of(request)
+    server = server_of(request)
     wanted = request.path_params["model_id"]
-    if home.models is not None:
-        entry = home.models.resolve(wanted)
-        return JSONResponse({**model_entry(entry.server), "state": entry.state.value, "status": {"value": entry.state.value}})
-    entry = model_entry(home)
+    if server.models is not None:
+        entry = server.models.resolve(wanted)
+        return JSONResponse({**model_entry(entry.host), "state": entry.state.value, "status": {"value": entry.state.value}})
+    entry = model_entry(server.default)
     if wanted not in (entry["id"], DEFAULT_MODEL_NAME) and wanted not in entry["aliases"]:
         raise ModelNotFound(wanted)
     return JSONResponse(entry)

@@ -18,13 +18,14 @@ from ..state import named_model, open_model, server_of
 
 async def health(request: Request) -> Response:
     server = server_of(request)
-    if server.init_error is not None:
-        return JSONResponse({"status": "error", "error": {"message": str(server.init_error), "type": "server_error"}}, 500)
+    host = server.default
+    if host.init_error is not None:
+        return JSONResponse({"status": "error", "error": {"message": str(host.init_error), "type": "server_error"}}, 500)
     if server.draining:
         return JSONResponse({"status": "shutting_down", "error": shutting_down().body()["error"]}, 503, headers={"Retry-After": "1"})
-    if not server.ready and server.models is None:  # several models: each loads when a request names it
+    if not host.ready and server.models is None:  # several models: each loads when a request names it
         return JSONResponse(
-            {"status": "loading", "progress": round(server.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
+            {"status": "loading", "progress": round(host.engine.load_progress, 3), "error": {"message": "the model is loading", "type": "unavailable_error", "code": "loading"}},
             503,
             headers={"Retry-After": "5"},
         )
@@ -33,11 +34,11 @@ async def health(request: Request) -> Response:
 async def tokenize(request: Request) -> Response:
     """Tokens the server would evaluate: for `content` (a text prompt, as /v1/completions
     tokenizes it) or for `messages` (and `tools`), as /v1/chat/completions renders them."""
-    server, _key, body = await open_model(request)
+    host, _key, body = await open_model(request)
     if "messages" in body:
         messages = parse_messages(body["messages"])
         tools = body.get("tools")
-        prompt = await server.offload(lambda: server.builder.build(messages, validate_tools(tools) if tools else None))
+        prompt = await host.server.offload(lambda: host.builder.build(messages, validate_tools(tools) if tools else None))
         spans = [{"role": role, "start": glue, "content_start": content} for role, glue, content in prompt.messages]
         return JSONResponse({"tokens": prompt.tokens, "messages": spans})
     content = body.get("content")
@@ -48,13 +49,13 @@ async def tokenize(request: Request) -> Response:
     for name, value in (("add_special", add_special), ("with_pieces", with_pieces)):
         if not isinstance(value, bool):
             raise InvalidRequest(f"'{name}' must be a boolean", param=name)
-    vocab = server.engine.vocab
+    vocab = host.engine.vocab
 
     def run() -> list:
         tokens = vocab.tokenize(content, add_special=add_special, parse_special=True)
         return [{"id": t, "piece": _piece(vocab.token_piece(t))} for t in tokens] if with_pieces else tokens
 
-    return JSONResponse({"tokens": await server.offload(run)})
+    return JSONResponse({"tokens": await host.server.offload(run)})
 
 
 def _piece(raw: bytes) -> str | list[int]:
@@ -68,37 +69,37 @@ def _piece(raw: bytes) -> str | list[int]:
 async def apply_template(request: Request) -> Response:
     """llama-server's POST /apply-template: the prompt text the chat template renders for
     `messages` (and `tools`), as /v1/chat/completions would, without generating."""
-    server, _key, body = await open_model(request)
-    params = parse_chat(body, server.engine.info.n_vocab, server.config.sampling)
+    host, _key, body = await open_model(request)
+    params = parse_chat(body, host.engine.info.n_vocab, host.config.sampling)
     tools = validate_tools(params.tools) if params.tools else None
     add_generation_prompt = body.get("add_generation_prompt", True)
     if not isinstance(add_generation_prompt, bool):
         raise InvalidRequest("'add_generation_prompt' must be a boolean", param="add_generation_prompt")
-    text = await server.offload(lambda: server.builder.render_text(
+    text = await host.server.offload(lambda: host.builder.render_text(
         params.messages, tools, add_generation_prompt=add_generation_prompt, extra=params.template_kwargs, continue_final=params.continue_final,
     ))
     return JSONResponse({"prompt": text})  # rendered only: a prompt longer than a slot is still shown
 
 
 async def detokenize(request: Request) -> Response:
-    server, _key, body = await open_model(request)
+    host, _key, body = await open_model(request)
     tokens = body.get("tokens")
-    n_vocab = server.engine.info.n_vocab
+    n_vocab = host.engine.info.n_vocab
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in tokens):
         raise InvalidRequest(f"'tokens' must be a list of token ids (0..{n_vocab - 1})", param="tokens")
-    text = await server.offload(server.engine.vocab.detokenize, tokens)
+    text = await host.server.offload(host.engine.vocab.detokenize, tokens)
     return JSONResponse({"content": text})
 
 async def _engine_snapshot(request: Request):
     """The detailed snapshot a key may see: details of its own tenants only, unless it is the
     admin key (other tenants' slots show their id and state)."""
-    server = named_model(request, request.query_params.get("model"))
-    key = server.authorize(request)
-    if not server.config.slots_endpoint:
+    host = named_model(request, request.query_params.get("model"))
+    key = host.server.authorize(request)
+    if not host.config.slots_endpoint:
         raise NotSupported("the /slots and /engine endpoints are disabled (--no-slots)")
-    server.require_ready()
-    visible = server.visible_tenants(key)
-    return server, await asyncio.get_running_loop().run_in_executor(None, lambda: server.engine.snapshot(detail=True, visible=visible))
+    host.require_ready()
+    visible = host.server.visible_tenants(key)
+    return host, await asyncio.get_running_loop().run_in_executor(None, lambda: host.engine.snapshot(detail=True, visible=visible))
 
 
 async def slots_view(request: Request) -> Response:
@@ -109,9 +110,9 @@ async def slots_view(request: Request) -> Response:
     first, in id order (more than --parallel while quick requests run beside them, so that
     every running request is listed); GET /engine lists every sequence. `?fail_on_no_slot=1`
     answers 503 when --parallel of them are running (a quick request may still start)."""
-    server, snapshot = await _engine_snapshot(request)
-    info = server.engine.info
-    speculative = server.config.engine.spec.type != "none"
+    host, snapshot = await _engine_snapshot(request)
+    info = host.engine.info
+    speculative = host.config.engine.spec.type != "none"
     views = snapshot.to_json()["slots"]
     n_shown = max(info.n_slots, sum(v["state"] != "idle" for v in views))
     shown = sorted(sorted(views, key=lambda v: (v["state"] == "idle", v["id"]))[:n_shown], key=lambda v: v["id"])
@@ -135,8 +136,8 @@ def _slot_body(view: dict, n_ctx: int, speculative: bool) -> dict:
 async def engine_view(request: Request) -> Response:
     """The whole engine at one instant: the slots, the queue, the prompt cache and what is
     held where (capacity)."""
-    server, snapshot = await _engine_snapshot(request)
-    capacity = server.engine.info.capacity
+    host, snapshot = await _engine_snapshot(request)
+    capacity = host.engine.info.capacity
     return JSONResponse({**snapshot.to_json(), "capacity": capacity.to_json() if capacity is not None else None})
 
 

@@ -27,7 +27,7 @@ from warmslot.slots import slot_files
 
 from ..errors import ApiError, Forbidden, InvalidRequest, NotSupported, Unavailable
 from ..request.json_body import parse_body
-from ..state import Warmslot, named_model
+from ..state import ModelHost, named_model
 
 log = logging.getLogger("warmslot.server")
 
@@ -36,46 +36,46 @@ _POLL_S = 0.05
 
 
 async def slot_action(request: Request) -> Response:
-    server = named_model(request, request.query_params.get("model"))  # several models: ?model=NAME
+    host = named_model(request, request.query_params.get("model"))  # several models: ?model=NAME
     # NOTE: a slot holds any tenant's conversation: saving, restoring or erasing it is the
     # admin key's (the only key that sees every tenant on /slots)
-    if not server.is_admin(server.authorize(request)):
+    if not host.server.is_admin(host.server.authorize(request)):
         raise Forbidden("slot actions need the admin key (--admin-key, else the first --api-key)")
-    if not server.config.slot_save_path:
+    if not host.config.slot_save_path:
         raise NotSupported("This server does not support slots action. Start it with `--slot-save-path`")
-    server.require_ready()
+    host.require_ready()
     try:
         slot_id = int(request.path_params["id_slot"])
     except ValueError:
         raise InvalidRequest("Invalid slot ID", param="id_slot") from None
     action = request.query_params.get("action", "")
     if action == "erase":
-        n = await _on_slot(server, lambda engine: slot_files.erase(engine, slot_id))
+        n = await _on_slot(host, lambda engine: slot_files.erase(engine, slot_id))
         return JSONResponse({"id_slot": slot_id, "n_erased": n})
     if action not in ("save", "restore"):
         raise InvalidRequest("Invalid action: use save, restore or erase", param="action")
     filename = parse_body(await request.body()).get("filename")
     if not isinstance(filename, str) or not valid_filename(filename):
         raise InvalidRequest("Invalid filename", param="filename")
-    longest = longest_filename(server.config.slot_save_path)
+    longest = longest_filename(host.config.slot_save_path)
     if len(filename.encode("utf-8")) > longest:
         raise InvalidRequest(f"Invalid filename: at most {longest} bytes on this server's file system", param="filename")
-    path = os.path.join(server.config.slot_save_path, filename)
+    path = os.path.join(host.config.slot_save_path, filename)
     loop = asyncio.get_running_loop()
     t0 = time.perf_counter()
     if action == "save":
-        img = await _on_slot(server, lambda engine: slot_files.image(engine, slot_id))
-        meta = Meta(server.engine.info.state_fingerprint, img.tenant, img.prompt_end, time.time())
-        await loop.run_in_executor(None, _check_quota, server.config, filename, _image_bytes(img))
+        img = await _on_slot(host, lambda engine: slot_files.image(engine, slot_id))
+        meta = Meta(host.engine.info.state_fingerprint, img.tenant, img.prompt_end, time.time())
+        await loop.run_in_executor(None, _check_quota, host.config, filename, _image_bytes(img))
         try:
             header = await loop.run_in_executor(
-                None, fmt.write, server.config.slot_save_path, filename, meta, img.tokens, img.state, img.checkpoints
+                None, fmt.write, host.config.slot_save_path, filename, meta, img.tokens, img.state, img.checkpoints
             )
         except OSError as exc:  # NOTE: str(exc) names the server's path; the reason alone does not
             raise ApiError(f"Unable to save slot: {exc.strerror or type(exc).__name__}") from None
-        if _saved_bytes(server.config.slot_save_path) > server.config.slot_save_size:  # the estimate fell short
+        if _saved_bytes(host.config.slot_save_path) > host.config.slot_save_size:  # the estimate fell short
             await loop.run_in_executor(None, _remove, path)
-            raise _over_quota(server.config)
+            raise _over_quota(host.config)
         return JSONResponse({
             "id_slot": slot_id, "filename": filename, "n_saved": len(img.tokens), "n_written": header.file_bytes,
             "timings": {"save_ms": (time.perf_counter() - t0) * 1000},
@@ -85,27 +85,27 @@ async def slot_action(request: Request) -> Response:
         if header.base is not None:
             raise Rejected("base", "a disk-tier segment: it holds only the cells after the entry it continues")
     except Rejected as exc:
-        server.slot_file_rejected[exc.reason] += 1
+        host.server.slot_file_rejected[exc.reason] += 1
         log.warning("slot file %s refused (%s)", filename, exc)
         raise InvalidRequest(f"Unable to restore slot: {exc}", param="filename", code=f"slot_file_{exc.reason}") from None
-    if header.meta.fingerprint != server.engine.info.state_fingerprint:
-        server.slot_file_rejected["model"] += 1
+    if header.meta.fingerprint != host.engine.info.state_fingerprint:
+        host.server.slot_file_rejected["model"] += 1
         log.warning("slot file %s refused: saved by another model or state layout", filename)
         raise InvalidRequest("Unable to restore slot: the file was saved by another model or state layout",
                              param="filename", code="slot_file_model")
-    n = await _on_slot(server, lambda engine: slot_files.restore(engine, slot_id, header, payload))
+    n = await _on_slot(host, lambda engine: slot_files.restore(engine, slot_id, header, payload))
     return JSONResponse({
         "id_slot": slot_id, "filename": filename, "n_restored": n, "n_read": header.file_bytes,
         "timings": {"restore_ms": (time.perf_counter() - t0) * 1000},
     })
 
 
-async def _on_slot(server: Warmslot, fn):
+async def _on_slot(host: ModelHost, fn):
     """Run fn on the engine thread once its slot is idle (polling between steps)."""
     deadline = time.monotonic() + BUSY_WAIT_S
     loop = asyncio.get_running_loop()
     while True:
-        future = server.engine.call(fn)
+        future = host.engine.call(fn)
         try:
             return await asyncio.wrap_future(future, loop=loop)
         except slot_files.SlotBusy:

@@ -24,53 +24,53 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import Unauthorized, Unavailable
-from ..state import Warmslot, server_of
+from ..state import ModelHost, server_of
 from ..version import version_info
 
 ENGINE_ANSWER_TIMEOUT = 10.0  # seconds: longer than any one step (a bounded batch) should take
 
 
-def _ready(request: Request) -> Warmslot:
-    server = server_of(request)
-    server.require_ready()
-    return server
+def _ready(request: Request) -> ModelHost:
+    host = server_of(request).default
+    host.require_ready()
+    return host
 
 
 async def get_load(request: Request) -> Response:
-    server = _ready(request)
-    snap = server.engine.snapshot()
+    host = _ready(request)
+    snap = host.engine.snapshot()
     states = snap.states() if snap is not None else {}
     running = states.get("prefill", 0) + states.get("decode", 0)
-    waiting = server.engine.queue_depth
+    waiting = host.engine.queue_depth
     body = {
         "load": running + waiting,
         "running": running,
         "waiting": waiting,
-        "slots": server.engine.info.n_slots,
+        "slots": host.engine.info.n_slots,
     }
-    if _sees_detail(server, request):
+    if _sees_detail(host, request):
         body["kv_cells_used"] = sum(s.n_tokens for s in snap.slots) if snap is not None else 0
-        body["kv_cells_total"] = server.engine.info.n_ctx
+        body["kv_cells_total"] = host.engine.info.n_ctx
         body["prompt_cache_bytes"] = snap.cache.bytes if snap is not None and snap.cache is not None else 0
     return JSONResponse(body)
 
 
-def _sees_detail(server: Warmslot, request: Request) -> bool:
+def _sees_detail(host: ModelHost, request: Request) -> bool:
     """KV cells and cache bytes follow other tenants' prompts as they grow: with API keys,
     only the admin key sees them (a router without a key gets the coarse load)."""
-    if not server.config.api_keys:
+    if not host.config.api_keys:
         return True
     try:
-        return server.is_admin(server.authorize(request))
+        return host.server.is_admin(host.server.authorize(request))
     except Unauthorized:
         return False
 
 
 async def get_model_info(request: Request) -> Response:
-    server = _ready(request)
-    info = server.engine.info
+    host = _ready(request)
+    info = host.engine.info
     return JSONResponse({
-        "model_id": server.model_name,
+        "model_id": host.model_name,
         "is_generation": True,
         "arch": info.arch,
         "n_params": info.n_params,
@@ -83,14 +83,14 @@ async def get_model_info(request: Request) -> Response:
 
 
 async def get_server_info(request: Request) -> Response:
-    server = server_of(request)
-    server.authorize(request)
-    server.require_ready()
-    info, engine_config = server.engine.info, server.config.engine
+    host = server_of(request).default
+    host.server.authorize(request)
+    host.require_ready()
+    info, engine_config = host.engine.info, host.config.engine
     placement = engine_config.placement
     return JSONResponse({
         "version": version_info()["version"],
-        "model_id": server.model_name,
+        "model_id": host.model_name,
         "model_path": info.model_path,
         "fingerprint": info.fingerprint,
         "slots": info.n_slots,
@@ -114,8 +114,8 @@ async def get_server_info(request: Request) -> Response:
 
 
 async def health_generate(request: Request) -> Response:
-    server = _ready(request)
-    answered = asyncio.wrap_future(server.engine.call(lambda engine: True))
+    host = _ready(request)
+    answered = asyncio.wrap_future(host.engine.call(lambda engine: True))
     try:
         await asyncio.wait_for(answered, ENGINE_ANSWER_TIMEOUT)
     except asyncio.TimeoutError:

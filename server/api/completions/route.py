@@ -13,11 +13,11 @@ from .render import CompletionStream, completion_body
 
 
 async def completions(request: Request) -> Response:
-    server, key, body = await open_request(request)
-    params = parse_completion(body, server.engine.info.n_vocab, server.config.sampling)
-    generation = await pipeline.start_text(request, server, key, params)
+    host, key, body = await open_request(request)
+    params = parse_completion(body, host.engine.info.n_vocab, host.config.sampling)
+    generation = await pipeline.start_text(request, host, key, params)
     env = Envelope.of(generation, "cmpl")
-    vocab = server.engine.vocab
+    vocab = host.engine.vocab
     if params.gen.stream:
         return pipeline.sse_response(generation, CompletionStream(env, vocab, params.gen, generation.echoes))
     reply = await generation.collect(request)

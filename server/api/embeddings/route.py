@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from warmslot.slots import InputTooLong
 
 from ...errors import InvalidRequest, NotSupported
-from ...state import Warmslot, open_request
+from ...state import ModelHost, open_request
 
 MAX_INPUTS = 2048  # as OpenAI limits one request
 
@@ -74,8 +74,8 @@ def _encode(vector: np.ndarray, encoding: str) -> list[float] | str:
 
 
 async def embeddings(request: Request) -> Response:
-    server, _key, body = await open_request(request)
-    embedder = server.engine.embedder
+    host, _key, body = await open_request(request)
+    embedder = host.engine.embedder
     if embedder is None:
         raise NotSupported("this server does not compute embeddings; start it with --embeddings", code="embeddings_disabled")
     per_token = embedder.pooling == "none"
@@ -84,18 +84,18 @@ async def embeddings(request: Request) -> Response:
             "--pooling none gives a vector per token, which /v1/embeddings cannot return: use /embeddings, "
             "or start the server with another --pooling", param="input", code="pooling_not_supported",
         )
-    items = _inputs(body.get("input"), server.engine.info.n_vocab)
+    items = _inputs(body.get("input"), host.engine.info.n_vocab)
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise InvalidRequest("'encoding_format' must be float or base64", param="encoding_format")
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != embedder.n_embd:
         raise InvalidRequest(f"this model's embeddings have {embedder.n_embd} dimensions", param="dimensions")
-    deadline = server.deadline(None)
-    tokens = await server.offload(_tokenize, server, items, request=request, deadline=deadline)
+    deadline = host.server.deadline(None)
+    tokens = await host.server.offload(_tokenize, host, items, request=request, deadline=deadline)
     try:
         embedder.check(tokens)
-        vectors = await server.embed_queue.run(lambda job: embedder.embed(tokens, job=job), request=request, deadline=deadline)
+        vectors = await host.server.embed_queue.run(lambda job: embedder.embed(tokens, job=job), request=request, deadline=deadline)
     except InputTooLong as exc:
         raise InvalidRequest(f"{exc}; split it, or start the server with a larger --batch-size", param=f"input[{exc.index}]") from None
     n_tokens = sum(len(t) for t in tokens)
@@ -105,15 +105,15 @@ async def embeddings(request: Request) -> Response:
     return JSONResponse({
         "object": "list",
         "data": data,
-        "model": server.model_name,
+        "model": host.model_name,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     })
 
 
-def _tokenize(server: Warmslot, items: list[str | list[int]]) -> list[list[int]]:
+def _tokenize(host: ModelHost, items: list[str | list[int]]) -> list[list[int]]:
     out = []
     for i, item in enumerate(items):
-        tokens = server.builder.tokenizer.prompt(item) if isinstance(item, str) else list(item)
+        tokens = host.builder.tokenizer.prompt(item) if isinstance(item, str) else list(item)
         if not tokens:
             raise InvalidRequest("the input has no tokens", param=f"input[{i}]")
         out.append(tokens)

@@ -5,7 +5,7 @@ chat pipeline exactly as /v1/chat/completions would, so a conversation keeps its
 prefix whichever API it comes through. The model answers under the name the client sent
 (Claude Code sends its own model names): with one model any name is accepted; with several
 (`--models-file`), the name picks one, wildcards such as `claude-*haiku*` included. Both `x-api-key` and
-`Authorization: Bearer` carry the key (`Warmslot.authorize`); `anthropic-version` and
+`Authorization: Bearer` carry the key (`Server.authorize`); `anthropic-version` and
 `anthropic-beta` are accepted and change nothing: a beta is never a reason to refuse a
 request. What a request sends that changes nothing (its betas, `context_management`, server
 tools) is named in a debug log line.
@@ -27,10 +27,10 @@ log = logging.getLogger("warmslot.server")
 
 
 async def create_message(request: Request) -> Response:
-    server, key, body = await open_request(request)
-    parsed = _parse(server, body, request)
+    host, key, body = await open_request(request)
+    parsed = _parse(host, body, request)
     generation = await pipeline.start_chat(
-        request, server, key, parsed.chat, budget=parsed.budget, endpoint="messages", prompt_param="messages"
+        request, host, key, parsed.chat, budget=parsed.budget, endpoint="messages", prompt_param="messages"
     )
     message_id = f"msg_{generation.id}"
     if parsed.chat.gen.stream:
@@ -44,16 +44,16 @@ async def create_message(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     """The prompt tokens the same body would take, rendered and tokenized exactly as
     /v1/messages renders it (tools and the system prompt included)."""
-    server, key, body = await open_request(request)
-    parsed = _parse(server, body, request, count_only=True)
-    plan = await server.offload(pipeline.plan_chat, server, parsed.chat, -1, request=request)
+    host, key, body = await open_request(request)
+    parsed = _parse(host, body, request, count_only=True)
+    plan = await host.server.offload(pipeline.plan_chat, host, parsed.chat, -1, request=request)
     return JSONResponse({"input_tokens": len(plan.prompt.tokens)})
 
 
-def _parse(server, body: dict, request: Request, count_only: bool = False):
-    config = server.config
+def _parse(host, body: dict, request: Request, count_only: bool = False):
+    config = host.config
     parsed = parse_request(
-        body, server.engine.info.n_vocab, config.sampling, default_budget=config.reasoning_budget,
+        body, host.engine.info.n_vocab, config.sampling, default_budget=config.reasoning_budget,
         keep_billing_header=config.keep_billing_header, count_only=count_only,
     )
     betas = request.headers.get("anthropic-beta")

@@ -107,9 +107,9 @@ def openai_body(body: dict, vocab: Vocab) -> dict:
 class Shape:
     """Renders one request's replies in llama-server's shape."""
 
-    def __init__(self, body: dict, params: CompletionParams, server, prompts: list[list[int]]) -> None:
-        self.vocab: Vocab = server.engine.vocab
-        self.model = server.model_name
+    def __init__(self, body: dict, params: CompletionParams, host, prompts: list[list[int]]) -> None:
+        self.vocab: Vocab = host.engine.vocab
+        self.model = host.model_name
         self.n_probs = body.get("n_probs", 0)
         self.post_sampling = bool(body.get("post_sampling_probs"))
         self.return_tokens = bool(body.get("return_tokens"))
@@ -202,12 +202,12 @@ class NativeStream:
 
 
 async def completion(request: Request) -> Response:
-    server, key, body = await open_request(request)
-    params = parse_completion(openai_body(body, server.engine.vocab), server.engine.info.n_vocab, server.config.sampling)
+    host, key, body = await open_request(request)
+    params = parse_completion(openai_body(body, host.engine.vocab), host.engine.info.n_vocab, host.config.sampling)
     if params.gen.logprobs is not None:
         params.gen.logprobs = body.get("n_probs", 0)
-    generation = await pipeline.start_text(request, server, key, params)
-    shape = Shape(body, params, server, generation.prompts)
+    generation = await pipeline.start_text(request, host, key, params)
+    shape = Shape(body, params, host, generation.prompts)
     if params.gen.stream:
         return pipeline.sse_response(generation, NativeStream(shape))
     reply = await generation.collect(request)

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from warmslot.slots import InputTooLong
 
 from ...errors import InvalidRequest, NotSupported
-from ...state import Warmslot, open_request
+from ...state import ModelHost, open_request
 from ..embeddings.route import MAX_INPUTS
 
 PATHS = ("/rerank", "/v1/rerank", "/reranking", "/v1/reranking")
@@ -56,8 +56,8 @@ def _flag(body: dict[str, Any], name: str) -> bool:
 
 
 async def rerank(request: Request) -> Response:
-    server, _key, body = await open_request(request)
-    reranker = server.engine.reranker
+    host, _key, body = await open_request(request)
+    reranker = host.engine.reranker
     if reranker is None:
         raise NotSupported("this server does not rerank; start it with --reranking", code="reranking_disabled")
     query = body.get("query")
@@ -71,11 +71,11 @@ async def rerank(request: Request) -> Response:
     if not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 0:
         raise InvalidRequest("'top_n' must be a non-negative integer", param="top_n")
     with_text = _flag(body, "return_text" if tei else "return_documents")
-    deadline = server.deadline(None)
-    pairs = await server.offload(_pairs, server, query, texts, request=request, deadline=deadline)
+    deadline = host.server.deadline(None)
+    pairs = await host.server.offload(_pairs, host, query, texts, request=request, deadline=deadline)
     try:
         reranker.check(pairs)
-        scores = await server.embed_queue.run(lambda job: reranker.score(pairs, job=job), request=request, deadline=deadline)
+        scores = await host.server.embed_queue.run(lambda job: reranker.score(pairs, job=job), request=request, deadline=deadline)
     except InputTooLong as exc:
         raise InvalidRequest(f"{exc}; shorten it, or start the server with a larger --batch-size", param=f"{field}[{exc.index}]") from None
     order = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)[:top_n]
@@ -85,7 +85,7 @@ async def rerank(request: Request) -> Response:
         ])
     n_tokens = sum(len(p) for p in pairs)
     return JSONResponse({
-        "model": server.model_name,
+        "model": host.model_name,
         "object": "list",
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         "results": [
@@ -95,6 +95,6 @@ async def rerank(request: Request) -> Response:
     })
 
 
-def _pairs(server: Warmslot, query: str, texts: list[str]) -> list[list[int]]:
-    vocab = server.builder.tokenizer.vocab
-    return [server.engine.reranker.prompt(vocab, query, text) for text in texts]
+def _pairs(host: ModelHost, query: str, texts: list[str]) -> list[list[int]]:
+    vocab = host.builder.tokenizer.vocab
+    return [host.engine.reranker.prompt(vocab, query, text) for text in texts]

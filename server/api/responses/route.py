@@ -24,24 +24,24 @@ from ...request.protocol import ChatParams
 from ...state import open_request, server_of
 from .items import EXACT_KEY, chat_messages, items_message, output_items, parse_responses, response_body, usage_body
 from .signed_turns import TurnSigner, model_identity
-from .store import StoredResponse, store_of
+from .store import StoredResponse, responses_of, store_of
 from .stream import ResponseEvents
 
 
-def _signer(server) -> TurnSigner:
-    info = server.engine.info
-    return TurnSigner(server.api_state["turn_secret"], model_identity(info.arch, info.n_vocab, info.n_params))
+def _signer(host) -> TurnSigner:
+    info = host.engine.info
+    return TurnSigner(responses_of(host.server).turn_secret, model_identity(info.arch, info.n_vocab, info.n_params))
 
 
-def _as_chat(server, key: str, body: dict, signer: TurnSigner):
+def _as_chat(host, key: str, body: dict, signer: TurnSigner):
     """(the Responses parameters, the tenant, the whole conversation, it as chat parameters)."""
     if isinstance(body.get("input"), list):  # before any item is parsed
-        check_conversation(server.config, len(body["input"]), "input")
-    params = parse_responses(body, server.engine.info.n_vocab, server.config.sampling, signer.verify)
-    tenant = server.tenant(key, params.gen.tenant_hint)
-    history = store_of(server).get(tenant, params.previous_response_id).messages if params.previous_response_id else []
+        check_conversation(host.config, len(body["input"]), "input")
+    params = parse_responses(body, host.engine.info.n_vocab, host.config.sampling, signer.verify)
+    tenant = host.server.tenant(key, params.gen.tenant_hint)
+    history = store_of(host.server).get(tenant, params.previous_response_id).messages if params.previous_response_id else []
     conversation = history + params.messages
-    check_conversation(server.config, len(conversation), "input")
+    check_conversation(host.config, len(conversation), "input")
     messages = chat_messages(params.instructions, [], conversation)
     chat = ChatParams(
         messages=parse_messages(messages),
@@ -58,20 +58,20 @@ def _as_chat(server, key: str, body: dict, signer: TurnSigner):
 async def input_tokens(request: Request) -> Response:
     """POST /v1/responses/input_tokens (OpenAI's): the prompt tokens the same body would take,
     rendered and tokenized as a response to it would be (previous_response_id included)."""
-    server, key, body = await open_request(request)
-    _params, _tenant, _conversation, chat = _as_chat(server, key, body, _signer(server))
-    plan = await server.offload(pipeline.plan_chat, server, chat, -1, request=request)
+    host, key, body = await open_request(request)
+    _params, _tenant, _conversation, chat = _as_chat(host, key, body, _signer(host))
+    plan = await host.server.offload(pipeline.plan_chat, host, chat, -1, request=request)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": len(plan.prompt.tokens)})
 
 
 async def create_response(request: Request) -> Response:
-    server, key, body = await open_request(request)
-    signer = _signer(server)
-    params, tenant, conversation, chat = _as_chat(server, key, body, signer)
-    budget = server.config.reasoning_budget  # --reasoning-budget (the API's reasoning.effort is not mapped)
-    generation = await pipeline.start_chat(request, server, key, chat, budget=budget, endpoint="responses", prompt_param="input")
+    host, key, body = await open_request(request)
+    signer = _signer(host)
+    params, tenant, conversation, chat = _as_chat(host, key, body, signer)
+    budget = host.config.reasoning_budget  # --reasoning-budget (the API's reasoning.effort is not mapped)
+    generation = await pipeline.start_chat(request, host, key, chat, budget=budget, endpoint="responses", prompt_param="input")
     resp_id = f"resp_{generation.id}"
-    skeleton = functools.partial(response_body, resp_id, generation.created, server.model_name, params)
+    skeleton = functools.partial(response_body, resp_id, generation.created, host.model_name, params)
     with_logprobs = params.gen.logprobs is not None
     prompt = generation.prompts[0]
     digest = prompt_digest(prompt)
@@ -84,15 +84,15 @@ async def create_response(request: Request) -> Response:
     def keep(body: dict, items: list[dict], tokens: list[int]) -> None:
         if params.store:
             message = items_message(items, params.tools, turn(tokens))
-            store_of(server).put(tenant, resp_id, StoredResponse(body, conversation + [message]))
+            store_of(host.server).put(tenant, resp_id, StoredResponse(body, conversation + [message]))
 
     sign = (lambda tokens: signer.sign(turn(tokens))) if params.encrypted_reasoning else None
     if params.gen.stream:
-        events = ResponseEvents(skeleton, server.engine.vocab, with_logprobs, keep, params.tools, sign)
+        events = ResponseEvents(skeleton, host.engine.vocab, with_logprobs, keep, params.tools, sign)
         return pipeline.sse_response(generation, events)
     reply = await generation.collect(request)
     choice = reply.choices[0]
-    logprobs = chat_content(server.engine.vocab, choice.logprobs) if with_logprobs else None
+    logprobs = chat_content(host.engine.vocab, choice.logprobs) if with_logprobs else None
     items = output_items(choice.parsed, logprobs, params.tools, sign(choice.tokens) if sign is not None else None)
     incomplete = "max_output_tokens" if choice.truncated else None
     out = skeleton(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidRequest, NotFound
-from ...state import Warmslot
+from ...state import Server
 
 MAX_TENANTS = 1024  # tenants with stored responses; the least recently used goes first
 EVICTED_MEMORY = 4  # remember this many times --responses-store evicted ids per tenant
@@ -75,13 +75,23 @@ class ResponseStore:
         del self._tenants[tenant].items[resp_id]
 
 
-def attach_store(server: Warmslot) -> None:
-    """Give the server its store of responses (--responses-store per tenant) and the secret
-    that signs the turns in reasoning items (--responses-secret, else a new one per process)."""
-    server.api_state["responses"] = ResponseStore(server.config.responses_store)
+@dataclass(slots=True)
+class ResponsesState:
+    """What the Responses API keeps for the server's lifetime (in `Server.apis`)."""
+
+    store: ResponseStore  # the stored responses (--responses-store per tenant)
+    turn_secret: bytes  # signs the turns in reasoning items (--responses-secret, else one per process)
+
+
+def attach_store(server: Server) -> None:
+    """Give the server its store of responses and the secret that signs the turns."""
     secret = server.config.responses_secret
-    server.api_state["turn_secret"] = secret.encode() if secret else secrets.token_bytes(32)
+    server.apis.put(ResponsesState(ResponseStore(server.config.responses_store), secret.encode() if secret else secrets.token_bytes(32)))
 
 
-def store_of(server: Warmslot) -> ResponseStore:
-    return server.api_state["responses"]
+def responses_of(server: Server) -> ResponsesState:
+    return server.apis.get(ResponsesState)
+
+
+def store_of(server: Server) -> ResponseStore:
+    return responses_of(server).store
