@@ -52,6 +52,7 @@ class PromptCache:
     def __init__(
         self, budget: int, fingerprint: str, truncatable: bool, shared: SharedBudget | None = None,
         demand: Demand | None = None, parse: Callable[[np.ndarray], segments.Layout | None] = segments.parse,
+        on_evict: Callable[[CacheEntry], None] | None = None,
     ) -> None:
         assert budget > 0
         self._budget = budget
@@ -67,7 +68,7 @@ class PromptCache:
         self._evicted = EvictedKeys()
         # called with every entry evicted for room (the disk tier writes it); not for entries
         # dropped as redundant, whose tokens a newer entry serves
-        self.on_evict: Callable[[CacheEntry], None] | None = None
+        self.on_evict = on_evict
         # the engine's queue, its sessions at work and what its device holds: what eviction
         # keeps (see lookahead.py, held_on_device); None: least recently used first
         self.demand = demand

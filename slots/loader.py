@@ -20,6 +20,7 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.cache.demand import Demand
 from warmslot.cache import segments
 from warmslot.cache.disk import DiskCache
+from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
 from .fitting import host_buffers
@@ -301,9 +302,17 @@ def _parser(kind: MemoryKind):
 
 
 def _cache_tiers(cfg: EngineConfig, ctx: Context, stats: EngineStats, fingerprint: str, kind: MemoryKind, wake, demand: Demand | None):
-    """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk)."""
-    cache = PromptCache(cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram, demand=demand, parse=_parser(kind)) if cfg.cache_ram > 0 else None
-    disk = None
+    """The RAM prompt cache (--cache-ram) and the disk tier behind it (--cache-disk), which
+    keeps what the cache evicts (`DiskTier.put`)."""
+    disk: DiskTier | None = None
+
+    def spill(entry: CacheEntry) -> None:  # the disk tier is built below, on the cache
+        disk.put(entry)
+
+    cache = PromptCache(
+        cfg.cache_ram, fingerprint, kind.truncatable, shared=cfg.shared_ram, demand=demand, parse=_parser(kind),
+        on_evict=spill if cfg.cache_disk else None,
+    ) if cfg.cache_ram > 0 else None
     if cfg.cache_disk:
         if cache is None:
             raise ValueError("--cache-disk keeps what the RAM prompt cache evicts: it needs --cache-ram above 0")

@@ -209,9 +209,9 @@ def test_an_entry_needed_after_everything_the_cache_holds_is_not_stored():
 
 
 def test_a_refused_entry_still_reaches_the_disk_tier_and_the_entry_being_loaded_is_never_evicted():
-    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True, demand=Demand(upcoming=[("", turn(2, 2)), ("", turn(3, 2))]))
     written = []
-    cache.on_evict = written.append
+    cache = PromptCache(budget=2 * 1000, fingerprint="m", truncatable=True, demand=Demand(upcoming=[("", turn(2, 2)), ("", turn(3, 2))]),
+                        on_evict=written.append)
     a = cache.insert(turn(1, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     cache.insert(turn(2, 1), state(1000), CheckpointList(4, 1 << 20), tenant="")
     with cache.pinned(a):  # a is no waiting request's, but a slot is loading it

@@ -387,20 +387,11 @@ def _hooks_assigned() -> list[str]:
     return sorted(set(found))
 
 
-# The RAM prompt cache and the disk tier are built in turn and each needs the other: the disk
-# tier hands the cache its spill once both exist. The one exception, named so that it cannot
-# spread, and checked so that it goes from here once it goes from the code.
-KNOWN_HOOKS = {"slots/tiers/disk.py: ram.on_evict = self.put"}
-
-
 def test_no_callable_is_assigned_onto_another_object():
     """slots/ and cache/ give a part what it calls when they build it; none assigns a function
     (a lambda, a partial, a bound method, a def) onto another object afterwards."""
     found = _hooks_assigned()
-    named = {f"{line.split(':', 1)[0]}: {line.split(': ', 1)[1]}" for line in found}
-    new = [line for line in found if f"{line.split(':', 1)[0]}: {line.split(': ', 1)[1]}" not in KNOWN_HOOKS]
-    assert not new, "callables assigned onto other objects after construction (pass them to the constructor):\n" + "\n".join(new)
-    assert KNOWN_HOOKS <= named, f"gone from the code, so to go from KNOWN_HOOKS: {sorted(KNOWN_HOOKS - named)}"
+    assert not found, "callables assigned onto other objects after construction (pass them to the constructor):\n" + "\n".join(found)
 
 
 def test_the_hook_check_sees_hooks():

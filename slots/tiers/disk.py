@@ -3,9 +3,9 @@ read, spills, fetches, loads and the shutdown flush.
 
 - **Match.** `match` looks the prompt up in the store's index and offers the best entry as
   a `FromDisk` route when its usable prefix outweighs the price of reading it (`cost_tokens`).
-- **Spill.** The RAM cache hands every entry it evicts to `put`, which queues it for the
-  disk writer (its read-only arrays are shared, nothing is copied): index work only, so the
-  decode step that caused the eviction does not wait for the disk.
+- **Spill.** The RAM cache hands every entry it evicts to `put` (loader.py builds the cache
+  with it), which queues it for the disk writer (its read-only arrays are shared, nothing is
+  copied): index work only, so the decode step that caused the eviction does not wait.
 - **Fetch.** A request whose best source is a disk entry that is not in memory yet gets a
   `Fetch` route: a reader thread reads and verifies what the load uses (the state, and only
   the checkpoint the prompt restores, if any: `DiskEntry.needed`) while the engine goes on
@@ -91,7 +91,6 @@ class DiskTier:
         self._fetched: collections.OrderedDict[str, Payload] = collections.OrderedDict()
         self._waiting: dict[str, str] = {}  # request id -> entry name it waits for
         self.taken_bytes = 0  # what the last `take` read from the disk (0: its bytes were in memory)
-        ram.on_evict = self.put
 
     # -- routing ---------------------------------------------------------------------------
 
