@@ -22,7 +22,7 @@ class Demand(Protocol):
 
     def sessions(self) -> Iterable[tuple[str, str]]:
         """The client sessions (tenant, session) at work: a request of theirs runs or ended a
-        moment ago (warmslot.slots.sessions)."""
+        moment ago (warmslot.slots.reuse.sessions)."""
 
     def waiting_sessions(self) -> Iterable[tuple[str, str]]:
         """The client sessions (tenant, session) of the requests waiting for a slot, next first."""

@@ -10,23 +10,23 @@ from .settings import EngineConfig
 from .fitting.context_size import available_ram, physical_memory
 from .fitting.gguf_tensors import NotGGUF, arch_numbers as gguf_arch_numbers, read_header as read_gguf_header
 from .crash_report import hold_sent_aborts, report_crashes, report_crashes_of
-from .embedding_worker import InputTooLong
+from .engine.embedding_worker import InputTooLong
 from .engine import Engine
 from .llama_api.grammar import GrammarError, GrammarSpec
-from .json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
+from .sampling.json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
 from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, gpu_memory, model_params, placement, supports_gpu_offload
 from .llama_api.model import kv_bytes_per_token
 from .llama_api.chat_builtin import apply_builtin_chat_template, builtin_chat_templates
 from .llama_api.mtmd import MediaError
-from .logprobs import TokenLogprob
+from .sampling.logprobs import TokenLogprob
 from .multimodal.spans import MediaSpan, placeholder_ids
-from .reasoning_budget import ReasoningBudget
+from .sampling.reasoning_budget import ReasoningBudget
 from .requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, Progress, QueueFull, QueueSink, Rejected, Result,
     Reuse, ShuttingDown, Source, Usage,
 )
-from .sampling import DraftLimits, SamplingParams
-from .snapshot import EngineInfo, EngineSnapshot, tenant_hash
+from .sampling.params import DraftLimits, SamplingParams
+from .engine.snapshot import EngineInfo, EngineSnapshot, tenant_hash
 from .speculation.spec_config import SPEC_TYPES, SpecConfig
 from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab, VocabClosed

@@ -15,9 +15,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .logprobs import TokenLogprob
+from .sampling.logprobs import TokenLogprob
 from .multimodal.spans import MediaSpan
-from .sampling import SamplingParams
+from .sampling.params import SamplingParams
 
 
 class FinishReason(str, enum.Enum):

@@ -12,7 +12,7 @@ from warmslot.cache.checkpoints import CheckpointList
 from .llama_api import Sampler
 from .multimodal.spans import SAME_POSITIONS, MediaSpan, Positions, placeholder_ids
 from .requests import Event, GenerateRequest, Progress, Reuse
-from .text import TextStream
+from .step.text import TextStream
 
 
 class SlotState(str, enum.Enum):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from warmslot.slots import GenerateRequest, QueueSink, SamplingParams
-from warmslot.slots.logprobs import log_softmax, token_logprob
+from warmslot.slots.sampling.logprobs import log_softmax, token_logprob
 from tests.helpers import cold_run, generate, random_tokens, tiny_engine
 
 pytestmark = pytest.mark.model

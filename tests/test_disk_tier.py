@@ -9,7 +9,7 @@ import pytest
 
 from warmslot.cache.disk import format as fmt
 from warmslot.slots import GenerateRequest, QueueSink, SamplingParams
-from warmslot.slots.tiers.disk import DiskTier
+from warmslot.slots.reuse.tiers.disk import DiskTier
 from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 from tests.tiny_models import KINDS
 

@@ -17,7 +17,7 @@ from warmslot.server.output.parser import OutputParser
 from warmslot.server.request.protocol import parse_generation
 from warmslot.slots.fitting.capacity import buffers_by_device
 from warmslot.slots.fitting.context_size import ContextSource, choose_context
-from warmslot.slots.reasoning_budget import BudgetState, Phase, ReasoningBudget
+from warmslot.slots.sampling.reasoning_budget import BudgetState, Phase, ReasoningBudget
 
 MiB, GiB = 1 << 20, 1 << 30
 

@@ -4,7 +4,7 @@ by hand, and several inputs share a decode yet give about the vectors each gives
 import numpy as np
 import pytest
 
-from warmslot.slots.embedding_worker import Embedder, InputTooLong, choose_pooling
+from warmslot.slots.engine.embedding_worker import Embedder, InputTooLong, choose_pooling
 from warmslot.slots.llama_api import Model
 from warmslot.slots.llama_api.embedding import EmbeddingContext
 from tests.helpers import random_tokens, THREADS

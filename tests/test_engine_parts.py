@@ -8,15 +8,15 @@ import pytest
 
 from warmslot.cache.checkpoints import CheckpointList
 from warmslot.slots import EngineConfig, FinishReason, GenerateRequest, QueueSink, SamplingParams
-from warmslot.slots.admission import Admission, PromptLimits
+from warmslot.slots.engine.admission import Admission, PromptLimits
 from warmslot.slots.engine.admitter import Admitter
 from warmslot.slots.engine.demand import EngineDemand
 from warmslot.slots.engine.loaded import load
 from warmslot.slots.engine.stepper import Stepper
-from warmslot.slots.lifecycle import Lifecycle
-from warmslot.slots.outbox import Outbox
-from warmslot.slots.router import Router
-from warmslot.slots.sessions import Sessions
+from warmslot.slots.engine.lifecycle import Lifecycle
+from warmslot.slots.step.outbox import Outbox
+from warmslot.slots.reuse.router import Router
+from warmslot.slots.reuse.sessions import Sessions
 from warmslot.slots.slot import Slot
 from warmslot.slots.stats import EngineStats
 from tests.helpers import THREADS, cold_run, random_tokens

@@ -9,9 +9,9 @@ from warmslot.cache.checkpoints import CheckpointList
 from warmslot.slots import GenerateRequest, MemoryKind, QueueSink, SamplingParams
 from warmslot.slots.fitting.layout import kv_unified
 from warmslot.slots.llama_api import Batch
-from warmslot.slots.scheduler import plan_batch
+from warmslot.slots.step.scheduler import plan_batch
 from warmslot.slots.slot import Active, Slot
-from warmslot.slots.text import TextStream
+from warmslot.slots.step.text import TextStream
 from warmslot.slots.requests import Reuse
 
 from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
@@ -90,7 +90,7 @@ def test_a_fork_between_streams_is_copied_even_when_no_decode_follows(tiny_model
 def test_sampling_on_threads_gives_the_tokens_of_sampling_in_turn(tiny_models):
     """Four streams sampled side by side on a pool give the same tokens (seeded, not greedy)
     as the same four sampled one after the other."""
-    from warmslot.slots.parallel_sampling import BatchSampler
+    from warmslot.slots.sampling.parallel import BatchSampler
 
     prompts = [random_tokens(30 + i, 40) for i in range(4)]
 
@@ -291,7 +291,7 @@ def test_devices_are_listed_with_their_memory():
 def test_a_new_conversation_goes_next_to_the_busy_streams():
     """With a stream per sequence, the receiver of a new conversation keeps the busy ids in
     one run: the empty stream next to them, else the least recently used one next to them."""
-    from warmslot.slots.router import Router
+    from warmslot.slots.reuse.router import Router
 
     slots = [Slot(i, CheckpointList(4, 1 << 20)) for i in range(6)]
     for i, slot in enumerate(slots):
@@ -341,7 +341,7 @@ def test_a_conversation_back_in_a_stream_apart_from_the_busy_ones_is_copied_next
 
 
 def test_a_slot_whose_tokens_another_holds_is_held_elsewhere():
-    from warmslot.slots.router import held_elsewhere
+    from warmslot.slots.reuse.router import held_elsewhere
 
     slots = [Slot(i, CheckpointList(4, 1 << 20)) for i in range(3)]
     slots[0].tokens, slots[1].tokens, slots[2].tokens = [1, 2, 3, 4], [1, 2, 3], [1, 2, 5]
@@ -355,7 +355,7 @@ def test_a_short_prefix_in_a_stream_apart_from_the_busy_ones_is_computed_next_to
     """Streams 2 and 3 are busy. A request sharing three tokens with stream 5 starts fresh
     next to the busy ones rather than leave a gap; one sharing a long prefix with it keeps
     its stream there (no stream next to them is free to take a copy)."""
-    from warmslot.slots.router import APART_MIN_KEEP, Fresh, KeepSlot, Router
+    from warmslot.slots.reuse.router import APART_MIN_KEEP, Fresh, KeepSlot, Router
 
     slots = [Slot(i, CheckpointList(4, 1 << 20)) for i in range(6)]
     for i, slot in enumerate(slots):

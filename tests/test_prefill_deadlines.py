@@ -7,7 +7,7 @@ import time
 
 from tests.helpers import random_tokens, tiny_engine
 from warmslot.slots import ErrorKind, GenerateRequest, QueueSink, SamplingParams
-from warmslot.slots.scheduler import timed_prefill_cap
+from warmslot.slots.step.scheduler import timed_prefill_cap
 
 N_PROMPT = 16_000  # one decode of it took a minute on a loaded 2-core machine
 

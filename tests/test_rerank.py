@@ -5,7 +5,7 @@ import httpx
 import numpy as np
 import pytest
 
-from warmslot.slots.embedding_worker import InputTooLong, Reranker
+from warmslot.slots.engine.embedding_worker import InputTooLong, Reranker
 from warmslot.slots.llama_api import Model
 from warmslot.slots.llama_api.embedding import EmbeddingContext
 from tests.helpers import THREADS, warmslot_server

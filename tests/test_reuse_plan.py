@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from warmslot.cache.checkpoints import Checkpoint, CheckpointList
-from warmslot.slots.reuse import common_prefix, plan_reuse
+from warmslot.slots.reuse.plan import common_prefix, plan_reuse
 
 
 def state():

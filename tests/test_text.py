@@ -2,7 +2,7 @@
 
 import random
 
-from warmslot.slots.text import TextStream
+from warmslot.slots.step.text import TextStream
 
 
 def stream(pieces, stop=()):

@@ -1,4 +1,4 @@
-"""The three tiers behind one interface (`warmslot.slots.tiers.Tier`): the device's sequences,
+"""The three tiers behind one interface (`warmslot.slots.reuse.tiers.Tier`): the device's sequences,
 the RAM prompt cache and the disk.
 
 First the contract, on each tier alone (no model): it is a `Tier`, an empty tier offers
@@ -22,8 +22,8 @@ from warmslot.slots import GenerateRequest, QueueSink
 from warmslot.slots.requests import Source
 from warmslot.slots.slot import Slot
 from warmslot.slots.stats import EngineStats
-from warmslot.slots.tiers import DeviceTier, DiskTier, RamTier, Tier, TierCounters, TierMatch
-from warmslot.slots.tiers.routes import Fork, FromDisk, KeepSlot, Load
+from warmslot.slots.reuse.tiers import DeviceTier, DiskTier, RamTier, Tier, TierCounters, TierMatch
+from warmslot.slots.reuse.tiers.routes import Fork, FromDisk, KeepSlot, Load
 from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 
 FP = "model-a:f32:f32:0:u"

@@ -9,17 +9,17 @@ import bisect
 import logging
 import time
 
-from ..admission import Admission
+from .admission import Admission
 from ..llama_api import Context, GrammarError, Model, Sampler
-from ..memory import SlotMemory
-from ..postprocess import Postprocess
-from ..prefix import Prefixes
+from ..reuse.memory import SlotMemory
+from ..step.postprocess import Postprocess
+from ..reuse.prefix import Prefixes
 from ..requests import EngineError, ErrorKind, GenerateRequest, Reuse, Source
-from ..router import Fetch, Fork, FromDisk, Route, Router, Wait
+from ..reuse.router import Fetch, Fork, FromDisk, Route, Router, Wait
 from ..slot import Active, Slot
 from ..stats import CopyCause, EngineStats
-from ..text import TextStream
-from ..tiers.disk import DiskTier
+from ..step.text import TextStream
+from ..reuse.tiers.disk import DiskTier
 
 log = logging.getLogger("warmslot.engine")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Callable, Iterable, Sequence
 
-from ..admission import Admission
+from .admission import Admission
 from ..requests import GenerateRequest
-from ..sessions import Sessions
+from ..reuse.sessions import Sessions
 from ..slot import Slot
 
 __all__ = ["EngineDemand"]

@@ -29,14 +29,14 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from ..admission import Admission, PromptLimits
-from ..lifecycle import Lifecycle
+from .admission import Admission, PromptLimits
+from .lifecycle import Lifecycle
 from ..llama_api import LlamaError
-from ..outbox import Outbox
+from ..step.outbox import Outbox
 from ..requests import EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady
 from ..settings import EngineConfig
 from ..slot import Slot
-from ..snapshot import EngineInfo, EngineSnapshot, take_snapshot
+from .snapshot import EngineInfo, EngineSnapshot, take_snapshot
 from ..stats import CopyCause, EngineStats
 from ..vocab import Vocab
 from .admitter import Admitter

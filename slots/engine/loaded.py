@@ -10,25 +10,25 @@ from typing import Any, Callable
 
 from warmslot.cache.prompt_cache import PromptCache
 
-from ..embedding_worker import Embedder, Reranker
+from .embedding_worker import Embedder, Reranker
 from ..fitting.layout import KvLayout
 from ..llama_api import Batch, Context, MemoryKind, Model
 from ..llama_api.mtmd import Projector
-from ..loader import open_model, reuse_parts
-from ..memory import SlotMemory
+from .loader import open_model, reuse_parts
+from ..reuse.memory import SlotMemory
 from ..multimodal.prefill import MediaPrefill
-from ..outbox import Outbox
-from ..parallel_sampling import BatchSampler
-from ..postprocess import Postprocess
-from ..prefix import Prefixes
-from ..router import Router
+from ..step.outbox import Outbox
+from ..sampling.parallel import BatchSampler
+from ..step.postprocess import Postprocess
+from ..reuse.prefix import Prefixes
+from ..reuse.router import Router
 from ..settings import EngineConfig
 from ..slot import Slot
-from ..snapshot import EngineInfo
+from .snapshot import EngineInfo
 from ..speculation.draft_model import load_draft
 from ..speculation.speculator import Speculator
 from ..stats import EngineStats
-from ..tiers.disk import DiskTier
+from ..reuse.tiers.disk import DiskTier
 from ..vocab import Vocab
 from .demand import EngineDemand
 

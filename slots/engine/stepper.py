@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import time
 
-from ..admission import Admission
-from ..fairness import longest_over_share
-from ..lifecycle import Lifecycle
-from ..outbox import Outbox
+from .admission import Admission
+from ..step.fairness import longest_over_share
+from .lifecycle import Lifecycle
+from ..step.outbox import Outbox
 from ..requests import EngineError, ErrorKind, FinishReason
-from ..scheduler import BatchEntry, plan_batch, timed_prefill_cap
+from ..step.scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from ..settings import EngineConfig
 from ..stats import EngineStats
 from .admitter import Admitter

@@ -24,8 +24,8 @@ import numpy as np
 from ..llama_api import Context, LlamaError
 from ..llama_api.mtmd import Projector
 from .spans import MediaSpan
-from ..memory import SlotMemory
-from ..outbox import Outbox
+from ..reuse.memory import SlotMemory
+from ..step.outbox import Outbox
 from ..requests import EngineError, ErrorKind, FinishReason
 from ..slot import Slot
 from ..stats import EngineStats

@@ -6,7 +6,7 @@ sequence follows the slot's history by its longest common prefix: before draftin
 sequence is cut where it leaves the slot's tokens (seq_rm) and only the rest is evaluated. A
 request that returns to a slot holding its conversation, or a verified draft, costs the draft
 model only the new tokens, as it costs the target; what a rejected draft left is cut at the
-next draft. The draft sequence goes where the target's goes (slots/memory.py): saved with
+next draft. The draft sequence goes where the target's goes (slots/reuse/memory.py): saved with
 the slot's contents into the prompt cache and from there to the disk tier (`save_state`),
 loaded with them into whichever slot takes them back (`load_state`), and copied with a fork
 (`fork`). So a conversation back from the RAM or disk tier, or a prompt that shares another
@@ -34,7 +34,7 @@ from warmslot.cache.entries import DraftState
 
 from ..settings import EngineConfig
 from ..llama_api import Batch, Context, ContextParams, LlamaError, Model, Placement
-from ..logprobs import most_likely
+from ..sampling.logprobs import most_likely
 from .mtp_draft import MtpDraft
 from .spec_config import MTP
 from ..stats import EngineStats

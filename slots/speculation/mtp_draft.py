@@ -38,11 +38,11 @@ from warmslot.cache.entries import DraftState
 
 from ..llama_api import Batch, Context, LlamaError, Model
 from ..llama_api import mtp
-from ..logprobs import most_likely
+from ..sampling.logprobs import most_likely
 from ..stats import EngineStats
 
 if TYPE_CHECKING:
-    from ..scheduler import BatchEntry
+    from ..step.scheduler import BatchEntry
 
 log = logging.getLogger("warmslot.speculative")
 

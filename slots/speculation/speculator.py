@@ -56,8 +56,8 @@ from ..stats import EngineStats
 from .step_cost import StepCost, best_length
 
 if TYPE_CHECKING:
-    from ..postprocess import Postprocess
-    from ..scheduler import BatchEntry
+    from ..step.postprocess import Postprocess
+    from ..step.scheduler import BatchEntry
     from ..slot import Active, Slot
 
 log = logging.getLogger("warmslot.speculative")

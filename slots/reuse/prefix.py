@@ -15,14 +15,14 @@ from warmslot.cache.demand import Demand
 from warmslot.cache.lookahead import give_up_first
 from warmslot.cache.prompt_cache import PromptCache
 
-from .llama_api import Context, Model
+from ..llama_api import Context, Model
 from .memory import SlotMemory
-from .multimodal.spans import Positions, placeholder_ids
-from .requests import GenerateRequest, Reuse, Source
-from .reuse import ReusePlan
+from ..multimodal.spans import Positions, placeholder_ids
+from ..requests import GenerateRequest, Reuse, Source
+from .plan import ReusePlan
 from .router import Fork, FromDisk, KeepSlot, Load, Route, held_elsewhere, slot_uses
-from .slot import Slot
-from .stats import CopyCause, EngineStats
+from ..slot import Slot
+from ..stats import CopyCause, EngineStats
 from .tiers.disk import DiskTier
 
 log = logging.getLogger("warmslot.engine")

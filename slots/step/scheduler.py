@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .llama_api import Batch
-from .multimodal.spans import next_media_start
-from .slot import Slot
+from ..llama_api import Batch
+from ..multimodal.spans import next_media_start
+from ..slot import Slot
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import concurrent.futures
 import os
 from typing import Sequence
 
-from .llama_api import Context, Sampler, SamplingFailed
+from ..llama_api import Context, Sampler, SamplingFailed
 
 # below this many samples in a step, handing them to threads costs more than it saves
 MIN_PARALLEL = 4

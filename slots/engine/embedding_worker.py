@@ -26,9 +26,9 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .fitting.gguf_tensors import tensor_sizes
-from .llama_api import Model
-from .llama_api.embedding import EmbeddingContext, model_pooling
+from ..fitting.gguf_tensors import tensor_sizes
+from ..llama_api import Model
+from ..llama_api.embedding import EmbeddingContext, model_pooling
 
 log = logging.getLogger("warmslot.embeddings")
 

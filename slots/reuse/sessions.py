@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from .slot import Slot
+from ..slot import Slot
 
 # seconds after a session's last request that it still counts as at work: an agent's tools
 # run between its requests (a build or a test run may take longer)

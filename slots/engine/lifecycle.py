@@ -19,8 +19,8 @@ import time
 from typing import Any, Callable, Iterator, Protocol
 
 from .admission import Admission
-from .requests import EngineError, ErrorKind, GenerateRequest
-from .slot import Slot
+from ..requests import EngineError, ErrorKind, GenerateRequest
+from ..slot import Slot
 
 __all__ = ["Lifecycle", "Running"]
 

@@ -16,11 +16,11 @@ from warmslot.cache.checkpoints import Checkpoint
 from warmslot.cache.entries import CacheEntry, DraftState
 from warmslot.cache.prompt_cache import PromptCache
 
-from .fitting.host_buffers import Staging
-from .llama_api import Batch, Context, MemoryKind, Model
-from .reuse import ReusePlan, plan_reuse
-from .slot import Slot
-from .stats import CopyCause, EngineStats
+from ..fitting.host_buffers import Staging
+from ..llama_api import Batch, Context, MemoryKind, Model
+from .plan import ReusePlan, plan_reuse
+from ..slot import Slot
+from ..stats import CopyCause, EngineStats
 
 log = logging.getLogger("warmslot.memory")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .llama_api.grammar import GrammarSpec
+from ..llama_api.grammar import GrammarSpec
 from .reasoning_budget import BudgetState, ReasoningBudget
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .slot import Slot
+from ..slot import Slot
 
 
 def fair_share(n_cells: int, n_slots: int) -> int:

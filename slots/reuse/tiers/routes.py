@@ -2,7 +2,7 @@
 
 A tier offers a route with no target yet (`KeepSlot`, `Fork`, `Load`, `FromDisk`: see
 base.py); the router picks the best offer and names the slot it goes into. Each route
-carries exactly what applying it needs (slots/prefix.py applies it).
+carries exactly what applying it needs (slots/reuse/prefix.py applies it).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Sequence, Union
 from warmslot.cache.disk import DiskEntry
 from warmslot.cache.entries import CacheEntry
 
-from ..requests import Source
-from ..reuse import ReusePlan
-from ..slot import Slot
+from ...requests import Source
+from ..plan import ReusePlan
+from ...slot import Slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from warmslot.cache.disk import DiskCache
 from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
-from .fitting import host_buffers
-from .fitting.capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
-from .settings import EngineConfig
+from ..fitting import host_buffers
+from ..fitting.capacity import Capacity, buffers_by_device, device_memory, overridden_tensors
+from ..settings import EngineConfig
 from warmslot.slots.fitting.context_size import (
     ContextChoice,
     ContextSource,
@@ -36,23 +36,23 @@ from warmslot.slots.fitting.context_size import (
     ram_budget,
 )
 from .embedding_worker import Embedder, Reranker
-from .fitting.fit import FitPlan
-from .fitting.fit_settings import capacity_headroom, fit_settings
-from .fitting.layout import KvLayout, plan_layout, ram_spares_bytes, stream_state_bytes
-from .llama_api import (
+from ..fitting.fit import FitPlan
+from ..fitting.fit_settings import capacity_headroom, fit_settings
+from ..fitting.layout import KvLayout, plan_layout, ram_spares_bytes, stream_state_bytes
+from ..llama_api import (
     Batch, Context, ContextParams, MemoryKind, Model, classify_memory, cuda_host_allocator, gpu_memory, supports_gpu_offload,
 )
-from .llama_api.mtmd import Projector, ProjectorParams
-from .memory import SlotMemory
-from .llama_api.native_log import record_buffers
-from .parallel_sampling import BatchSampler, sampling_threads
-from .prefix import Prefixes
-from .tiers.disk import DiskTier
-from .router import Router
-from .slot import Slot
+from ..llama_api.mtmd import Projector, ProjectorParams
+from ..reuse.memory import SlotMemory
+from ..llama_api.native_log import record_buffers
+from ..sampling.parallel import BatchSampler, sampling_threads
+from ..reuse.prefix import Prefixes
+from ..reuse.tiers.disk import DiskTier
+from ..reuse.router import Router
+from ..slot import Slot
 from .snapshot import EngineInfo
-from .stats import EngineStats
-from .vocab import Vocab
+from ..stats import EngineStats
+from ..vocab import Vocab
 
 log = logging.getLogger("warmslot.engine")
 

@@ -14,10 +14,10 @@ from typing import Callable, Sequence
 from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
-from ..requests import GenerateRequest, Source
-from ..reuse import plan_reuse
-from ..slot import Slot
-from ..stats import EngineStats
+from ...requests import GenerateRequest, Source
+from ..plan import plan_reuse
+from ...slot import Slot
+from ...stats import EngineStats
 from .base import Found, Release, TierCounters, TierMatch
 from .routes import Candidate, Fork, KeepSlot, Offer
 

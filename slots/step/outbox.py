@@ -12,10 +12,10 @@ import logging
 import time
 from typing import Callable, Sequence
 
-from .requests import EngineError, Event, FinishReason, Sink, Usage
-from .sessions import Sessions
-from .slot import Slot
-from .stats import EngineStats
+from ..requests import EngineError, Event, FinishReason, Sink, Usage
+from ..reuse.sessions import Sessions
+from ..slot import Slot
+from ..stats import EngineStats
 
 log = logging.getLogger("warmslot.engine")
 

@@ -17,16 +17,16 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .llama_api import MemoryKind
+from ..llama_api import MemoryKind
 
 if TYPE_CHECKING:
     from warmslot.cache.prompt_cache import PromptCache
 
-    from .fitting.capacity import Capacity, DeviceMemory
-    from .fitting.context_size import ContextChoice
-    from .llama_api import Context
-    from .stats import EngineStats
-    from .slot import Slot
+    from ..fitting.capacity import Capacity, DeviceMemory
+    from ..fitting.context_size import ContextChoice
+    from ..llama_api import Context
+    from ..stats import EngineStats
+    from ..slot import Slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,8 @@ from warmslot.cache.disk import DiskCache, DiskEntry, DiskMatch, DiskStats, Payl
 from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
-from ..requests import GenerateRequest, Source
-from ..stats import EngineStats
+from ...requests import GenerateRequest, Source
+from ...stats import EngineStats
 from .base import Found, Release, TierCounters, TierMatch, entry_usable
 from .routes import Candidate, FromDisk
 

@@ -25,8 +25,8 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 from warmslot.cache.disk import DiskEntry
 from warmslot.cache.entries import CacheEntry
 
-from ..requests import GenerateRequest, Source
-from ..reuse import plan_reuse
+from ...requests import GenerateRequest, Source
+from ..plan import plan_reuse
 from .routes import Candidate, Offer
 
 

@@ -42,10 +42,10 @@ from warmslot.cache.demand import Demand
 from warmslot.cache.lookahead import give_up_first, next_uses, session_uses
 from warmslot.cache.prompt_cache import PromptCache
 
-from .requests import GenerateRequest, Source
-from .reuse import common_prefix
-from .slot import Slot
-from .stats import EngineStats
+from ..requests import GenerateRequest, Source
+from .plan import common_prefix
+from ..slot import Slot
+from ..stats import EngineStats
 from .tiers.base import Tier
 from .tiers.device import DeviceTier, affine, held_elsewhere
 from .tiers.disk import DiskTier

@@ -11,8 +11,8 @@ from warmslot.cache import segments
 from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
-from ..requests import GenerateRequest, Source
-from ..stats import EngineStats
+from ...requests import GenerateRequest, Source
+from ...stats import EngineStats
 from .base import Found, Release, TierCounters, TierMatch, entry_usable
 from .routes import Candidate, Load, Offer
 

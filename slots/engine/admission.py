@@ -18,12 +18,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .requests import (
+from ..requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown, Usage,
 )
-from .multimodal.spans import MediaSpan, check_media
-from .slot import Slot
-from .stats import EngineStats
+from ..multimodal.spans import MediaSpan, check_media
+from ..slot import Slot
+from ..stats import EngineStats
 
 Call = tuple[Callable[[Any], Any], concurrent.futures.Future]
 

@@ -13,14 +13,14 @@ import logging
 import time
 from typing import Any
 
-from .llama_api import Context, Model, SamplingFailed
-from .logprobs import token_logprob
-from .memory import SlotMemory
+from ..llama_api import Context, Model, SamplingFailed
+from ..sampling.logprobs import token_logprob
+from ..reuse.memory import SlotMemory
 from .outbox import Outbox
-from .requests import EngineError, ErrorKind, FinishReason
+from ..requests import EngineError, ErrorKind, FinishReason
 from .scheduler import BatchEntry
-from .slot import Active, Slot
-from .stats import EngineStats
+from ..slot import Active, Slot
+from ..stats import EngineStats
 
 log = logging.getLogger("warmslot.engine")
 
