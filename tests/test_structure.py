@@ -14,6 +14,8 @@
 - The disk store uses no private name of the disk format.
 - slots/llama_api/, the one ctypes seam, imports no module of ours outside itself: the engine
   depends on the seam, never the other way.
+- A module in a sub-package of slots/ imports no module of the slots/ root, but the few data
+  types every floor shares (`ROOT_DATA`): the root is the top, its sub-packages lie below it.
 - slots/ and cache/ assign no callable onto another object after it is built: a part gets
   what it calls in its constructor.
 """
@@ -259,6 +261,55 @@ def test_llama_api_imports_nothing_of_the_engine():
     assert not offenders, "slots/llama_api/ imports modules outside itself (pass plain values, or types it defines):\n" + "\n".join(
         sorted(set(offenders))
     )
+
+
+# -- slots/'s sub-packages import nothing of its root ------------------------------------------
+# The root of slots/ is the top of the engine: its one import surface (__init__.py) and the
+# tools over a whole Engine (crash_report.py, slot_files.py). Its sub-packages (engine/, step/,
+# reuse/, sampling/, speculation/, multimodal/, fitting/, llama_api/) lie below it and import
+# down or across, never back up, but for these modules, which the root keeps because every
+# floor reads them and they import nothing of the engine's parts:
+SLOTS = "warmslot.slots"
+ROOT_DATA = {
+    f"{SLOTS}.requests": "the messages between threads: GenerateRequest, Event, Reuse, the errors",
+    f"{SLOTS}.settings": "EngineConfig, the settings every part that loads or sizes something reads",
+    f"{SLOTS}.stats": "EngineStats, the counters every part adds to (it imports nothing)",
+    f"{SLOTS}.slot": "Slot and Active: what a sequence holds and the request it serves, read by "
+    "the step, the tiers, the router and the drafters alike",
+    f"{SLOTS}.vocab": "Vocab, the vocabulary both sides use: the HTTP side tokenizes with it, the "
+    "loader builds it on the model (it imports only llama_api)",
+}
+
+
+def _in_slots_root(module: str) -> bool:
+    return module == SLOTS or (module.startswith(SLOTS + ".") and module.count(".") == 2 and MODULES[module].name != "__init__.py")
+
+
+def _in_slots_subpackage(module: str) -> bool:
+    return module.startswith(SLOTS + ".") and not _in_slots_root(module)
+
+
+def test_slots_subpackages_import_nothing_of_the_root():
+    offenders = [
+        f"{_where(i.module)}:{i.line}: {i.raw}"
+        for m in MODULES if _in_slots_subpackage(m)
+        for i in IMPORTS[m]
+        if _in_slots_root(i.target) and i.target not in ROOT_DATA
+    ]
+    assert not offenders, (
+        "a sub-package of slots/ imports the root (move what it needs down, or pass it in):\n"
+        + "\n".join(sorted(set(offenders))))
+
+
+def test_the_root_check_sees_the_tree():
+    """The check above reads the root and its sub-packages as they are: data it may take names
+    modules of the root, and it sees sub-packages' imports of one another."""
+    for module in ROOT_DATA:
+        assert _in_slots_root(module), module
+    assert _in_slots_root(SLOTS) and not _in_slots_root(f"{SLOTS}.engine")
+    assert _in_slots_subpackage(f"{SLOTS}.step.outbox") and _in_slots_subpackage(f"{SLOTS}.reuse.tiers.base")
+    assert any(i.target == f"{SLOTS}.step.outbox" for i in IMPORTS[f"{SLOTS}.multimodal.prefill"])
+    assert any(i.target == f"{SLOTS}.slot" for i in IMPORTS[f"{SLOTS}.multimodal.prefill"])
 
 
 # the disk store's modules: its index and API, its writer thread, its directory
