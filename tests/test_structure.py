@@ -301,6 +301,40 @@ def test_slots_subpackages_import_nothing_of_the_root():
         + "\n".join(sorted(set(offenders))))
 
 
+def _slots_package(module: str) -> str | None:
+    """The sub-package of slots/ that `module` lies in (engine, step, reuse, ...), else None."""
+    return module.split(".")[2] if _in_slots_subpackage(module) else None
+
+
+def test_slots_subpackages_depend_one_way():
+    """Between the sub-packages too the imports run one way: no two of them import each other,
+    directly or through others (the root's data aside, which lies outside them)."""
+    graph: dict[str, set[str]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for m in MODULES:
+        a = _slots_package(m)
+        for i in IMPORTS[m] if a else ():
+            b = _slots_package(i.target)
+            if b and b != a:
+                graph.setdefault(a, set()).add(b)
+                why.setdefault((a, b), f"{_where(m)}:{i.line}: {i.raw}")
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for n in graph.get(todo.pop(), ()):
+                if n == goal:
+                    return True
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return False
+
+    both = sorted(f"{a} -> {b} ({why[a, b]}) and back" for a in graph for b in graph[a] if reaches(b, a))
+    assert not both, "sub-packages of slots/ that depend on each other:\n" + "\n".join(both)
+    assert "step" in graph["engine"] and "reuse" in graph["step"]  # the check reads the tree
+
+
 def test_the_root_check_sees_the_tree():
     """The check above reads the root and its sub-packages as they are: data it may take names
     modules of the root, and it sees sub-packages' imports of one another."""
@@ -308,8 +342,8 @@ def test_the_root_check_sees_the_tree():
         assert _in_slots_root(module), module
     assert _in_slots_root(SLOTS) and not _in_slots_root(f"{SLOTS}.engine")
     assert _in_slots_subpackage(f"{SLOTS}.step.outbox") and _in_slots_subpackage(f"{SLOTS}.reuse.tiers.base")
-    assert any(i.target == f"{SLOTS}.step.outbox" for i in IMPORTS[f"{SLOTS}.multimodal.prefill"])
-    assert any(i.target == f"{SLOTS}.slot" for i in IMPORTS[f"{SLOTS}.multimodal.prefill"])
+    assert any(i.target == f"{SLOTS}.reuse.memory" for i in IMPORTS[f"{SLOTS}.step.media_prefill"])
+    assert any(i.target == f"{SLOTS}.slot" for i in IMPORTS[f"{SLOTS}.step.media_prefill"])
 
 
 # the disk store's modules: its index and API, its writer thread, its directory

@@ -16,7 +16,7 @@ from ..llama_api import Batch, Context, MemoryKind, Model
 from ..llama_api.mtmd import Projector
 from .loader import open_model, reuse_parts
 from ..reuse.memory import SlotMemory
-from ..multimodal.prefill import MediaPrefill
+from ..step.media_prefill import MediaPrefill
 from ..step.outbox import Outbox
 from ..sampling.parallel import BatchSampler
 from ..step.postprocess import Postprocess

@@ -23,9 +23,9 @@ import numpy as np
 
 from ..llama_api import Context, LlamaError
 from ..llama_api.mtmd import Projector
-from .spans import MediaSpan
+from ..multimodal.spans import MediaSpan
 from ..reuse.memory import SlotMemory
-from ..step.outbox import Outbox
+from .outbox import Outbox
 from ..requests import EngineError, ErrorKind, FinishReason
 from ..slot import Slot
 from ..stats import EngineStats
