@@ -38,6 +38,7 @@ from .api.messages import openapi as messages_openapi
 from .api.messages import route as messages
 from .api.native import openapi as native_openapi
 from .api.native import route as native
+from .api.native.infill import infill
 from .api.embeddings import openapi as embeddings_openapi
 from .api.embeddings import route as embeddings
 from .routes import openapi as service_openapi
@@ -144,6 +145,7 @@ def create_app(
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/completions", native.completion, methods=["POST"]),  # llama-server's: its native shape
         Route("/completion", native.completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),  # llama-server's fill-in-the-middle (code editors)
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/responses", responses.create_response, methods=["POST"]),
         Route("/v1/responses/input_tokens", responses.input_tokens, methods=["POST"]),

@@ -14,7 +14,7 @@ from .engine.embedding_worker import InputTooLong
 from .engine import Engine
 from .llama_api.grammar import GrammarError, GrammarSpec
 from .sampling.json_schema import PRIMITIVE_RULES, RESERVED_NAMES, STRING_FORMAT_RULES, SchemaConverter
-from .llama_api import LlamaError, MemoryKind, Placement, check_grammar, ggml_build, gpu_memory, model_params, placement, supports_gpu_offload
+from .llama_api import FimTokens, LlamaError, MemoryKind, Placement, check_grammar, ggml_build, gpu_memory, model_params, placement, supports_gpu_offload
 from .llama_api.model import kv_bytes_per_token
 from .llama_api.chat_builtin import apply_builtin_chat_template, builtin_chat_templates
 from .llama_api.mtmd import MediaError
@@ -46,6 +46,7 @@ __all__ = [
     "EngineSnapshot",
     "ErrorKind",
     "Event",
+    "FimTokens",
     "FinishReason",
     "GenerateRequest",
     "GrammarError",

@@ -108,6 +108,11 @@ class GenerateRequest:
     media: tuple[MediaSpan, ...] = ()
     return_progress: bool = False  # report how far the prompt's evaluation got, each step
     origin: str = ""  # what the request came through (an HTTP route), for the crash report
+    # llama-server's code-completion limits: a line after the first newline indented less than
+    # n_indent ends the reply before it; past t_max_predict_ms of generation, a token with a
+    # newline ends it (0: no limit)
+    n_indent: int = 0
+    t_max_predict_ms: int = 0
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"

@@ -27,6 +27,7 @@ class Vocab:
         self.bos = model.bos
         self.eos = model.eos
         self.add_bos = model.add_bos
+        self.fim = model.fim  # its fill-in-the-middle tokens (/infill)
         self._users = 0  # calls inside llama.cpp right now (tokenizations can take seconds)
         self._closed = False
         self._cv = threading.Condition()

@@ -13,13 +13,16 @@ import pathlib
 
 import pytest
 
-from scripts.vocab import VocabUnavailable, qwen35_vocab as fetch_qwen35_vocab
-from tests.tiny_models import KINDS, write_tiny_mmproj, write_tiny_model
+from scripts.vocab import VocabUnavailable, llama_cpp_file, qwen35_vocab as fetch_qwen35_vocab, sdist_files
+from tests.tiny_models import KINDS, write_tiny_mmproj, write_tiny_model, write_tiny_model_with_vocab
 
 logging.getLogger("llama.cpp").setLevel(logging.ERROR)
 
 # Fixtures that hand a test a GGUF file: a test using any of them loads a model.
-MODEL_FIXTURES = {"tiny_models", "tiny_moe", "default_model", "qwen35_vocab", "tiny_mmproj", "chat_model"}
+MODEL_FIXTURES = {"tiny_models", "tiny_moe", "default_model", "qwen35_vocab", "tiny_mmproj", "chat_model", "tiny_fim_model"}
+
+# A code model's vocabulary: fill-in-the-middle prefix, suffix and middle tokens, BOS added
+FIM_VOCAB = llama_cpp_file("ggml-vocab-deepseek-coder.gguf", "91cb1379f2e33af1c4866b194622b7a0e12e8f0c9dba7ba2f10d55978730bec1")
 
 
 # The longest modules, longest first. The run starts them first: tests run two at a time,
@@ -125,3 +128,14 @@ def qwen35_vocab() -> pathlib.Path:
     except VocabUnavailable as exc:
         reason = str(exc)
     pytest.fail(reason, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_fim_model(tmp_path_factory) -> pathlib.Path:
+    """The tiny attention model with deepseek-coder's vocabulary (FIM_VOCAB, taken from the
+    pinned sdist on first use): a model /infill serves."""
+    try:
+        vocab = sdist_files([FIM_VOCAB])[0]
+    except VocabUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return write_tiny_model_with_vocab(tmp_path_factory.mktemp("tiny-fim") / "fim.gguf", vocab)

@@ -26,7 +26,11 @@ expert placement and of M-RoPE images ask for them by name. ``write_tiny_mmproj(
 writes a Qwen2-VL vision tower instead, whose images take max(width, height) positions in
 models with M-RoPE positions (``mrope``, ``hybrid``) where they have width x height tokens.
 
-All models share a byte-level ``gpt2`` BPE vocabulary of 264 tokens: the
+``write_tiny_model_with_vocab(path, vocab)`` writes the attention kind with a real tokenizer
+copied from a llama.cpp vocabulary file (``ggml-vocab-*.gguf``): the /infill tests use
+deepseek-coder's, which has fill-in-the-middle tokens.
+
+All models of ``write_tiny_model`` share a byte-level ``gpt2`` BPE vocabulary of 264 tokens: the
 256 bytes (token id == byte value), 4 merged tokens (``Ġt``, ``he``,
 ``in``, ``Ġthe``), and the specials ``<|bos|>`` (260), ``<|endoftext|>`` (261, EOS),
 ``<|im_start|>`` (262) and ``<|im_end|>`` (263), with a ChatML template.
@@ -212,14 +216,14 @@ class _Tensors:
         self.mat(f"blk.{il}.ffn_down.weight", n_ff, N_EMBD)
 
 
-def _common_kv(w: gguf.GGUFWriter, kind: str, n_layer: int) -> None:
+def _common_kv(w: gguf.GGUFWriter, kind: str, n_layer: int, n_vocab: int = N_VOCAB) -> None:
     w.add_name(f"tiny-{kind}")
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_context_length(N_CTX_TRAIN)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(n_layer)
     w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_vocab_size(N_VOCAB)
+    w.add_vocab_size(n_vocab)
 
 
 # --------------------------------------------------------------------------
@@ -508,6 +512,37 @@ def write_tiny_model(kind: str, path: str | os.PathLike, *, seed: int = 0, poiso
     with _gguf_file(path, ARCHS[kind]) as w:
         _WRITERS[kind](w, _Tensors(w, np.random.default_rng(seed), poison=poison))
         _add_vocab(w)
+    return path
+
+
+def write_tiny_model_with_vocab(path: str | os.PathLike, vocab: str | os.PathLike, *, seed: int = 0) -> pathlib.Path:
+    """The attention kind (llama) with a real tokenizer: every ``tokenizer.*`` entry of a llama.cpp
+    vocabulary file (``ggml-vocab-*.gguf``, e.g. a code model's with fill-in-the-middle tokens).
+    Its output layer favours no token (the vocabulary's are not bytes): greedy text is any of
+    them, an end-of-generation token as likely as another."""
+    reader = gguf.GGUFReader(str(vocab))
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    p = LLAMA
+    hd, nh, nkv = p["head_dim"], p["n_head"], p["n_head_kv"]
+    path = pathlib.Path(path)
+    with _gguf_file(path, "llama") as w:
+        t = _Tensors(w, np.random.default_rng(seed))
+        _common_kv(w, "vocab", p["n_layer"], n_vocab)
+        w.add_feed_forward_length(p["n_ff"])
+        _heads(w, p)
+        w.add_rope_dimension_count(hd)
+        w.add_rope_freq_base(10000.0)
+        t.normal("token_embd.weight", 1.0, N_EMBD, n_vocab)
+        t.ones("output_norm.weight", N_EMBD)
+        t.mat("output.weight", N_EMBD, n_vocab, gain=3.0)
+        for il in range(p["n_layer"]):
+            _attention(t, il, hd, nh, nkv)
+            t.ones(f"blk.{il}.ffn_norm.weight", N_EMBD)
+            t.ffn(il, p["n_ff"])
+        for key, field in reader.fields.items():
+            if key.startswith("tokenizer."):
+                kind = field.types[0]
+                w.add_key_value(key, field.contents(), kind, field.types[-1] if kind is gguf.GGUFValueType.ARRAY else None)
     return path
 
 

@@ -316,6 +316,8 @@ def _engine_request(
         media=tuple(media),
         return_progress=gen.return_progress,
         origin=origin,
+        n_indent=gen.n_indent,
+        t_max_predict_ms=gen.t_max_predict_ms,
     )
 
 

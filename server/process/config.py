@@ -45,6 +45,7 @@ class ServerConfig:
     responses_store: int = 256  # responses kept per tenant for previous_response_id
     responses_secret: str | None = None  # signs /v1/responses reasoning items' encrypted_content (None: random per process)
     keep_billing_header: bool = False  # /v1/messages: keep Claude Code's per-request billing header in the prompt
+    spm_infill: bool = False  # /infill: suffix, then prefix (--spm-infill)
     aliases: list[str] = field(default_factory=list)  # every name of the model, alias first
     hf_repo: str | None = None  # USER/REPO[:QUANT] to download
     hf_file: str | None = None

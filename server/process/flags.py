@@ -285,6 +285,9 @@ FLAGS = [
          help="the secret that signs the turn in a /v1/responses reasoning item's encrypted_content; the same "
               "secret on every replica, or across restarts, keeps clients' histories reusable (default: a random "
               "one per process: after a restart old blobs are ignored)"),
+    Flag(("--spm-infill",), "spm_infill", bool, False, sets="spm_infill",
+         help="/infill lays the prompt out suffix-prefix-middle, for models trained that way (default: "
+              "prefix-suffix-middle)"),
     Flag(("--keep-billing-header",), "keep_billing_header", bool, False, sets="keep_billing_header",
          help="/v1/messages: keep Claude Code's x-anthropic-billing-header system block in the prompt (it changes "
               "on every request, so every request then recomputes the whole prompt; dropped by default)"),

@@ -260,6 +260,9 @@ ROWS: list[tuple[str, str]] = [
      'when asked to'),
     ('--no-mmproj-auto',
      "`-hf`: do not download the repository's projector"),
+    ('--spm-infill',
+     '`/infill` lays the prompt out suffix-prefix-middle, for models trained that way (default: '
+     'prefix-suffix-middle; see [the API](api.md#infill))'),
     ('--keep-billing-header',
      "`/v1/messages`: keep Claude Code's `x-anthropic-billing-header` system block in the prompt (it "
      'changes on every request, so every request then recomputes the whole prompt; see [Claude '

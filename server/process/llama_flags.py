@@ -148,7 +148,6 @@ CATALOG = """
 -r --reverse-prompt | 1 | refuse | a default stop string is not offered: send "stop" per request
 -sp --special | - | ignore | special tokens are printed where the reply format needs them
 --warmup --no-warmup | - | ignore | the model is warmed up by its first decode
---spm-infill | - | refuse | /infill uses the model's FIM tokens in prefix-suffix-middle order
 -nocb --no-cont-batching | - | refuse | batching is always continuous
 -mmu --mmproj-url | 1 | refuse | give the projector as a file with --mmproj
 --mmproj-auto | - | ignore | -hf downloads the repository's projector unless --no-mmproj

@@ -175,6 +175,8 @@ class GenerationParams:
     keep_s: float | None = None  # prompt_cache_retention in seconds (0: never on disk; None: default)
     return_progress: bool = False  # a stream reports the prompt's evaluation (llama-server's prompt_progress)
     timings_per_token: bool = False  # a stream's chunks carry llama-server's timings so far
+    n_indent: int = 0  # llama-server's (/completion, /infill): lines after the first need this indentation
+    t_max_predict_ms: int = 0  # llama-server's: past this much generation, a newline ends the reply (0: no limit)
 
 
 def parse_generation(

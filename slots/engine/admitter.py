@@ -122,7 +122,7 @@ class Admitter:
         active = Active(
             req=req,
             sampler=sampler,
-            text=TextStream(req.stop),
+            text=TextStream(req.stop, req.n_indent),
             reuse=reuse,
             cuts=self.prefixes.cuts(req, keep),
             quick=quick,

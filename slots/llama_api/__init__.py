@@ -17,11 +17,11 @@ import llama_cpp  # noqa: F401,I001  (must precede numpy, see above)
 from .backend import Device, LlamaError, cuda_host_allocator, devices, ggml_build, gpu_memory, init_backend, supports_gpu_offload, system_info
 from .context import Batch, Context, ContextParams, default_threads
 from .placement import Placement
-from .model import KV_TYPE_BYTES, KV_TYPES, MemoryKind, Model, ModelInfo, classify_memory, kv_bytes_per_token, model_params
+from .model import KV_TYPE_BYTES, KV_TYPES, FimTokens, MemoryKind, Model, ModelInfo, classify_memory, kv_bytes_per_token, model_params
 from .sampler import ChainParams, GrammarError, GrammarSpec, NoToken, Sampler, SamplingFailed, TokenForcer, check_grammar, trigger_tokens
 
 __all__ = [
-    "Batch", "ChainParams", "Context", "ContextParams", "Device", "Placement",
+    "Batch", "ChainParams", "Context", "ContextParams", "Device", "FimTokens", "Placement",
     "GrammarError", "NoToken", "SamplingFailed", "TokenForcer", "GrammarSpec", "KV_TYPES", "KV_TYPE_BYTES",
     "LlamaError", "MemoryKind", "Model", "ModelInfo", "Sampler", "check_grammar", "classify_memory", "kv_bytes_per_token",
     "model_params",

@@ -57,6 +57,24 @@ PARTIAL_ONLY = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 _SPECIAL_ATTRS = (1 << 0) | (1 << 3) | (1 << 4)  # unknown, control, user-defined
 
 
+@dataclass(frozen=True, slots=True)
+class FimTokens:
+    """The vocabulary's fill-in-the-middle tokens (llama_vocab_fim_*); -1 where it has none.
+    `pre`, `suf` and `mid` make a FIM prompt; `rep` (repository name) and `sep` (file
+    separator) make the repository-level layout where the vocabulary has them."""
+
+    pre: int = -1
+    suf: int = -1
+    mid: int = -1
+    pad: int = -1
+    rep: int = -1
+    sep: int = -1
+
+    def missing(self) -> list[str]:
+        """Which of the three a FIM prompt needs the vocabulary lacks (empty: it can infill)."""
+        return [name for name, token in (("prefix", self.pre), ("suffix", self.suf), ("middle", self.mid)) if token < 0]
+
+
 # bytes per element of each KV cache type (block types: block bytes / 32 elements)
 KV_TYPE_BYTES = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
@@ -211,6 +229,11 @@ class Model:
         self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
         self.sep = int(llama_cpp.llama_vocab_sep(self.vocab))
         self.add_sep = bool(llama_cpp.llama_vocab_get_add_sep(self.vocab))
+        v = self.vocab
+        self.fim = FimTokens(
+            int(llama_cpp.llama_vocab_fim_pre(v)), int(llama_cpp.llama_vocab_fim_suf(v)), int(llama_cpp.llama_vocab_fim_mid(v)),
+            int(llama_cpp.llama_vocab_fim_pad(v)), int(llama_cpp.llama_vocab_fim_rep(v)), int(llama_cpp.llama_vocab_fim_sep(v)),
+        )
         self._eog = np.fromiter(
             (bool(llama_cpp.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)),
             dtype=bool,

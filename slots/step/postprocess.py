@@ -130,13 +130,20 @@ class Postprocess:
         if active.req.logprobs is not None:
             logits = self._ctx.logits(row) if isinstance(row, int) else row
             event.logprobs.append(token_logprob(logits, active.req.sampling.logit_bias, token, active.req.logprobs))
-        event.text += active.text.feed(self._model.token_piece(token, special=False))
+        text = active.text.feed(self._model.token_piece(token, special=False))
+        event.text += text
         if active.text.stopped_by is not None:
             self._outbox.finish(slot, FinishReason.STOP)
-        elif self._out_of_room(active, slot):
+        elif active.text.cut_by_indent or self._out_of_time(active, text, now) or self._out_of_room(active, slot):
             self._outbox.finish(slot, FinishReason.LENGTH)
         else:
             active.pending = token
+
+    @staticmethod
+    def _out_of_time(active: Active, text: str, now: float) -> bool:
+        """llama-server's t_max_predict_ms: generation has run longer and this token ends a line."""
+        limit = active.req.t_max_predict_ms
+        return limit > 0 and "\n" in text and (now - active.first_token_at) * 1000 > limit
 
     def _out_of_room(self, active: Active, slot: Slot) -> bool:
         """max_tokens reached, or the next token would not fit the slot's context."""

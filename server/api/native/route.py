@@ -5,7 +5,8 @@ The body is llama-server's: `prompt` (text, token ids, or a list of them: one re
 `n_predict`, `n_probs`, `post_sampling_probs`, `return_tokens`, `stream`, and the sampling
 fields. The reply is llama-server's shape: `content`, `tokens`, `stop`, `stop_type`,
 `tokens_predicted`, `tokens_evaluated`, `tokens_cached`, `timings`, `generation_settings`,
-`completion_probabilities`; several prompts give a list.
+`completion_probabilities`; several prompts give a list. `n_indent` and `t_max_predict_ms`
+are llama-server's limits for code completion (/infill, server/api/native/infill.py, uses them most).
 
 `post_sampling_probs` gives each token's probability under the model (the exponent of its
 logprob) rather than after the samplers' truncation: warmslot samples on the CPU from the
@@ -97,7 +98,7 @@ def openai_body(body: dict, vocab: Vocab) -> dict:
     n_probs = body.get("n_probs", 0)
     if not isinstance(n_probs, int) or isinstance(n_probs, bool) or not 0 <= n_probs <= MAX_TOP_LOGPROBS:
         raise InvalidRequest(f"'n_probs' must be an integer from 0 to {MAX_TOP_LOGPROBS}", param="n_probs")
-    for name in ("n_probs", "post_sampling_probs", "return_tokens", "id_slot", "logprobs", "echo", "stream_options"):
+    for name in ("n_probs", "post_sampling_probs", "return_tokens", "id_slot", "logprobs", "echo", "stream_options", "n_indent", "t_max_predict_ms"):
         out.pop(name, None)
     if n_probs or body.get("return_tokens"):
         out["logprobs"] = 0  # the generated tokens' ids travel with their logprobs (n_probs: see `completion`)
@@ -201,9 +202,32 @@ class NativeStream:
         return error_events(error)
 
 
+def _limit(body: dict, name: str) -> int:
+    value = body.get(name)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"'{name}' must be an integer", param=name)
+    return max(0, value)  # llama-server's -1 (and any negative): no limit
+
+
 async def completion(request: Request) -> Response:
     host, key, body = await open_request(request)
-    params = parse_completion(openai_body(body, host.engine.vocab), host.engine.info.n_vocab, host.config.sampling)
+    return await complete(request, host, key, body)
+
+
+async def complete(request: Request, host, key: str, body: dict) -> Response:
+    """Generate for a native body (/completion's, or the one /infill builds) and reply in
+    llama-server's shape."""
+    # n_predict 0: evaluate the prompt only, as llama-server does (editors warm a slot with
+    # the context they will send next); /v1/completions' max_tokens has no such value
+    prompt_only = type(body.get("n_predict")) is int and body["n_predict"] == 0 and "max_tokens" not in body
+    native = {**body, "n_predict": -1} if prompt_only else body
+    params = parse_completion(openai_body(native, host.engine.vocab), host.engine.info.n_vocab, host.config.sampling)
+    if prompt_only:
+        params.gen.max_tokens = 0
+    # llama-server's limits for code completion (see slots.step.text.IndentLimit)
+    params.gen.n_indent, params.gen.t_max_predict_ms = _limit(body, "n_indent"), _limit(body, "t_max_predict_ms")
     if params.gen.logprobs is not None:
         params.gen.logprobs = body.get("n_probs", 0)
     generation = await pipeline.start_text(request, host, key, params)
