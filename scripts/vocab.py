@@ -52,8 +52,11 @@ class VocabUnavailable(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """$WARMSLOT_CACHE_DIR, else ~/.cache/warmslot: outside the repository, shared by worktrees."""
-    return Path(os.environ.get("WARMSLOT_CACHE_DIR") or Path.home() / ".cache" / "warmslot")
+    """$WARMSLOT_CACHE_DIR, else ~/.cache/warmslot: outside the repository, shared by worktrees.
+    Created here, on first use (a fresh machine has neither folder); concurrent callers are safe."""
+    folder = Path(os.environ.get("WARMSLOT_CACHE_DIR") or Path.home() / ".cache" / "warmslot")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def sha256_of(path: Path) -> str:

@@ -103,20 +103,38 @@ DELIBERATE: dict[str, str] = {
 UNSTABLE: dict[str, str] = {}
 
 def suite_root() -> pathlib.Path:
-    """llama.cpp's tree with the suite and templates, extracted once into the cache folder."""
+    """llama.cpp's tree with the suite and templates, extracted once into the cache folder.
+
+    Extracted into a folder of its own, marked complete there, then renamed into place: a
+    concurrent caller either wins the rename or finds the winner's complete tree and keeps it.
+    An incomplete tree left by an interrupted run is moved aside before the rename."""
     root = cache_dir() / f"server-suite-{LLAMA_CPP_PYTHON_VERSION}"
-    done = root / ".complete"
-    if done.exists() and all((root / member).exists() for member in MEMBERS):
+    if _complete(root):
         return root
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="server-suite-", dir=cache_dir()))
     try:
         _extract_into(tmp)
-        shutil.rmtree(root, ignore_errors=True)
-        tmp.rename(root)
+        (tmp / ".complete").touch()
+        for _ in range(3):
+            try:
+                tmp.rename(root)
+                return root
+            except OSError:
+                if _complete(root):
+                    return root
+                stale = root.with_name(f"{root.name}.stale-{os.getpid()}")
+                try:
+                    root.rename(stale)
+                except OSError:
+                    pass
+                shutil.rmtree(stale, ignore_errors=True)
+        raise RuntimeError(f"could not put the extracted suite at {root}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    (root / ".complete").touch()
-    return root
+
+
+def _complete(root: pathlib.Path) -> bool:
+    return (root / ".complete").exists() and all((root / member).exists() for member in MEMBERS)
 
 
 def _extract_into(dest: pathlib.Path) -> None:
@@ -166,9 +184,11 @@ def local_models() -> dict[str, list[str]]:
 
     folder = cache_dir() / "server-suite-models"
     text, mmproj = folder / "tiny-attention.gguf", folder / "tiny-mmproj.gguf"
-    if not (text.exists() and mmproj.exists()):
-        write_tiny_model("attention", text)
-        write_tiny_mmproj(mmproj)
+    for path, write in ((text, lambda p: write_tiny_model("attention", p)), (mmproj, write_tiny_mmproj)):
+        if not path.exists():  # written beside, then renamed in: a concurrent run never reads half a file
+            part = path.with_name(f".{os.getpid()}-{path.name}")
+            write(part)
+            os.replace(part, path)
     return {"chat": ["--model", chat], "vision": ["--model", str(text), "--mmproj", str(mmproj)]}
 
 
