@@ -71,18 +71,61 @@ def cold_run(path, prompt, engine_args=REUSE_ENGINE, **kw) -> Result:
     """The reference answer: `prompt` on a fresh engine that has nothing to reuse."""
     engine = tiny_engine(path, **engine_args)
     try:
-        return generate(engine, prompt, return_prompt_logits=True, **kw)
+        # the two most likely tokens at each step: where they nearly tie (assert_same_answer)
+        return generate(engine, prompt, return_prompt_logits=True, **{"logprobs": 2, **kw})
     finally:
         engine.stop()
 
 
-def assert_same_answer(warm: Result, ref: Result) -> None:
-    """A reused prefix changed nothing: last-prompt-token logits within 1e-3, same 16 tokens."""
+# How far two computations of one prompt's logits may differ and still be the same answer.
+#
+# llama.cpp promises no bitwise equality between two ways of computing the same tokens. The CPU
+# backend picks its matrix kernels by the batch's shape (a vector dot product for one row, tiled
+# GEMM for many), and each instruction set sums in its own order (16 float lanes with AVX-512, 8
+# with AVX2), so a prefix computed alone, then reused, forked into a unified pool or restored,
+# gives logits that differ in the last bits, and the model's layers carry that on. llama.cpp's own
+# check of a backend against the CPU (tests/test-backend-ops.cpp) accepts per operation a
+# normalized mean squared error of 1e-7, an RMS error of 3e-4 of the values; nothing tighter
+# holds across shapes and instruction sets.
+#
+# Measured on the tiny models (F32 weights and KV, no flash attention, logits spread over 12-20),
+# warm against cold along every reuse path of tests/test_routing_and_cache.py: at most 9.2e-4 on
+# AVX-512 and 1.4e-3 on an AVX2-only build, both on sliding-window memory (every other kind stays
+# under 1e-5). 5e-3 is that worst case with room to spare, and still far below what a reuse bug
+# does: one token of a 300-token prefix lost moves the row by 2 to 11, one token changed by 0.06
+# to 0.4. (A token changed 150 tokens back in a recurrent state moves it by 1e-3 only: there the
+# cached and computed token counts are what catch a wrong restore.)
+LOGITS_ATOL = 5e-3
+# With flash attention the CPU sums V in half precision in cell order, so the same state in other
+# cells moves logits by up to a few 1e-2 (docs/state-segments.md, section 5).
+LOGITS_ATOL_FLASH = 5e-2
+
+
+def assert_close_logits(warm: np.ndarray, ref: np.ndarray, atol: float = LOGITS_ATOL) -> None:
+    """The two rows of logits agree within `atol` (see LOGITS_ATOL for why that much)."""
+    diff = float(np.abs(warm - ref).max())
+    assert diff < atol, f"logits differ by {diff:.3g}, more than {atol:g}"
+
+
+def compared_tokens(ref: Result, atol: float = LOGITS_ATOL) -> int:
+    """How many of `ref`'s greedy tokens any computation within `atol` must repeat: all of them,
+    or those before the first step whose two most likely tokens are within 2 * atol of each
+    other (each run's logits may move by atol, so either could win there, and what follows
+    differs). A reference without log-probabilities is compared whole."""
+    for i, step in enumerate(ref.logprobs[: len(ref.tokens)]):
+        if len(step.top) >= 2 and step.top[0][1] - step.top[1][1] < 2 * atol:
+            return i
+    return len(ref.tokens)
+
+
+def assert_same_answer(warm: Result, ref: Result, atol: float = LOGITS_ATOL) -> None:
+    """A reused prefix changed nothing: last-prompt-token logits within `atol`, 16 tokens, and the
+    same greedy tokens wherever greedy decoding has no near-tie (`compared_tokens`)."""
     assert warm.error is None and ref.error is None
-    diff = float(np.abs(warm.prompt_logits - ref.prompt_logits).max())
-    assert diff < 1e-3, diff
-    assert warm.tokens == ref.tokens
-    assert len(warm.tokens) == 16
+    assert_close_logits(warm.prompt_logits, ref.prompt_logits, atol)
+    assert len(warm.tokens) == len(ref.tokens) == 16
+    n = compared_tokens(ref, atol)
+    assert warm.tokens[:n] == ref.tokens[:n], (n, warm.tokens, ref.tokens)
 
 
 # the test session's fork server (tests/server_forks.py, started by conftest.py), if it runs
