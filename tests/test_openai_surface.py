@@ -251,10 +251,19 @@ def test_n_choices_evaluate_the_prompt_once(server, client):
         client.chat.completions.create(model="x", messages=messages, n=9, max_tokens=1)
 
 
+def _bounded(tool: dict, longest: int) -> dict:
+    """`tool` with each string argument at most `longest` characters: the grammar then ends the
+    call within a known number of tokens, whatever the model's rounding makes it say."""
+    properties = {k: dict(v, maxLength=longest) for k, v in tool["parameters"]["properties"].items()}
+    return {"type": "function", "function": dict(tool, parameters=dict(tool["parameters"], properties=properties))}
+
+
 def test_allowed_tools_narrow_the_grammar_not_the_prompt(client):
     messages = [{"role": "system", "content": AGENT}, {"role": "user", "content": "What is the weather in Lima?"}]
-    # room for the whole call: a call max_tokens cuts is dropped, never passed off as whole
-    kw = dict(model="x", messages=messages, tools=CHAT_TOOLS, parallel_tool_calls=False, temperature=0, max_tokens=160)
+    # room for the whole call: a call max_tokens cuts is dropped, never passed off as whole. A
+    # string of at most 24 characters is at most 24 tokens, and the call's JSON a few dozen more
+    tools = [_bounded(t, 24) for t in (WEATHER, SEARCH)]
+    kw = dict(model="x", messages=messages, tools=tools, parallel_tool_calls=False, temperature=0, max_tokens=160)
     every = client.chat.completions.create(**kw, tool_choice="required")
     narrowed = client.chat.completions.create(**kw, tool_choice={
         "type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "search"}}]},
