@@ -42,9 +42,12 @@ def test_list_devices_prints_every_offload_device_and_exits():
         assert all(line.endswith(" MiB free)") for line in lines[1:])
     else:
         assert lines[1:] == ["  (none)"]
-    by_env = subprocess.run(SERVER, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
-                            env={**os.environ, "WARMSLOT_LIST_DEVICES": "1"})
-    assert by_env.returncode == 0 and by_env.stdout == out.stdout
+    # from the environment too, and it listens on nothing: its port may be taken by another server
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        by_env = subprocess.run(SERVER, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+                                env={**os.environ, "WARMSLOT_LIST_DEVICES": "1", "WARMSLOT_PORT": port})
+    assert by_env.returncode == 0 and by_env.stdout == out.stdout, by_env.stderr
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -183,6 +183,9 @@ def _address(argv: list[str]) -> tuple[list[str], int] | None:
     the full parser answers those)."""
     if any(a in ("-h", "--help", "--version", "--list-devices", "--fit-print") for a in argv):
         return None
+    # the two that print and exit may come from the environment too (flags.py: WARMSLOT_<DEST>)
+    if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in ("WARMSLOT_LIST_DEVICES", "WARMSLOT_FIT_PRINT")):
+        return None
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--host", default=os.environ.get("WARMSLOT_HOST", "127.0.0.1"))
     early.add_argument("--port", default=os.environ.get("WARMSLOT_PORT", "8080"))
