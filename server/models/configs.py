@@ -64,6 +64,13 @@ def _check_fields(spec: ModelSpec) -> None:
             raise CatalogError(f"model {spec.name}: {arg} is set for the whole server, not per model")
 
 
+def _sets(spec: ModelSpec, dest: str) -> bool:
+    """Whether the model's own flags give `dest` (the server's command line and environment
+    give every model the same)."""
+    names = next(flag.names for flag in FLAGS if flag.dest == dest)
+    return any(arg.split("=", 1)[0] in names for arg in spec.args)
+
+
 def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_models: int, ram: SharedBudget | None,
                   disk: SharedBudget | None) -> ServerConfig:
     """`own`'s model fields over the server's config: named by the spec, its other names as
@@ -75,10 +82,12 @@ def _model_config(config: ServerConfig, spec: ModelSpec, own: ServerConfig, n_mo
     engine = own.engine
     if engine.cache_disk and engine.cache_disk == config.engine.cache_disk:
         engine = dataclasses.replace(engine, cache_disk=os.path.join(engine.cache_disk, spec.name))
-        if disk is not None and engine.cache_disk_size == config.engine.cache_disk_size:
-            engine = dataclasses.replace(engine, shared_disk=disk)
-    if ram is not None and engine.cache_ram == config.engine.cache_ram:
-        engine = dataclasses.replace(engine, shared_ram=ram)
+        # NOTE: decided by whether the model's own flags set a size, not by comparing sizes: an
+        # automatic size is read from the free space (and memory) at each parse, which moves
+        if disk is not None and not _sets(spec, "cache_disk_size"):
+            engine = dataclasses.replace(engine, shared_disk=disk, cache_disk_size=config.engine.cache_disk_size)
+    if ram is not None and not _sets(spec, "cache_ram"):
+        engine = dataclasses.replace(engine, shared_ram=ram, cache_ram=config.engine.cache_ram)
     if engine.cache_vram is None:  # the first model loaded must not take the device memory of the others
         engine = dataclasses.replace(engine, spare_share=n_models)
     # pinning stalls every model's CUDA calls: with several, only on demand and while all are idle
