@@ -110,7 +110,8 @@ def parse_infill(body: dict, n_vocab: int) -> Infill:
     prompt = body.get("prompt", "")
     if prompt is not None and not isinstance(prompt, str):
         raise InvalidRequest("'prompt' must be a string", param="prompt")
-    return Infill(_mixed(body, "input_prefix", n_vocab), _mixed(body, "input_suffix", n_vocab), _chunks(body.get("input_extra")), prompt or "")
+    prefix, suffix = _mixed(body, "input_prefix", n_vocab), _mixed(body, "input_suffix", n_vocab)
+    return Infill(prefix, suffix, _chunks(body.get("input_extra")), prompt or "")
 
 
 def _tokens(vocab: FimVocab, text: Mixed) -> list[int]:

@@ -98,7 +98,8 @@ def openai_body(body: dict, vocab: Vocab) -> dict:
     n_probs = body.get("n_probs", 0)
     if not isinstance(n_probs, int) or isinstance(n_probs, bool) or not 0 <= n_probs <= MAX_TOP_LOGPROBS:
         raise InvalidRequest(f"'n_probs' must be an integer from 0 to {MAX_TOP_LOGPROBS}", param="n_probs")
-    for name in ("n_probs", "post_sampling_probs", "return_tokens", "id_slot", "logprobs", "echo", "stream_options", "n_indent", "t_max_predict_ms"):
+    native_only = ("n_probs", "post_sampling_probs", "return_tokens", "id_slot", "n_indent", "t_max_predict_ms")
+    for name in (*native_only, "logprobs", "echo", "stream_options"):
         out.pop(name, None)
     if n_probs or body.get("return_tokens"):
         out["logprobs"] = 0  # the generated tokens' ids travel with their logprobs (n_probs: see `completion`)
