@@ -8,7 +8,7 @@ module lists the core's own routes and assembles the document.
 
 The schemas say what a valid request looks like; the parsers check more than a schema can
 (token ids within the vocabulary, a prompt that fits a slot, grammars llama.cpp can compile)
-and answer those with a 400. The fuzzing suite (tests/test_fuzz.py) generates requests from
+and answer those with a 400. The fuzzing suite (tests/api/test_fuzz.py) generates requests from
 this document and checks every response against it.
 """
 

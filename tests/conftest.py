@@ -32,14 +32,21 @@ LONGEST_FIRST = ("test_llama_server_suite", "test_fuzz", "test_codex_cli", "test
                  "test_agent_loop", "test_agent_clients", "test_embeddings", "test_openai_surface")
 
 
+def _module(item) -> str:
+    return item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
 def pytest_collection_modifyitems(items):
     """Mark every test that uses a model fixture `model`, so `-m "not model"` leaves it out
-    even where its module mixes model tests with pure ones; put the longest modules first."""
+    even where its module mixes model tests with pure ones; mark the longest modules' tests
+    `slow` (`-m "not slow"`: a run of minutes); put the longest modules first."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py"), len(rank)))
+        if _module(item) in rank:
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,4 @@
-"""Where tests/test_fuzz.py spends its requests: cases per request schema, by what they can vary.
+"""Where tests/api/test_fuzz.py spends its requests: cases per request schema, by what they can vary.
 
 The server's document lists 47 operations, but many share what a request to them carries.
 Some are one route under other paths (aliases: /v1/rerank, /rerank, /v1/reranking and

@@ -89,7 +89,7 @@ def cold_run(path, prompt, engine_args=REUSE_ENGINE, **kw) -> Result:
 # holds across shapes and instruction sets.
 #
 # Measured on the tiny models (F32 weights and KV, no flash attention, logits spread over 12-20),
-# warm against cold along every reuse path of tests/test_routing_and_cache.py: at most 9.2e-4 on
+# warm against cold along every reuse path of tests/cache/test_routing_and_cache.py: at most 9.2e-4 on
 # AVX-512 and 1.4e-3 on an AVX2-only build, both on sliding-window memory (every other kind stays
 # under 1e-5). 5e-3 is that worst case with room to spare, and still far below what a reuse bug
 # does: one token of a 300-token prefix lost moves the row by 2 to 11, one token changed by 0.06

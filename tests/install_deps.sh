@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # What the tests use besides what pip installs:
-# - Debian's prometheus, which tests/test_prometheus.py starts to scrape two replicas;
-# - Debian's chromium, the headless browser tests/test_webui.py drives the web page with
+# - Debian's prometheus, which tests/api/test_prometheus.py starts to scrape two replicas;
+# - Debian's chromium, the headless browser tests/api/test_webui.py drives the web page with
 #   (through Playwright, launched on this executable, so Playwright downloads no browser);
 # - the Claude Code CLI (npm's @anthropic-ai/claude-code, and Node.js for it), which
-#   tests/test_messages_api.py runs headless against the server, pinned: tests/data/claude_code
+#   tests/agents/test_messages_api.py runs headless against the server, pinned: tests/data/claude_code
 #   holds this version's own requests (scripts/capture_claude_code.py captures them again when
 #   the pin moves);
 # - the OpenAI Codex CLI, pinned (npm's @openai/codex@$CODEX_VERSION: tests/data/codex holds
-#   the requests this version sends), which tests/test_codex_cli.py runs against the server.
+#   the requests this version sends), which tests/agents/test_codex_cli.py runs against the server.
 #
 # As root on Debian (CI), installs what is missing (apt-get, then npm). Elsewhere it says what
 # to install and goes on: those tests then skip with the same message, except under CI
@@ -41,7 +41,7 @@ install_debian_packages() {
         fi
         echo "install_test_deps: apt-get could not install ${missing[*]}" >&2
     else
-        echo "install_test_deps: ${missing[*]} not installed; 'sudo apt-get install ${missing[*]}' lets tests/test_prometheus.py and tests/test_webui.py run" >&2
+        echo "install_test_deps: ${missing[*]} not installed; 'sudo apt-get install ${missing[*]}' lets tests/api/test_prometheus.py and tests/api/test_webui.py run" >&2
     fi
 }
 
@@ -65,12 +65,12 @@ npm_install() {
 
 install_claude_code() {
     claude --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION " && return
-    npm_install "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" claude tests/test_messages_api.py
+    npm_install "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" claude tests/agents/test_messages_api.py
 }
 
 install_codex() {
     [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] && return
-    npm_install "@openai/codex@$CODEX_VERSION" codex tests/test_codex_cli.py
+    npm_install "@openai/codex@$CODEX_VERSION" codex tests/agents/test_codex_cli.py
 }
 
 install_debian_packages

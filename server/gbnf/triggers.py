@@ -22,7 +22,7 @@ So every pattern here:
   nothing unfiltered that the grammar cannot take ever reaches it.
 
 What a pattern admits from its capture group to its end is thus a start of the grammar's
-own language (`tests/test_lazy_triggers.py` feeds adversarial token streams through real
+own language (`tests/engine/test_lazy_triggers.py` feeds adversarial token streams through real
 llama.cpp lazy grammars to hold that). The patterns scan the whole generated text after
 every token, as any trigger pattern does; they have no unbounded repetition inside the
 match, so std::regex's backtracking stays short.

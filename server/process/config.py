@@ -24,7 +24,7 @@ from ..middleware.cors import CorsPolicy
 class ServerConfig:
     """What the server runs with. Written out for type checkers and readers; its defaults are
     what the flags give when none is set, and each field is reached from a row of the flag table
-    (tests/test_dropin_flags.py holds it to flags.py)."""
+    (tests/suite/test_dropin_flags.py holds it to flags.py)."""
 
     engine: EngineConfig
     host: str = "127.0.0.1"

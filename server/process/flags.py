@@ -32,13 +32,13 @@ What is made from the table or held to it:
   llama-server flags that warmslot does not implement, llama_flags.py);
 - config.parse_config() copies every `sets` flag into its field (flag_parser.copied); the
   `feeds` fields are its logic;
-- tests/test_dropin_flags.py checks that every `sets`/`feeds` path is a field of the config,
+- tests/suite/test_dropin_flags.py checks that every `sets`/`feeds` path is a field of the config,
   that every field of ServerConfig is reached from a row (or is in a short list of fields that
   no flag sets), that its dataclass default is what the flags give when none is set, and that
   a value given to a `sets` flag arrives in its field;
 - flags_doc.flags_markdown() makes docs/flags.md, the flag reference, from the rows and the words
-  flags_doc.py holds for each flag; tests/test_flags_doc.py checks that the page is what it makes,
-  and tests/test_docs.py that it lists every flag, under names that are its names, with its default
+  flags_doc.py holds for each flag; tests/project/test_flags_doc.py checks that the page is what it makes,
+  and tests/project/test_docs.py that it lists every flag, under names that are its names, with its default
   (`default_text`, else the value).
 
 ServerConfig stays a dataclass written out in config.py rather than one made from these rows

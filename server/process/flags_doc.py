@@ -3,7 +3,7 @@
 The names and the defaults come from the table's rows; ROWS below gives each flag's meaning, in the
 order the reference lists them, several flags to a row where they go together. `flags_markdown()`
 makes the page; `python -m warmslot.server.process.flags_doc` (from the repository root) writes it,
-and tests/test_flags_doc.py fails when docs/flags.md is not what it makes. Every flag of FLAGS is in
+and tests/project/test_flags_doc.py fails when docs/flags.md is not what it makes. Every flag of FLAGS is in
 exactly one row (`flags_markdown()` checks it), so a new flag needs its words here.
 
 A row's key names its flags by their last long name: ` / ` between flags with a default each,
@@ -389,7 +389,7 @@ def _size(text: str) -> str:
 def default_shown(flag: Flag) -> str:
     """The default column: the row's `default_text`, else what leaving the flag unset gives:
     off or on for a switch, none for an unset value, nothing for a flag that only exists for
-    llama-server's sake, else the value (tests/test_docs.py reads it back)."""
+    llama-server's sake, else the value (tests/project/test_docs.py reads it back)."""
     if flag.default_text is not None:
         return flag.default_text
     if flag.kind == NOOP:

@@ -267,7 +267,7 @@ def effects(a: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tuple[st
 
 
 def markdown() -> str:
-    """docs/llama-server-flags.md: the catalog as a table (tests/test_docs.py keeps them equal)."""
+    """docs/llama-server-flags.md: the catalog as a table (tests/project/test_docs.py keeps them equal)."""
     lines = [
         "# llama-server's flags in warmslot",
         "",

@@ -3,7 +3,7 @@
 llama-server's `--fit on` (its default) adjusts the arguments the user did not give to the
 free device memory; `--fit-target` is the margin left free on each device and `--fit-ctx` the
 smallest context it may choose. Here the order is fixed and every step is a pure function of
-sizes, so it is tested without a GPU (tests/test_fit.py):
+sizes, so it is tested without a GPU (tests/engine/test_fit.py):
 
 1. the context: the training context, else the largest that fits, never below `--fit-ctx`;
 2. expert offload: the experts of the first N layers stay in RAM (`--n-cpu-moe N`), the

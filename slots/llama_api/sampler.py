@@ -97,7 +97,7 @@ class Sampler:
         # millisecond a token at 248k tokens; numpy finds the k best in place, and the rest of
         # the chain (top-p, min-p, temperature, the seeded draw) runs on those k alone. The
         # draw is the one the whole chain makes: the same candidates, in the same order, and
-        # the same random number (see tests/test_sampling_fast.py)
+        # the same random number (see tests/engine/test_sampling_fast.py)
         self._tail = None
         self._k = params.top_k
         self._candidates: np.ndarray | None = None  # the full chain's candidate array, reused

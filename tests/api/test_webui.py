@@ -26,7 +26,7 @@ from PIL import Image
 
 from tests.helpers import warmslot_server
 
-SHOTS = pathlib.Path(__file__).resolve().parent.parent / "build" / "webui"
+SHOTS = pathlib.Path(__file__).resolve().parents[2] / "build" / "webui"
 NOT_INSTALLED = "Debian's chromium is not installed: tests/install_deps.sh installs it (as root)"
 
 
@@ -371,8 +371,8 @@ def test_a_text_model_takes_no_attachments(browser, server):
 
 @pytest.fixture(scope="module")
 def models_server(tmp_path_factory, tiny_models):
-    """Two tiny models by name, `small` and `big` (tests/test_models_by_name.py), both may load at once."""
-    from tests.test_models_by_name import serve
+    """Two tiny models by name, `small` and `big` (tests/api/test_models_by_name.py), both may load at once."""
+    from tests.api.test_models_by_name import serve
 
     with serve(tmp_path_factory.mktemp("models"), tiny_models, "--models-max", "2") as proc:
         yield proc

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "llama-server-suite.json"
 
 pytestmark = [pytest.mark.model, pytest.mark.server]

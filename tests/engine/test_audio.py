@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tests.helpers import metric, warmslot_server
-from tests.test_images import chat, data_url, image_message
+from tests.engine.test_images import chat, data_url, image_message
 from tests.tiny_audio import write_tiny_audio_mmproj
 from tests.tiny_models import N_EMBD
 from warmslot.slots.llama_api.model import Model

@@ -12,7 +12,7 @@ from tests.helpers import warmslot_server
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-METRICS_PAGE = (pathlib.Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+METRICS_PAGE = (pathlib.Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from warmslot.cache import segments
 from tests.helpers import LOGITS_ATOL_FLASH, REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 from warmslot.slots.reuse.tiers.disk import DiskTier
-from tests.test_disk_tier import disk_engine, entry_files
+from tests.cache.test_disk_tier import disk_engine, entry_files
 
 pytestmark = pytest.mark.model
 

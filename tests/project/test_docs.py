@@ -7,9 +7,9 @@ import re
 from warmslot.server.process.flag_values import parse_size
 from warmslot.server.process.flags import FLAGS, NOOP, OFF, ON, SIZE
 
-README = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-FLAG_REFERENCE = (pathlib.Path(__file__).parent.parent / "docs" / "flags.md").read_text()
-METRICS_PAGE = (pathlib.Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+README = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+FLAG_REFERENCE = (pathlib.Path(__file__).parents[2] / "docs" / "flags.md").read_text()
+METRICS_PAGE = (pathlib.Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
 TABLE_HEAD = "\n| flag | default | meaning |\n|---|---|---|\n"
 
 
@@ -95,7 +95,7 @@ def test_readme_has_the_two_setup_commands():
 
 def test_grafana_dashboard_uses_documented_metrics():
     """Every metric the Grafana dashboard plots is one that docs/metrics.md documents."""
-    text = (pathlib.Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text()
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text()
     names = set(re.findall(r"warmslot_[a-z_]+", text))
     assert len(names) > 10
     for name in names:
@@ -108,7 +108,7 @@ def test_every_package_folder_is_installed():
     under server/, slots/ and cache/ must be there (editable installs would hide a gap)."""
     import tomllib
 
-    root = pathlib.Path(__file__).parent.parent
+    root = pathlib.Path(__file__).parents[2]
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         "warmslot." + ".".join(init.parent.relative_to(root).parts)
@@ -121,13 +121,13 @@ def test_every_package_folder_is_installed():
 def test_the_llama_server_flag_list_matches_the_catalog():
     from warmslot.server.process.llama_flags import markdown
 
-    doc = (pathlib.Path(__file__).parent.parent / "docs" / "llama-server-flags.md").read_text()
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "llama-server-flags.md").read_text()
     assert doc == markdown(), "regenerate docs/llama-server-flags.md from warmslot.server.process.llama_flags.markdown()"
 
 
 # -- links between the README and docs/ ---------------------------------------------------------
 
-ROOT = pathlib.Path(__file__).parent.parent
+ROOT = pathlib.Path(__file__).parents[2]
 MARKDOWN = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

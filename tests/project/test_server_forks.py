@@ -18,7 +18,7 @@ import pytest
 
 from tests.server_forks import ForkClient, start_fork_server, stop_fork_server
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHILD = f"""
 import json, os, sys, time
 import numpy.random  # imported before the fork, as the suite's fork server does

@@ -30,7 +30,7 @@ MODEL = "claude-local"  # any name: the loaded model answers
 SYSTEM = "You are a weather agent. Call get_weather for any question about the weather, then answer in one line."
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PINNED = re.search(r"^CLAUDE_CODE_VERSION=(\S+)", (ROOT / "tests" / "install_deps.sh").read_text(), re.M).group(1)
 NOT_INSTALLED = (f"Claude Code {PINNED} is not installed: tests/install_deps.sh installs it "
                  f"(npm install -g @anthropic-ai/claude-code@{PINNED})")

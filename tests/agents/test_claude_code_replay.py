@@ -10,7 +10,7 @@ together, as the CLI sends them.
 
 - every request is answered 200 (Qwen3.5's template alone raised on the first one);
 - the title request's reply follows its schema (the grammar makes even a random model start
-  `{"title": "`; tests/test_messages_api.py checks a whole title on the default model);
+  `{"title": "`; tests/agents/test_messages_api.py checks a whole title on the default model);
 - the main agent's first request, sent again at the end, reuses at least 95% of its prompt,
   and its first request after the subagents' reuses 95% of the main request before (where
   the template moves the tool list to the new last user message, Mistral's, the system
@@ -36,7 +36,7 @@ from tests.template_families import FAMILIES, SPECS, write_family_model
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-FIXTURES = pathlib.Path(__file__).parent / "data" / "claude_code"
+FIXTURES = pathlib.Path(__file__).parents[1] / "data" / "claude_code"
 MAX_TOKENS = 2  # output is not what is tested: a random model's tokens
 TITLE_TOKENS = 8
 TITLE_START = re.compile(r'\s*\{\s*"title"\s*:\s*"')

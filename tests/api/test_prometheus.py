@@ -23,7 +23,7 @@ from scripts.server_process import ServerProcess, start_together, warmslot_comma
 
 pytestmark = pytest.mark.server
 
-DASHBOARD = pathlib.Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+DASHBOARD = pathlib.Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 JOB = "warmslot"
 REPLICA_FLAGS = ["-t", "1", "-c", "1024", "-np", "1", "-cram", "256MiB"]
 SCRAPE_INTERVAL = "1s"

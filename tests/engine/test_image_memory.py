@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.helpers import metric, warmslot_server
-from tests.test_images import data_url
+from tests.engine.test_images import data_url
 from tests.tiny_models import write_tiny_mmproj, write_tiny_model
 
 PROJECTOR = {"swa": "mlp", "recurrent": "mlp", "hybrid": "qwen2vl", "mrope": "qwen2vl"}

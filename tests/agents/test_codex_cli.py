@@ -34,7 +34,7 @@ from tests.template_families import FAMILIES, SPECS, write_family_model
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-FIXTURES = pathlib.Path(__file__).parent / "data" / "codex"
+FIXTURES = pathlib.Path(__file__).parents[1] / "data" / "codex"
 MAIN = ("01", "02", "03", "05")  # the main agent's conversation: each request resends the one before
 MAX_OUTPUT = 8  # tokens a replayed reply may take (Codex sends no limit)
 GENERATION_SLACK = 32  # tokens that end a one-message prompt and not the longer one

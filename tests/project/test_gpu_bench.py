@@ -18,7 +18,7 @@ from scripts.gpu_bench.servers import Run, counters_delta, state_counters
 from scripts.gpu_bench.workload_multiagent import multiagent_ctx, summarise_agents
 from scripts.gpu_bench.workload_throughput import Variant, VariantError, parse_variants, run_variants, summarise_requests
 
-PROFILE = pathlib.Path(__file__).parent / "data" / "pyspy-raw-warmslot.txt"
+PROFILE = pathlib.Path(__file__).parents[1] / "data" / "pyspy-raw-warmslot.txt"
 
 
 def test_variants_parse_into_server_and_flags():

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.fake_engine import FakeEngine, fail, reply
-from tests.test_pipeline import FakeServer
+from tests.api.test_pipeline import FakeServer
 from warmslot.server.api.messages.convert import parse_request
 from warmslot.server.api.messages.errors import error_body, status_of
 from warmslot.server.api.messages.options import reasoning

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FOLDERS = ("server", "slots", "cache")  # installed as warmslot.<folder>
 MAX_LINES = 500
 # Declarative tables: data laid out one row a line, exempt from the size limit.

@@ -8,7 +8,7 @@ import pytest
 from warmslot.server.process import flags_doc
 from warmslot.server.process.flags import FLAGS, Flag
 
-PAGE = pathlib.Path(__file__).parent.parent / "docs" / "flags.md"
+PAGE = pathlib.Path(__file__).parents[2] / "docs" / "flags.md"
 
 
 def test_docs_flags_md_is_what_the_flag_table_makes():

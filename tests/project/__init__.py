@@ -1,0 +1,1 @@
+"""Tests of the project itself: docs, structure, benchmarks' harness, generated models."""

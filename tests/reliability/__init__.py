@@ -1,0 +1,1 @@
+"""Tests of reliability: lifecycle, sleep, shutdown, soak, crashes, replicas."""

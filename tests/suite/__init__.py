@@ -1,0 +1,1 @@
+"""Tests of llama.cpp's own server test suite and llama-server's flags."""
