@@ -198,7 +198,8 @@ def test_auto_flash_attention_is_off_on_the_cpu(tiny_models, monkeypatch):
     cache is quantized (which needs it) or the attention scores would take too much RAM; a
     setting given is kept, and a GPU leaves "auto" to llama.cpp. The state fingerprint names
     the choice: without it llama.cpp stores V transposed, so saved states differ."""
-    from warmslot.slots import EngineConfig, loader
+    from warmslot.slots import EngineConfig
+    from warmslot.slots.engine import loader
 
     monkeypatch.setattr(loader, "physical_memory", lambda: 16 << 30)
     cfg = EngineConfig(model_path="m.gguf")
