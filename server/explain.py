@@ -49,6 +49,7 @@ def explanation(reuse: Reuse | None, n_prompt: int, prompt: Prompt | None) -> di
         "candidate": reuse.candidate_source,
         "restored_checkpoint": reuse.restored_checkpoint,
         "reused_logits": reuse.used_logits,
+        **({"shifted_tokens": reuse.shifted} if reuse.shifted is not None else {}),
         "divergence": divergence(reuse, n_prompt, prompt),
         "reason": reuse.reason,
         "state_bytes": {"device_to_ram": reuse.state_bytes.get("device_to_ram", 0),
@@ -96,6 +97,8 @@ def log_line(endpoint: str, reuse: Reuse | None, usage: Usage, prompt: Prompt | 
         line += f", prompt built in {built_s * 1000:.0f} ms"
     if reuse.restored_checkpoint is not None:
         line += f", restored checkpoint {reuse.restored_checkpoint}"
+    if reuse.shifted:
+        line += f", {reuse.shifted} of the cached tokens from shifted chunks (approximate)"
     if reuse.state_bytes:
         moved = [f"{n / 1e6:.1f} MB {way.replace('_', ' ')}" for way, n in sorted(reuse.state_bytes.items())]
         line += ", state copied " + " and ".join(moved)

@@ -137,6 +137,9 @@ class Reuse:
     new_text: str = ""  # the prompt's text from there
     old_quoted: bool = False  # the candidate's text is the requester's own conversation's
     reason: str = ""
+    # --cache-reuse: of `cached`, the tokens that chunks of the slot shifted to their new
+    # positions gave (approximate KV: reuse/plan.py, plan_shifts); None: the flag is off
+    shifted: int | None = None
     # sequence state this request's start moved between the device and RAM, by direction:
     # "device_to_ram" (slots saved to take a slot, or parked), "ram_to_device" (a cache load),
     # "disk_to_ram" (a disk entry read for it, its chain's bases included)
@@ -155,9 +158,11 @@ class Usage:
     ttft_s: float = 0.0
     draft_tokens: int = 0  # tokens drafted by speculative decoding
     draft_accepted: int = 0  # of those, accepted (each saved a decode step)
+    shifted_tokens: int | None = None  # of cached_tokens, those from shifted chunks (Reuse.shifted); None: off
 
     def __post_init__(self) -> None:
         assert 0 <= self.cached_tokens <= self.prompt_tokens
+        assert self.shifted_tokens is None or 0 <= self.shifted_tokens <= self.cached_tokens
         assert self.cached_tokens == 0 or self.source not in (Source.NONE, Source.EVICTED)
 
     @property

@@ -30,6 +30,7 @@ class EngineConfig:
     checkpoint_bytes: int = 4 << 30  # per slot
     checkpoint_every: int = 8192  # tokens between checkpoints inside one long prefill
     quick_tokens: int = 512  # new tokens of a quick request, which runs beside n_parallel others (router.py)
+    cache_reuse: int = 0  # --cache-reuse: least tokens of a slot's chunk shifted to where the prompt has it; 0: off (reuse/plan.py)
     cache_ram: int = 8 << 30  # prompt cache budget in bytes; 0: no prompt cache
     cache_segments: bool = True  # attention, sliding-window and hybrid memory: prompt-cache and disk entries store only what their base lacks
     park_idle: bool = True  # move idle slots to the prompt cache when a request starts (unified pool)

@@ -82,6 +82,10 @@ class Slot:
     cache_key: str = ""  # the prompt_cache_key of the last request served
     session: str = ""  # the client session of the conversation it holds (GenerateRequest.session)
     keep_s: float | None = None  # the disk retention of what it holds (see GenerateRequest)
+    # --cache-reuse: its tokens from this index on were computed after a chunk whose KV was
+    # shifted (reuse/plan.py, plan_shifts), so they differ from a cold run's; None: all exact.
+    # Such tokens stay on the device: a save to the prompt cache keeps only [0, approx_from)
+    approx_from: int | None = None
     # where its tokens sit in the model's memory: set from each request's images before the
     # slot's memory is cut or filled for it (the memory then holds a prefix of its prompt)
     positions: Positions = SAME_POSITIONS

@@ -21,7 +21,9 @@ LATENCY_BUCKETS = (
 )
 
 RECENT_WINDOW = 10.0  # seconds of steps the recent rates are over
-PROMPT_SOURCES = ("slot", "fork", "ram", "disk", "computed")  # labels of prompt tokens by origin
+# labels of prompt tokens by origin; "shifted": an idle slot's chunks moved to where the
+# prompt has them (--cache-reuse), counted apart from its exact prefix ("slot")
+PROMPT_SOURCES = ("slot", "fork", "ram", "disk", "shifted", "computed")
 
 
 class CopyCause(str, enum.Enum):
@@ -169,11 +171,15 @@ class EngineStats:
         """An image was decoded and preprocessed (the tokenize pool's threads)."""
         self.media_preprocessed += 1
 
-    def add_prompt(self, source: str, cached: int, computed: int) -> None:
-        """Count a finished request's prompt: `cached` tokens from `source`, `computed` evaluated."""
-        if cached:
-            assert source in PROMPT_SOURCES and source != "computed", source
-            self.prompt_tokens[source] += cached
+    def add_prompt(self, source: str, cached: int, computed: int, shifted: int = 0) -> None:
+        """Count a finished request's prompt: `cached` tokens not evaluated, of which `shifted`
+        from shifted chunks and the rest from `source`, and `computed` evaluated."""
+        assert 0 <= shifted <= cached
+        if cached > shifted:
+            assert source in PROMPT_SOURCES and source not in ("computed", "shifted"), source
+            self.prompt_tokens[source] += cached - shifted
+        if shifted:
+            self.prompt_tokens["shifted"] += shifted
         self.prompt_tokens["computed"] += computed
 
     def add_copy(self, cause: CopyCause, nbytes: int, seconds: float) -> None:

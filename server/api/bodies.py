@@ -48,9 +48,15 @@ def usage_body(usage: Usage, reasoning_tokens: int = 0) -> dict[str, Any]:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, **shifted_field(usage, "shifted_tokens")},
         "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
     }
+
+
+def shifted_field(usage: Usage, name: str) -> dict[str, int]:
+    """With --cache-reuse, `{name: n}`: n of the cached tokens came from shifted chunks (their
+    KV is approximate); without it, nothing."""
+    return {name: usage.shifted_tokens} if usage.shifted_tokens is not None else {}
 
 
 def timings_body(usage: Usage) -> dict[str, Any]:
@@ -61,6 +67,7 @@ def timings_body(usage: Usage) -> dict[str, Any]:
     predicted_ms = round(usage.decode_s * 1000, 3)
     body = {
         "cache_n": usage.cached_tokens,
+        **shifted_field(usage, "cache_shifted_n"),
         "prompt_n": computed,
         "prompt_ms": round(usage.prefill_s * 1000, 3),
         "prompt_per_token_ms": usage.prefill_s * 1000 / computed if computed else 0.0,

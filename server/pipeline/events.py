@@ -124,4 +124,5 @@ def total_usage(usages: list[Usage], n: int) -> Usage:
         firsts[0], prompt_tokens=sum(u.prompt_tokens for u in firsts), cached_tokens=cached, source=source,
         completion_tokens=sum(u.completion_tokens for u in usages),
         draft_tokens=sum(u.draft_tokens for u in usages), draft_accepted=sum(u.draft_accepted for u in usages),
+        shifted_tokens=None if firsts[0].shifted_tokens is None else sum(u.shifted_tokens or 0 for u in firsts),
     )

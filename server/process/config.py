@@ -91,6 +91,8 @@ def parse_config(argv: list[str] | None = None) -> tuple[ServerConfig, argparse.
         parser.error("--parallel must be at least 1")
     if a.max_n < 1 or a.responses_store < 1:
         parser.error("--max-n and --responses-store must be at least 1")
+    if a.cache_reuse < 0:
+        parser.error(f"--cache-reuse must be 0 (off) or a chunk size in tokens, 1 or more (got {a.cache_reuse})")
     if a.max_messages < 0 or a.max_tools < 0:
         parser.error("--max-messages and --max-tools must be 0 (no limit) or more")
     if a.cache_disk and a.cache_ram <= 0:

@@ -213,6 +213,9 @@ FLAGS = [
     Flag(("--quick-tokens",), "quick_tokens", int, 512, sets="engine.quick_tokens",
          help="with a stream per sequence, a request that continues a conversation an idle sequence on the device holds, computing at most this "
               "many new tokens, starts at once beside --parallel running ones (up to twice --parallel; 0: it waits)"),
+    Flag(("--cache-reuse",), "cache_reuse", int, 0, sets="engine.cache_reuse", default_text="0 (off)",
+         help="shift the KV of chunks of at least this many tokens that moved in a slot's prompt (an edit above "
+              "the cursor) instead of computing them again: approximate, attention models only (0: off)"),
     Flag(("-cram", "--cache-ram"), "cache_ram", SIZE, "auto", sets="engine.cache_ram",
          help="RAM for the prompt cache (0: off; auto: a quarter of the RAM, at most 32GiB); " + SIZE_HELP),
     Flag(("--cache-vram",), "cache_vram", VRAM, "auto", sets="engine.cache_vram",

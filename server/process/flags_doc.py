@@ -182,6 +182,12 @@ ROWS: list[tuple[str, str]] = [
      'tokens between checkpoints inside a long prefill (0: none)'),
     ('--checkpoint-ram',
      'memory for checkpoints per slot (a size, see below)'),
+    ('--cache-reuse',
+     'the least tokens of a chunk of a slot\'s previous prompt that is shifted to where the new prompt has '
+     'it, after text before it was removed (an edit above the cursor, the oldest chunk of an editor\'s '
+     'extra context dropped), instead of computing it again. Approximate (the shifted KV was computed after '
+     'other text), so off by default; attention models only; responses say how many tokens it gave. See '
+     '[Shifting chunks](reuse.md#shifting-chunks---cache-reuse)'),
     ('--cache-ram',
      'RAM prompt cache budget: `8192` is 8192 MiB as in llama-server, or `8GiB` (0: off; auto: a quarter '
      'of the RAM, at most 32 GiB)'),

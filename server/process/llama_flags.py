@@ -181,7 +181,6 @@ CATALOG = """
 --threads-http | 1 | ignore | HTTP requests run on one event loop; the engine has its own thread
 --cache-prompt | - | ignore | prompts are always cached
 --no-cache-prompt | - | ignore | prompts are always cached (a request may send "cache_prompt": false)
---cache-reuse | 1 | ignore | prefixes are reused whole from slots and the prompt cache; chunks are not shifted
 --props | - | ignore | POST /props is not served: settings are fixed at start
 --models-autoload --no-models-autoload | - | ignore | a model loads when a request names it (POST /models/load loads one ahead)
 --no-jinja | - | ignore | chat templates always run with Jinja; built-in template names give llama.cpp's templates

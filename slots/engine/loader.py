@@ -282,12 +282,27 @@ def reuse_parts(parts: ModelParts, stats: EngineStats, drafter=None, demand: Dem
     kind, unified, layout, can_fork = ctx.memory_kind, parts.layout.unified, parts.layout, parts.can_fork
     memory = SlotMemory(ctx, model, cache, stats, drafter=drafter)
     router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
-                    quick_tokens=cfg.quick_tokens, stats=stats, demand=demand)
+                    quick_tokens=cfg.quick_tokens, stats=stats, demand=demand, shift_min=_shift_min(cfg, ctx))
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
         park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk, demand=demand,
+        shifts=cfg.cache_reuse > 0,
     )
     return memory, router, prefixes
+
+
+def _shift_min(cfg: EngineConfig, ctx) -> int:
+    """--cache-reuse's chunk size where this model's memory can move chunks (else 0: off,
+    said once here)."""
+    if cfg.cache_reuse <= 0:
+        return 0
+    why = ctx.shift_refusal()
+    if why is not None:
+        log.warning("--cache-reuse %d has no effect on this model: %s; prefixes are reused whole", cfg.cache_reuse, why)
+        return 0
+    log.info("--cache-reuse %d: chunks of at least %d tokens that moved in a slot's prompt are shifted (approximate KV)",
+             cfg.cache_reuse, cfg.cache_reuse)
+    return cfg.cache_reuse
 
 
 def _segments_on(cfg: EngineConfig, kind: MemoryKind) -> bool:

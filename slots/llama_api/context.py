@@ -12,7 +12,10 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from .backend import LlamaError
-from .model import FLASH_ATTN, KV_TYPES, PARTIAL_ONLY, Model, classify_memory
+from .model import FLASH_ATTN, KV_TYPES, PARTIAL_ONLY, MemoryKind, Model, classify_memory
+
+# rope types whose positions are not one number per token (vision models' M-RoPE)
+_MULTI_ROPE = (llama_cpp.LLAMA_ROPE_TYPE_MROPE, llama_cpp.LLAMA_ROPE_TYPE_IMROPE, llama_cpp.LLAMA_ROPE_TYPE_VISION)
 
 @dataclass(slots=True)
 class ContextParams:
@@ -146,6 +149,25 @@ class Context:
         if src in self._rolled_back:  # make the snapshot the state itself first
             self.state_set(src, self.state_get(src, partial=True), partial=True)
         llama_cpp.llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        """Move the sequence's cells at positions [p0, p1) by `delta` (their keys rotated to
+        the new positions at the next decode). Only where `shift_refusal()` is None."""
+        llama_cpp.llama_memory_seq_add(self.mem, seq, p0, p1, delta)
+
+    def shift_refusal(self) -> str | None:
+        """Why cells of a sequence cannot be moved to other positions (`seq_add`), in words;
+        None when they can: attention memory without a sliding window, which llama.cpp can
+        shift, with one position per token."""
+        if self.memory_kind is not MemoryKind.ATTENTION:
+            return f"its memory is {self.memory_kind.value}, not plain attention"
+        if self.model.info.n_swa > 0:
+            return "its attention has a sliding window"
+        if not llama_cpp.llama_memory_can_shift(self.mem):
+            return "llama.cpp cannot shift its memory"
+        if llama_cpp.llama_model_rope_type(self.model.ptr) in _MULTI_ROPE:
+            return "its positions are multimodal (M-RoPE)"
+        return None
 
     def seq_pos_min(self, seq: int) -> int:
         return int(llama_cpp.llama_memory_seq_pos_min(self.mem, seq))

@@ -91,12 +91,40 @@ class SlotMemory:
             return False
         del slot.tokens[keep:]
         slot.checkpoints.drop_after(keep)
+        if slot.approx_from is not None and keep <= slot.approx_from:
+            slot.approx_from = None
         return True
 
     def clear(self, slot: Slot) -> None:
         self.ctx.seq_clear(slot.id)
         slot.tokens.clear()
         slot.checkpoints.clear()
+        slot.approx_from = None
+
+    def shift(self, slot: Slot, plan: ReusePlan) -> int:
+        """--cache-reuse: keep the plan's exact prefix, move each of its chunks (plan.shifts,
+        from plan_shifts) to follow what is kept, and remove the rest. Returns the prompt
+        tokens kept (plan.kept); from plan.keep on they are approximate (`approx_from`).
+        Attention memory whose positions are the token indices only (no images)."""
+        assert plan.restore is None and self.kind is MemoryKind.ATTENTION and slot.positions.same
+        old, kept = slot.tokens, slot.tokens[: plan.keep]
+        for move in plan.shifts:
+            # [dst, src) removed: what the prompt no longer has (the chunks moved before sit
+            # below dst) | [src, src + n) moved to [dst, dst + n) | [src + n, ...) as it was
+            assert move.dst == len(kept)
+            if not self.ctx.seq_rm(slot.id, move.dst, move.src):
+                self.clear(slot)
+                return 0
+            self.ctx.seq_add(slot.id, move.src, move.src + move.n, move.dst - move.src)
+            kept += old[move.src : move.src + move.n]
+        # [0, kept) the prompt's prefix, exact up to plan.keep | [kept, ...) removed
+        if not self.ctx.seq_rm(slot.id, len(kept), -1):
+            self.clear(slot)
+            return 0
+        slot.tokens = kept
+        slot.checkpoints.drop_after(plan.keep)
+        slot.approx_from = plan.keep if slot.approx_from is None else min(slot.approx_from, plan.keep)
+        return len(kept)
 
     def fork(self, donor: Slot, target: Slot, upto: int) -> None:
         """Copy the donor's sequence into the target with seq_cp (no host round trip).
@@ -133,6 +161,8 @@ class SlotMemory:
             target.tokens = list(donor.tokens)
         target.checkpoints = donor.checkpoints.copy()
         target.checkpoints.drop_after(len(target.tokens))
+        approx = donor.approx_from
+        target.approx_from = approx if approx is not None and approx < len(target.tokens) else None
         if self.drafter is not None:
             self.drafter.fork(donor.id, target.id, target.tokens)
         target.tenant = donor.tenant
@@ -161,6 +191,15 @@ class SlotMemory:
         bus (`_read_tail`), and a slot cut for that is cut back to `keep` after it."""
         if self.cache is None or not slot.tokens:
             return None
+        if slot.approx_from is not None:
+            # shifted KV (--cache-reuse) is not a cold run's: only the exact prefix goes to
+            # the tiers, and only when the caller keeps no more than it
+            if keep is None or keep > slot.approx_from:
+                log.debug("slot %d: not saved: its tokens from %d on hold shifted chunks", slot.id, slot.approx_from)
+                return None
+            self.cut(slot, slot.approx_from)
+            if not slot.tokens:
+                return None
         existing = self.cache.find_covering(slot.tokens, slot.tenant)
         if existing is not None:
             self.cache.touch(existing)
@@ -235,6 +274,7 @@ class SlotMemory:
             return False
         target.tokens = list(entry.tokens)
         target.checkpoints = entry.checkpoints.copy()
+        target.approx_from = None
         target.tenant = entry.tenant
         target.prompt_end = entry.prompt_end
         target.keep_s, target.session = entry.keep_s, entry.session

@@ -47,6 +47,7 @@ class Prefixes:
         checkpoint_every: int,
         disk: DiskTier | None = None,
         demand: Demand | None = None,
+        shifts: bool = False,
     ) -> None:
         self.slots = slots
         self.memory = memory
@@ -59,6 +60,7 @@ class Prefixes:
         self.checkpoint_every = checkpoint_every
         self.disk = disk
         self.demand = demand  # the requests waiting for a slot, the client sessions at work
+        self.shifts = shifts  # --cache-reuse is on: each request says how many tokens shifted chunks gave
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -75,6 +77,8 @@ class Prefixes:
         keep, plan = self._take_prefix(route, req)
         reuse.source = route.source if keep else Source.NONE
         reuse.cached = keep
+        if self.shifts:  # [plan.keep, keep) came from shifted chunks
+            reuse.shifted = plan.shifted if plan is not None and keep else 0
         if plan is not None and keep:
             reuse.restored_checkpoint = plan.restore.n_tokens if plan.restore is not None else None
             reuse.used_logits = plan.logits is not None and keep == len(req.tokens)
@@ -153,8 +157,9 @@ class Prefixes:
         if isinstance(route, KeepSlot):
             plan = route.plan  # the router's plan: nothing changed the slot since
             if plan.matched < slot.prompt_end - SAVE_MIN_LOSS:
-                memory.save(slot, CopyCause.OVERWRITE, keep=plan.keep)
-            return memory.apply(slot, plan), plan
+                # (shifting needs the cells after plan.keep: a save then leaves them all)
+                memory.save(slot, CopyCause.OVERWRITE, keep=None if plan.shifts else plan.keep)
+            return (memory.shift(slot, plan) if plan.shifts else memory.apply(slot, plan)), plan
         if slot.tokens and not (self.ctx.memory_kind.truncatable and held_elsewhere(slot, self.slots, None)):
             # (a cache entry that covers it is checked there); every route below clears the slot
             memory.save(slot, CopyCause.OVERWRITE, keep=0)

@@ -80,7 +80,9 @@ class Router:
         quick_tokens: int = 0,
         stats: EngineStats | None = None,
         demand: Demand | None = None,
+        shift_min: int = 0,
     ) -> None:
+        """`shift_min`: --cache-reuse's chunk size where the memory can shift, else 0 (off)."""
         self.slots = slots
         self.cache = cache
         self.cutter = cutter
@@ -90,7 +92,7 @@ class Router:
         self.n_busy_max = len(slots) if n_busy_max is None else n_busy_max
         self.contiguous = contiguous  # keep busy ids in one run (a KV stream per sequence)
         self.disk = disk
-        self.device = DeviceTier(slots, cutter, can_fork, cache, stats)
+        self.device = DeviceTier(slots, cutter, can_fork, cache, stats, shift_min)
         self.ram = RamTier(cache, truncatable, stats) if cache is not None else None
         # asked in this order; on equal scores the earlier source wins (_RANK)
         self.tiers: tuple[Tier, ...] = tuple(t for t in (self.device, self.ram, disk) if t is not None)

@@ -46,6 +46,7 @@ class Outbox:
             ttft_s=(active.first_token_at - active.req.submitted) if active.first_token_at else 0.0,
             draft_tokens=active.n_drafted,
             draft_accepted=active.n_accepted,
+            shifted_tokens=reuse.shifted,
         )
         event.usage = usage
         if error is not None:
@@ -55,7 +56,7 @@ class Outbox:
             event.finish = reason
             event.stop_sequence = active.text.stopped_by
             self.stats.requests[reason.value] += 1
-        self.stats.add_prompt(reuse.source.value, reuse.cached, usage.computed_tokens)
+        self.stats.add_prompt(reuse.source.value, reuse.cached, usage.computed_tokens, reuse.shifted or 0)
         self.stats.generated_tokens += len(active.generated)
         self.stats.max_sequence = max(self.stats.max_sequence, len(active.prompt) + len(active.generated))
         active.sampler.close()

@@ -29,7 +29,7 @@ from ...errors import ApiError, InvalidRequest
 from ...pipeline import ChoiceEnd, Delta, End, Finish, PromptProgress, StreamEvent
 from ...request.protocol import MAX_TOP_LOGPROBS, CompletionParams, parse_completion
 from ...state import open_request
-from ..bodies import error_events, progress_fields, timings_body
+from ..bodies import error_events, progress_fields, shifted_field, timings_body
 
 
 def _prompt(prompt: Any) -> Any:
@@ -170,7 +170,7 @@ class Shape:
             stop=True, model=self.model, tokens_predicted=usage.completion_tokens, tokens_evaluated=len(prompt),
             generation_settings=self.settings, prompt=self.vocab.detokenize(prompt), has_new_line="\n" in text,
             truncated=False, stop_type=stop_type, stopping_word=stop_sequence or "", tokens_cached=usage.cached_tokens,
-            timings=timings_body(usage),
+            **shifted_field(usage, "tokens_shifted"), timings=timings_body(usage),
         )
         return out
 

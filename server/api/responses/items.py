@@ -17,6 +17,7 @@ from typing import Any, Callable
 from warmslot.slots import SamplingParams
 
 from ...errors import InvalidRequest
+from ..bodies import shifted_field
 from ...prompt.exact_turns import ExactTurn
 from ...prompt.media import PARAM_KEY
 from ...output.parsed import ParsedMessage
@@ -344,7 +345,8 @@ def items_message(items: list[dict], tools: ResponsesTools, turn: ExactTurn | No
 def usage_body(usage, reasoning_tokens: int = 0) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0,
+                                 **shifted_field(usage, "shifted_tokens")},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,

@@ -15,7 +15,7 @@ from warmslot.cache.entries import CacheEntry
 from warmslot.cache.prompt_cache import PromptCache
 
 from ...requests import GenerateRequest, Source
-from ..plan import plan_reuse
+from ..plan import plan_reuse, with_shifts
 from ...slot import Slot
 from ...stats import EngineStats
 from .base import Found, Release, TierCounters, TierMatch
@@ -26,12 +26,15 @@ class DeviceTier:
     source = Source.SLOT
 
     def __init__(self, slots: Sequence[Slot], cutter: Callable[[Slot], Callable[[int], bool]], can_fork: bool,
-                 cache: PromptCache | None = None, stats: EngineStats | None = None) -> None:
+                 cache: PromptCache | None = None, stats: EngineStats | None = None, shift_min: int = 0) -> None:
         self.slots = slots
         self.cutter = cutter  # whether a slot's memory can be cut back to n tokens
         self.can_fork = can_fork
         self.cache = cache  # what `held_elsewhere` also looks in
         self.stats = stats
+        # --cache-reuse where the memory can shift (0: off): an idle slot's chunks of at least
+        # this many tokens that the prompt has further on move to follow its exact prefix
+        self.shift_min = shift_min
 
     def match(self, req: GenerateRequest) -> TierMatch:
         """For each slot of the tenant holding tokens (the one that last served the request's
@@ -45,10 +48,18 @@ class DeviceTier:
             source = Source.SLOT if slot.active is None else Source.FORK
             candidate = Candidate(source, plan.matched, slot.tokens, plan.keep, plan.reason, slot.prompt_end or None)
             if slot.active is None:
-                found.append(Found(KeepSlot(slot, plan), candidate))
+                found.append(Found(KeepSlot(slot, self._with_shifts(slot, plan, req)), candidate))
             if plan.keep > 0 and self._forkable(slot, plan):
                 found.append(Found(Fork(None, slot, plan.keep), candidate))
         return TierMatch(tuple(found))
+
+    def _with_shifts(self, slot: Slot, plan, req: GenerateRequest):
+        """The plan with the chunks of the slot that the prompt has further on (see
+        plan.with_shifts); not where a prompt or the slot holds images, whose positions are
+        not the token indices."""
+        if not self.shift_min or req.media or slot.media:
+            return plan
+        return with_shifts(plan, slot.tokens, req.tokens, self.shift_min)
 
     def _forkable(self, slot: Slot, plan) -> bool:
         """A fork that needs neither a cut nor a restore in the target is safe everywhere."""
@@ -86,7 +97,7 @@ class DeviceTier:
         idle slots moved out because the KV pool was full. Read-only."""
         held = sum(1 for s in self.slots if s.active is None and s.tokens)
         st = self.stats
-        served = st.prompt_tokens["slot"] + st.prompt_tokens["fork"] if st is not None else 0
+        served = st.prompt_tokens["slot"] + st.prompt_tokens["fork"] + st.prompt_tokens["shifted"] if st is not None else 0
         return TierCounters(self.source, held, None, None, st.kv_evictions if st is not None else 0, served)
 
 

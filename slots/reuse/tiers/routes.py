@@ -43,7 +43,7 @@ class KeepSlot:
 
     @property
     def usable(self) -> int:
-        return self.plan.keep
+        return self.plan.kept  # its exact prefix and any chunks shifted after it (--cache-reuse)
 
 
 @dataclass(frozen=True, slots=True)
