@@ -17,6 +17,8 @@ qwen35-27b   qwen35   E 5120, 64 layers: layer il is full attention when (il+1) 
 qwen35-9b    qwen35   E 4096, 32 layers, 16 heads / 4 KV, 16 key / 32 value heads, F 12288
 gemma3-4b    gemma3   E 2560, 34 layers, 8 heads / 4 KV of 256, F 10240, sliding window 1024
                       on 5 of every 6 layers (il % 6 < 5), the 6th global
+gemma3-270m  gemma3   E 640, 18 layers, 4 heads / 1 KV of 256, F 2048, sliding window 512 on
+                      5 of every 6 layers (the embedded default's shape)
 qwen3-30b-a3b qwen3moe E 2048, 48 layers, 32 heads / 4 KV of 128, QK-norm; 128 experts of
                       F 768 per layer, 8 used (``ffn_{gate,up,down}_exps`` {E, 768, 128}),
                       an F32 router ``ffn_gate_inp`` {E, 128}; context 262144 (as the 2507 release)
@@ -212,6 +214,13 @@ MODELS: dict[str, Shape] = {
         n_head=8, n_head_kv=4, head_dim=256, n_ctx_train=131072, rope_freq_base=1e6,
         sliding_window=1024, sliding_window_pattern=6, rope_freq_base_swa=1e4,
         rope_scaling_linear=8.0,
+    ),
+    # the embedded default's shape (Gemma 3 270M); with --vocab pointing at that GGUF, its
+    # 262,144-token vocabulary too, so the output matrix costs what it costs there
+    "gemma3-270m": Shape(
+        name="gemma3-270m", arch="gemma3", n_embd=640, n_layer=18, n_ff=2048,
+        n_head=4, n_head_kv=1, head_dim=256, n_ctx_train=32768, rope_freq_base=1e6,
+        sliding_window=512, sliding_window_pattern=6, rope_freq_base_swa=1e4,
     ),
     "qwen3-30b-a3b": Shape(
         name="qwen3-30b-a3b", arch="qwen3moe", n_embd=2048, n_layer=48, n_ff=6144,
