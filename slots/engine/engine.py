@@ -285,6 +285,8 @@ class Engine:
                 self.outbox.finish(slot, FinishReason.ABORT)
         self.outbox.flush(self.slots)
         if self.disk is not None:
+            for slot in self.slots:  # shifted chunks' KV (--cache-reuse) is not written to disk
+                self.memory.keep_exact(slot)
             self.disk.shutdown(self.slots, lambda seq: self.ctx.state_get(seq, partial=False), draft_of=self.memory.draft_state)
         model = self.model
         if self.loaded is not None:

@@ -101,6 +101,12 @@ class SlotMemory:
         slot.checkpoints.clear()
         slot.approx_from = None
 
+    def keep_exact(self, slot: Slot) -> None:
+        """Cut the slot back to the tokens before its first approximate one (`approx_from`),
+        if it has any: before a tier reads the sequence as it is (the disk at shutdown)."""
+        if slot.approx_from is not None:
+            self.cut(slot, slot.approx_from)
+
     def shift(self, slot: Slot, plan: ReusePlan) -> int:
         """--cache-reuse: keep the plan's exact prefix, move each of its chunks (plan.shifts,
         from plan_shifts) to follow what is kept, and remove the rest. Returns the prompt

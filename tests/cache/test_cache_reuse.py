@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 from tests.tiny_models import KINDS
+from warmslot.cache.disk import format as fmt
 from warmslot.server.process.config import parse_config
 from warmslot.slots.reuse.plan import ChunkMove, ReusePlan, plan_shifts, with_shifts
 
@@ -97,3 +98,19 @@ def test_without_shifting_the_answer_is_a_cold_runs(tiny_models, kind):
     finally:
         engine.stop()
     assert_same_answer(warm, ref)
+
+
+@pytest.mark.model
+def test_a_slot_with_shifted_chunks_reaches_the_disk_without_them(tiny_models, tmp_path):
+    """At shutdown the slots' contents are written to the disk tier as they are: a slot that
+    holds shifted chunks is first cut back to its exact prefix."""
+    directory = tmp_path / "disk"
+    engine = tiny_engine(tiny_models["attention"], cache_reuse=4, cache_disk=str(directory), cache_disk_size=64 << 20,
+                         cache_ram=64 << 20, **REUSE_ENGINE)
+    try:
+        generate(engine, A + B + C, max_tokens=4)
+        assert generate(engine, A + C + D, max_tokens=4).usage.shifted_tokens == len(C)
+    finally:
+        engine.stop()
+    written = [fmt.read_header(str(p)).tokens for p in directory.iterdir() if p.name.endswith(fmt.SUFFIX)]
+    assert written and all(list(t[: len(A + B + C)]) == A + B + C or list(t) == A for t in written), written
