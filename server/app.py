@@ -42,7 +42,7 @@ from .api.native.infill import infill
 from .api.embeddings import openapi as embeddings_openapi
 from .api.embeddings import route as embeddings
 from .routes import openapi as service_openapi
-from .routes import props, service, slot_files, webui, worker
+from .routes import lora_adapters, props, service, slot_files, webui, worker
 from .api.rerank import openapi as rerank_openapi
 from .api.rerank import route as rerank
 from .api.vertex import route as vertex
@@ -163,6 +163,8 @@ def create_app(
         Route("/engine", service.engine_view),
         Route("/engine/requests", service.recent_requests),
         Route("/slots/{id_slot}", slot_files.slot_action, methods=["POST"]),
+        Route("/lora-adapters", lora_adapters.get_adapters, methods=["GET"]),
+        Route("/lora-adapters", lora_adapters.set_adapters, methods=["POST"]),
         Route("/tokenize", service.tokenize, methods=["POST"]),
         Route("/detokenize", service.detokenize, methods=["POST"]),
         Route("/apply-template", service.apply_template, methods=["POST"]),

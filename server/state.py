@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from warmslot.slots import Engine, VocabClosed
+from warmslot.slots import NO_ADAPTERS, AdapterSet, Engine, VocabClosed
 
 from .prompt.builder import PromptBuilder
 from .prompt.template import ChatTemplate, choose_template, detect_format
@@ -26,6 +26,7 @@ from .models.catalog import CatalogError, parse_duration
 from .models.in_use import hold
 from .models.registry import Models
 from .request.limits import check_body_limits
+from .request.lora import adapter_set, parse_lora
 from .request.protocol import parse_body
 from .recent_requests import RecentRequests
 from .work_queue import WorkQueue
@@ -68,6 +69,9 @@ class ModelHost:
         self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
         self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
+        # the LoRA adapters' scales for requests that name none (--lora, --lora-scaled; POST
+        # /lora-adapters sets them), by id; one list, replaced whole, read by any request
+        self.lora_scales: tuple[float, ...] = tuple(scale for _, scale in config.engine.lora)
         self.sleeper = Sleeper(  # --sleep-idle-seconds
             engine, config.sleep_idle_s, ready=lambda: self.ready, rebuild=self.finish_loading,
         ) if config.sleep_idle_s > 0 else None
@@ -104,6 +108,14 @@ class ModelHost:
         """A fresh engine on the same settings, not started (its model failed to load)."""
         self.engine = Engine(self.config.engine)
         self.builder = None
+
+    def adapters_of(self, requested) -> AdapterSet:
+        """The LoRA adapter set of a request whose `lora` field is `requested` (None: absent):
+        400 where it names no loaded adapter or is not llama-server's shape."""
+        if requested is None and not self.config.engine.lora:
+            return NO_ADAPTERS
+        adapters = self.engine.info.adapters
+        return adapter_set(parse_lora(requested, len(adapters)) if requested is not None else None, self.lora_scales, adapters)
 
     def require_ready(self) -> None:
         if self.init_error is not None:

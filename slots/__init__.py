@@ -7,6 +7,7 @@ imports from `warmslot.slots`, never from its submodules.
 from . import llama_api  # noqa: F401  (imports llama_cpp before numpy; see llama_api)
 from . import slot_files
 from .settings import EngineConfig
+from .adapters.adapter_set import NO_ADAPTERS, AdapterInfo, AdapterSet
 from .fitting.context_size import available_ram, physical_memory
 from .fitting.gguf_tensors import NotGGUF, arch_numbers as gguf_arch_numbers, read_header as read_gguf_header
 from .crash_report import hold_sent_aborts, report_crashes, report_crashes_of
@@ -32,11 +33,14 @@ from .stats import PROMPT_SOURCES, CopyCause
 from .vocab import Vocab, VocabClosed
 
 __all__ = [
+    "NO_ADAPTERS",
     "PRIMITIVE_RULES",
     "PROMPT_SOURCES",
     "SPEC_TYPES",
     "RESERVED_NAMES",
     "STRING_FORMAT_RULES",
+    "AdapterInfo",
+    "AdapterSet",
     "CopyCause",
     "DraftLimits",
     "Engine",

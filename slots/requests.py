@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .adapters.adapter_set import NO_ADAPTERS, AdapterSet, scope_of
 from .sampling.logprobs import TokenLogprob
 from .multimodal.spans import MediaSpan
 from .sampling.params import SamplingParams
@@ -113,10 +114,18 @@ class GenerateRequest:
     # newline ends it (0: no limit)
     n_indent: int = 0
     t_max_predict_ms: int = 0
+    # the LoRA adapters it runs under (ids and scales of the loaded ones; empty: the base model)
+    adapters: AdapterSet = NO_ADAPTERS
 
     def __post_init__(self) -> None:
         assert len(self.tokens) > 0, "a prompt has at least one token"
         assert self.max_tokens is None or self.max_tokens >= 0
+
+    @property
+    def scope(self) -> str:
+        """The namespace its cached state lives in: the tenant, and the adapter set when it
+        has one (adapters/adapter_set.py). What the router, the tiers and the slots compare."""
+        return scope_of(self.tenant, self.adapters)
 
 
 @dataclass(slots=True)

@@ -62,3 +62,6 @@ class EngineConfig:
     fit_ctx: int = 4096  # the smallest context --fit may choose
     n_gpu_layers_auto: bool = False  # -ngl was not given: --fit may offload fewer layers
     spec: SpecConfig = SpecConfig()  # speculative decoding (--spec-type, --draft-max, ...)
+    # LoRA adapters (--lora, --lora-scaled): each file and its scale for requests that name
+    # none (the server's; POST /lora-adapters changes it); an adapter's id is its index
+    lora: tuple[tuple[str, float], ...] = ()

@@ -19,7 +19,7 @@ from typing import AsyncIterator
 
 from starlette.requests import Request
 
-from warmslot.slots import Event, FinishReason, GenerateRequest, Progress, Source, Usage
+from warmslot.slots import NO_ADAPTERS, AdapterSet, Event, FinishReason, GenerateRequest, Progress, Source, Usage
 
 from .. import explain
 from ..prompt.builder import Prompt
@@ -268,13 +268,14 @@ def _submit(
     grammar, boundaries = (plan.grammar, plan.boundaries) if plan is not None else (None, ())
     media = plan.media if plan is not None else ()
     reqs: list[GenerateRequest] = []
+    adapters = host.adapters_of(gen.lora)
     for p, tokens in enumerate(prompts):
         first = None
         for j in range(gen.n):
             sink = TaggedSink(loop, queue, p * gen.n + j)
             req = _engine_request(
                 host, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline, media=media,
-                origin=origin,
+                origin=origin, adapters=adapters,
             )
             first = first or req.id
             reqs.append(req)
@@ -284,7 +285,7 @@ def _submit(
 
 def _engine_request(
     host: ModelHost, tokens: list[int], gen: GenerationParams, key: str, grammar, boundaries, sink, *, choice: int, sibling_of,
-    deadline: float | None, media=(), origin: str = "",
+    deadline: float | None, media=(), origin: str = "", adapters: AdapterSet = NO_ADAPTERS,
 ) -> GenerateRequest:
     """The engine request for one choice (`choice` > 0: another choice of the same prompt,
     sampled with seed + choice when a seed is given)."""
@@ -318,6 +319,7 @@ def _engine_request(
         origin=origin,
         n_indent=gen.n_indent,
         t_max_predict_ms=gen.t_max_predict_ms,
+        adapters=adapters,
     )
 
 

@@ -31,8 +31,21 @@ def engine_config(a: argparse.Namespace, disk_size: int, parser: argparse.Argume
         placement=placement_of(a),
         mmproj_offload=not a.no_mmproj_offload,
         spec=spec_config(a, parser),
+        lora=lora_adapters(a, parser),
         **copied(a, "engine"),
     )
+
+
+def lora_adapters(a: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[tuple[str, float], ...]:
+    """--lora's adapters (scale 1), then --lora-scaled's, each file checked; every scale 0 with
+    --lora-init-without-apply."""
+    adapters = [pair for group in (*(a.lora or ()), *(a.lora_scaled or ())) for pair in group]
+    for path, _ in adapters:
+        if not os.path.isfile(path):
+            parser.error(f"--lora: no such file: {path}")
+    if a.lora_init_without_apply:
+        adapters = [(path, 0.0) for path, _ in adapters]
+    return tuple(adapters)
 
 
 def placement_of(a: argparse.Namespace) -> placement.Placement:

@@ -68,3 +68,32 @@ parse_tensor_split = _argument(placement.parse_tensor_split)
 parse_device_names = _argument(placement.parse_device_names)
 parse_rpc_servers = _argument(placement.parse_rpc_servers)
 parse_tensor_overrides = _argument(placement.parse_tensor_overrides)
+
+
+def _lora_files(text: str) -> tuple[tuple[str, float], ...]:
+    """--lora: comma-separated adapter files, each at scale 1."""
+    paths = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not paths:
+        raise ValueError("--lora needs an adapter file")
+    return tuple((path, 1.0) for path in paths)
+
+
+def _lora_scaled(text: str) -> tuple[tuple[str, float], ...]:
+    """--lora-scaled: FNAME:SCALE, comma-separated, as llama-server writes it."""
+    out = []
+    for item in (i.strip() for i in str(text).split(",") if i.strip()):
+        path, sep, scale = item.rpartition(":")
+        try:
+            value = float(scale)
+        except ValueError:
+            value = None
+        if not sep or not path or value is None:
+            raise ValueError(f"--lora-scaled takes FNAME:SCALE (e.g. adapter.gguf:0.5), not {item!r}")
+        out.append((path, value))
+    if not out:
+        raise ValueError("--lora-scaled needs FNAME:SCALE")
+    return tuple(out)
+
+
+parse_lora_files = _argument(_lora_files)
+parse_lora_scaled = _argument(_lora_scaled)

@@ -56,7 +56,10 @@ from typing import Any
 from warmslot.slots import SPEC_TYPES, placement
 
 from ..output.markers import FORMATS
-from .flag_values import SIZE_HELP, parse_device_names, parse_rpc_servers, parse_tensor_overrides, parse_tensor_split
+from .flag_values import (
+    SIZE_HELP, parse_device_names, parse_lora_files, parse_lora_scaled, parse_rpc_servers, parse_tensor_overrides,
+    parse_tensor_split,
+)
 
 # kinds that are not a type or a parser (see the module docstring)
 SIZE, VRAM, NOOP, ON, OFF = "size", "vram", "noop", "on", "off"
@@ -433,4 +436,15 @@ FLAGS = [
     Flag(("-ctvd", "--cache-type-v-draft"), "cache_type_v_draft", str, "f16", sets="engine.spec.draft_type_v",
          choices=KV_TYPES,
          help="KV cache type for V of the draft model"),
+    # LoRA adapters (llama-server's flags; ids in the order given: --lora's, then --lora-scaled's).
+    Flag(("--lora",), "lora", parse_lora_files, None, feeds="engine.lora", repeatable=True, default_text="none",
+         help="a LoRA adapter GGUF for the model, at scale 1 (comma-separated for several); repeatable. Requests "
+              "choose adapters and scales with \"lora\"; GET and POST /lora-adapters list them and set the "
+              "default"),
+    Flag(("--lora-scaled",), "lora_scaled", parse_lora_scaled, None, feeds="engine.lora", repeatable=True,
+         default_text="none",
+         help="FNAME:SCALE,...: LoRA adapters at the given scales; repeatable"),
+    Flag(("--lora-init-without-apply",), "lora_init_without_apply", bool, False, feeds="engine.lora",
+         help="load the LoRA adapters at scale 0: requests run on the base model until POST /lora-adapters (or a "
+              "request's \"lora\") sets scales"),
 ]

@@ -348,6 +348,17 @@ ROWS: list[tuple[str, str]] = [
      "the draft model's GPU layers (-1: all) and KV cache types"),
     ('--device-draft',
      'comma-separated devices for the draft model, named as `--list-devices` shows them (`none`: the CPU)'),
+    ('--lora',
+     'a LoRA adapter GGUF for the model, at scale 1 (comma-separated for several; repeatable). An '
+     "adapter's id is its place: `--lora`'s in order, then `--lora-scaled`'s. A request picks adapters and "
+     'scales with `"lora": [{"id": 0, "scale": 0.5}]`; `GET /lora-adapters` lists them, `POST '
+     "/lora-adapters` (admin key) sets the scales of requests that name none. Cached state is kept apart "
+     'by adapter set; not with speculative decoding or `--mmproj` (see [api.md](api.md#lora-adapters))'),
+    ('--lora-scaled',
+     '`FNAME:SCALE,...`: LoRA adapters at the given scales (repeatable)'),
+    ('--lora-init-without-apply',
+     'the adapters start at scale 0: requests run on the base model until `POST /lora-adapters` or a '
+     'request\'s `"lora"` sets scales'),
 ]
 
 INTRO = """\

@@ -54,9 +54,6 @@ CATALOG = """
 --check-tensors | - | ignore | tensors are checked by llama.cpp when the model loads
 --override-kv | 1 | refuse | model metadata is used as written in the GGUF
 --op-offload --no-op-offload | - | ignore | llama.cpp's default operation offload is kept
---lora | 1 | refuse | LoRA adapters are not supported (the prompt cache keys would have to name them)
---lora-scaled | 1 | refuse | LoRA adapters are not supported (the prompt cache keys would have to name them)
---lora-init-without-apply | - | refuse | LoRA adapters are not supported (the prompt cache keys would have to name them)
 --control-vector | 1 | refuse | control vectors are not supported
 --control-vector-scaled | 1 | refuse | control vectors are not supported
 --control-vector-layer-range | 2 | refuse | control vectors are not supported

@@ -177,6 +177,7 @@ class GenerationParams:
     timings_per_token: bool = False  # a stream's chunks carry llama-server's timings so far
     n_indent: int = 0  # llama-server's (/completion, /infill): lines after the first need this indentation
     t_max_predict_ms: int = 0  # llama-server's: past this much generation, a newline ends the reply (0: no limit)
+    lora: Any = None  # llama-server's per-request LoRA adapters, as sent (request/lora.py reads it against the loaded ones)
 
 
 def parse_generation(
@@ -228,6 +229,7 @@ def parse_generation(
         keep_s=keep_s,
         return_progress=stream and _boolean(body, "return_progress", False),
         timings_per_token=stream and _boolean(body, "timings_per_token", False),
+        lora=body.get("lora"),
     )
 
 

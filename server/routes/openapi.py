@@ -185,6 +185,22 @@ def _slot_action() -> dict[str, Any]:
     }}
 
 
+def _lora_adapters() -> dict[str, Any]:
+    adapter = {"type": "object", "required": ["id", "path", "scale"], "properties": {
+        "id": {"type": "integer"}, "path": {"type": "string"}, "scale": {"type": "number"},
+        "task_name": {"type": "string"}, "prompt_prefix": {"type": "string"},
+    }}
+    scales = {"type": "array", "items": {"type": "object", "required": ["id", "scale"], "properties": {
+        "id": {"type": "integer", "minimum": 0}, "scale": {"type": "number"},
+    }}}
+    listed = get({"type": "array", "items": adapter}, "llama-server's: the LoRA adapters (--lora) and their default scales", 401, 500, 503)
+    return {**listed, "post": {
+        "summary": "llama-server's: set the LoRA adapters' default scales (adapters left out: 0; admin key)",
+        "requestBody": {"required": True, "content": {JSON: {"schema": scales}}},
+        "responses": {"200": json_body(required_object("success"), "set"), **errors(400, 401, 403, 413, 500, 503)},
+    }}
+
+
 def _webui_file() -> dict[str, Any]:
     return {"get": {
         "summary": "the web page's files: the page, its script and its style sheet (not with --no-webui)",
@@ -221,6 +237,7 @@ def paths() -> dict[str, Any]:
             "responses": {"200": json_body(_RECENT, "newest first"), **errors(400, 401, 403, 501)},
         }},
         "/slots/{id_slot}": _slot_action(),
+        "/lora-adapters": _lora_adapters(),
         "/models/load": _model_action("load a model now (the admin key; with --models-dir or --models-file, else 404)"),
         "/models/unload": _model_action("unload a model now, its conversations kept in its prompt cache (the admin key; with --models-dir or --models-file, else 404)"),
         "/models/capacity": get(_MODELS_CAPACITY, "what each model takes (measured once loaded, else estimated) and whether they fit together (with --models-dir or --models-file, else 404)", 401, 404),

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from ..errors import ModelNotFound
 from ..state import ModelHost, named_model, server_of
 from ..version import build_info, version_info
+from .lora_adapters import adapters_view
 
 # With one model every POST takes any `model` for it; the README's examples use this name.
 DEFAULT_MODEL_NAME = "default"
@@ -51,6 +52,7 @@ async def props(request: Request) -> Response:
         "is_sleeping": host.sleeper is not None and host.sleeper.asleep,
         "n_ctx_train": info.n_ctx_train,
         "capacity": info.capacity.to_json() if info.capacity is not None else None,
+        "lora_adapters": adapters_view(host),  # as GET /lora-adapters lists them
     }
     return JSONResponse(body)
 
@@ -82,6 +84,7 @@ def default_params(host: ModelHost) -> dict:
         "reasoning_format": host.config.reasoning_format,
         "reasoning_budget": host.config.reasoning_budget,
         "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
+        "lora": [{"id": i, "scale": scale} for i, scale in enumerate(host.lora_scales)],
     }
 
 

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..adapters.adapter_set import NO_ADAPTERS, AdapterSet
 from ..requests import (
     EngineError, ErrorKind, Event, FinishReason, GenerateRequest, NotReady, QueueFull, Rejected, ShuttingDown, Usage,
 )
@@ -36,8 +37,9 @@ class PromptLimits:
     n_vocab: int
 
     has_projector: bool = False  # --mmproj: prompts may hold images
+    n_adapters: int = 0  # LoRA adapters loaded (--lora): a request's ids are below it
 
-    def check(self, tokens: Sequence[int], media: Sequence[MediaSpan] = ()) -> EngineError | None:
+    def check(self, tokens: Sequence[int], media: Sequence[MediaSpan] = (), adapters: AdapterSet = NO_ADAPTERS) -> EngineError | None:
         """A prompt must leave its slot room for one generated token: the one place the
         context limit is checked for a prompt (generation stops at the same limit in
         `Postprocess.on_token`)."""
@@ -50,6 +52,8 @@ class PromptLimits:
                 return EngineError(ErrorKind.INVALID, problem)
         if max(tokens) >= self.n_vocab:
             return EngineError(ErrorKind.INVALID, f"the prompt has token ids outside the vocabulary (0..{self.n_vocab - 1})")
+        if adapters and adapters.scales[-1][0] >= self.n_adapters:
+            return EngineError(ErrorKind.INVALID, f"no LoRA adapter {adapters.scales[-1][0]}: {self.n_adapters} are loaded")
         return None
 
 
@@ -79,7 +83,7 @@ class Admission:
         request that can never run."""
         if self._limits is None:
             raise NotReady("the model is loading")
-        error = self._limits.check(req.tokens, req.media)
+        error = self._limits.check(req.tokens, req.media, req.adapters)
         if error is not None:
             self.stats.requests[error.kind.value] += 1
             raise Rejected(error)

@@ -13,6 +13,7 @@ from .admission import Admission
 from ..llama_api import Context, GrammarError, Model, Sampler
 from ..reuse.memory import SlotMemory
 from ..step.postprocess import Postprocess
+from ..reuse.other_scopes import held_under_other_adapters, other_adapters_reason
 from ..reuse.prefix import Prefixes
 from ..requests import EngineError, ErrorKind, GenerateRequest, Reuse, Source
 from ..reuse.router import Fetch, Fork, FromDisk, Route, Router, Wait
@@ -42,7 +43,7 @@ class Admitter:
 
     def __init__(
         self, admission: Admission, router: Router, prefixes: Prefixes, memory: SlotMemory, post: Postprocess,
-        model: Model, ctx: Context, stats: EngineStats, disk: DiskTier | None = None,
+        model: Model, ctx: Context, stats: EngineStats, disk: DiskTier | None = None, adapters: bool = False,
     ) -> None:
         self.admission = admission
         self.router = router
@@ -53,6 +54,7 @@ class Admitter:
         self.ctx = ctx
         self.stats = stats
         self.disk = disk
+        self.adapters = adapters  # LoRA adapters are loaded: a miss may be another set's prefix
 
     def admit(self) -> None:
         """Give waiting requests slots, in arrival order. A request that waits for another
@@ -105,8 +107,12 @@ class Admitter:
             self.admission.reject(req, EngineError(ErrorKind.INVALID, str(exc)))
             return
         before = dict(self.stats.copy_bytes)
+        # read before the prefix is taken, which may move what the slot held
+        other = held_under_other_adapters(req, self.router.slots, self.router.cache) if self.adapters else 0
         try:
             reuse, plan = self.prefixes.take(route, req)
+            if other > reuse.matched and reuse.cached < other:
+                reuse.reason = other_adapters_reason(other)
             self._activate(route.target, req, sampler, reuse, quick)
         except BaseException:
             sampler.close()  # the request never became active
@@ -129,7 +135,7 @@ class Admitter:
         )
         self.stats.quick_starts += quick
         slot.active = active
-        slot.tenant = req.tenant
+        slot.tenant = req.scope
         slot.prompt_end = len(req.tokens)
         slot.last_used = time.monotonic()
         self.prefixes.park_idle(keep=slot)

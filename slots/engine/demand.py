@@ -35,13 +35,13 @@ class EngineDemand:
         return self._admission.waiting
 
     def upcoming(self) -> Iterable[tuple[str, Sequence[int]]]:
-        return ((r.tenant, r.tokens) for r in self._admission.waiting)
+        return ((r.scope, r.tokens) for r in self._admission.waiting)
 
     def sessions(self) -> Iterable[tuple[str, str]]:
         return self._sessions.active(self._slots())
 
     def waiting_sessions(self) -> Iterable[tuple[str, str]]:
-        return ((r.tenant, r.session) for r in self._admission.waiting)
+        return ((r.scope, r.session) for r in self._admission.waiting)
 
     def on_device(self) -> Iterable[tuple[str, Sequence[int]]]:
         return ((s.tenant, s.tokens) for s in self._slots() if s.tokens)

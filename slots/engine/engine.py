@@ -272,11 +272,13 @@ class Engine:
         self.cache, self.disk, self.vocab, self.info = loaded.cache, loaded.disk, loaded.vocab, loaded.info
         self.admitter = Admitter(
             self.admission, loaded.router, loaded.prefixes, loaded.memory, loaded.post, loaded.model, loaded.ctx, self.stats,
-            disk=loaded.disk,
+            disk=loaded.disk, adapters=loaded.adapters is not None,
         )
         self.stepper = Stepper(loaded, self.admitter, self.admission, self.outbox, self.lifecycle, self.config, self.stats)
         ctx = loaded.ctx
-        self.admission.open(PromptLimits(ctx.n_ctx_seq, loaded.model.n_vocab, loaded.projector is not None), loaded.slots)
+        self.admission.open(PromptLimits(
+            ctx.n_ctx_seq, loaded.model.n_vocab, loaded.projector is not None, len(loaded.adapters) if loaded.adapters else 0,
+        ), loaded.slots)
         self._publish()
 
     def _shutdown(self) -> None:

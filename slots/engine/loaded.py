@@ -5,11 +5,13 @@ load of the same parts takes them back (`kept`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from warmslot.cache.prompt_cache import PromptCache
 
+from ..adapters.on_model import ModelAdapters
 from .embedding_worker import Embedder, Reranker
 from ..fitting.layout import KvLayout
 from ..llama_api import Batch, Context, MemoryKind, Model
@@ -58,10 +60,12 @@ class Loaded:
     reranker: Reranker | None = None  # with config.reranking: relevance scores, likewise
     projector: Projector | None = None  # --mmproj: its `tokenize_media` may be called from any thread
     media: MediaPrefill | None = None  # --mmproj: images in prompts
+    adapters: ModelAdapters | None = None  # --lora: the LoRA adapters on the model
 
     def close_parts(self) -> None:
-        """Free what was built on the model (the model itself stays: see close)."""
-        for part in (self.sampling, self.spec, self.ctx, self.embedder, self.reranker, self.projector):
+        """Free what was built on the model (the model itself stays: see close); the adapters
+        after the contexts that may hold them."""
+        for part in (self.sampling, self.spec, self.ctx, self.embedder, self.reranker, self.projector, self.adapters):
             if part is not None:
                 part.close()
 
@@ -87,8 +91,19 @@ def load(
     """Load the model (loader.py), then its speculative drafter, then the parts that move and
     reuse the slots' contents (which follow the drafter's sequences) and the token path.
     `kept`: the prompt cache and disk tier of an earlier load (waking from sleep)."""
+    _check_adapters(cfg)
     parts = open_model(cfg, stats, progress, wake=demand.later, kept=kept, demand=demand)
     model, ctx = parts.model, parts.ctx
+    adapters = None
+    if cfg.lora:
+        try:
+            adapters = ModelAdapters.load(model, [path for path, _ in cfg.lora])
+        except BaseException:
+            for part in (parts.sampling, ctx, parts.embedder, parts.reranker, parts.projector, model):
+                if part is not None:
+                    part.close()
+            raise
+        parts.info = dataclasses.replace(parts.info, adapters=adapters.infos)
     spec = Speculator(cfg.spec, ctx, stats, model.info.n_swa, load_draft(cfg, model, ctx, stats))
     memory, router, prefixes = reuse_parts(parts, stats, drafter=spec.draft_model, demand=demand)
     media = None
@@ -99,4 +114,15 @@ def load(
         memory=memory, router=router, prefixes=prefixes, post=Postprocess(model, ctx, memory, outbox, stats), spec=spec,
         filler_budget=parts.filler_budget, vocab=parts.vocab, info=parts.info, reload=parts.reload, cache=parts.cache,
         disk=parts.disk, embedder=parts.embedder, reranker=parts.reranker, projector=parts.projector, media=media,
+        adapters=adapters,
     )
+
+
+def _check_adapters(cfg: EngineConfig) -> None:
+    """What decodes apart from the step's one decode (drafts verified outside it, a draft
+    model's or the MTP block's own decodes, images) would run under whatever adapter set the
+    step left applied: with --lora those are refused rather than served wrong."""
+    if cfg.lora and cfg.spec.type != "none":
+        raise ValueError(f"LoRA adapters (--lora) do not go with speculative decoding (--spec-type {cfg.spec.type})")
+    if cfg.lora and cfg.mmproj:
+        raise ValueError("LoRA adapters (--lora) do not go with a multimodal projector (--mmproj; with -hf, add --no-mmproj)")

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from ..adapters.adapter_set import AdapterInfo, tenant_of
 from ..llama_api import MemoryKind
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class EngineInfo:
     capacity: "Capacity | None" = None  # what is held where, once loaded
     state_fingerprint: str = ""  # the model and the state layout: saved states load only where it is equal
     device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by device, as llama.cpp allocated them
+    adapters: tuple[AdapterInfo, ...] = ()  # the LoRA adapters loaded (--lora, --lora-scaled), by id
 
     @property
     def n_ctx_slots(self) -> int:
@@ -167,7 +169,7 @@ def take_snapshot(
     now = time.monotonic()
     shown = visible or (lambda tenant: True)
     views = tuple(
-        _slot_view(slot, now, detail, stats) if shown(slot.tenant) else SlotView(slot.id, slot.state.value, 0, "", "", 0, 0.0, redacted=True)
+        _slot_view(slot, now, detail, stats) if shown(tenant_of(slot.tenant)) else SlotView(slot.id, slot.state.value, 0, "", "", 0, 0.0, redacted=True)
         for slot in slots
     )
     cache_view = None
@@ -175,9 +177,9 @@ def take_snapshot(
         entries = ()
         if detail:
             entries = tuple(
-                EntryView(len(e), e.nbytes, round(now - e.last_used, 3), tenant_hash(e.tenant),
+                EntryView(len(e), e.nbytes, round(now - e.last_used, 3), tenant_hash(tenant_of(e.tenant)),
                           content_hash(e.tokens), tuple(c.n_tokens for c in e.checkpoints))
-                for e in reversed(list(cache.entries())) if shown(e.tenant)
+                for e in reversed(list(cache.entries())) if shown(tenant_of(e.tenant))
             )
         cache_view = CacheView(cache.budget, cache.nbytes, cache.n_entries, entries)
     host = ctx.host
@@ -208,7 +210,7 @@ def _slot_view(slot, now: float, detail: bool, stats: "EngineStats | None" = Non
         id=slot.id,
         state=slot.state.value,
         n_tokens=slot.n_past,
-        tenant=tenant_hash(slot.tenant) if detail else "",
+        tenant=tenant_hash(tenant_of(slot.tenant)) if detail else "",
         content_hash=content_hash(slot.tokens) if detail else "",
         checkpoint_bytes=slot.checkpoints.nbytes,
         idle_s=round(now - slot.last_used, 3) if slot.last_used and active is None else 0.0,

@@ -14,6 +14,7 @@ from ..step.fairness import longest_over_share
 from .lifecycle import Lifecycle
 from ..step.outbox import Outbox
 from ..requests import EngineError, ErrorKind, FinishReason
+from ..step.adapter_turns import AdapterTurns
 from ..step.scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from ..settings import EngineConfig
 from ..stats import EngineStats
@@ -43,6 +44,7 @@ class Stepper:
         self.config = config
         self.stats = stats
         self.chunk_cap = 0  # lowered after the KV pool could not fit a batch
+        self.turns = AdapterTurns()  # with LoRA adapters: whose set each step decodes
 
     def has_work(self) -> bool:
         """Slots running, or requests that may be admitted (not those waiting for a disk read)."""
@@ -65,9 +67,10 @@ class Stepper:
                 memory.checkpoint(slot, n, None)
         if spec.model_drafts:  # its decodes come first: what the last step emitted goes out now
             self.outbox.flush(slots)
-        drafts = spec.drafts(slots, loaded.batch.capacity, loaded.ctx.n_ubatch, memory.fork_pending)
+        turn = self._adapter_turn(slots) if loaded.adapters is not None else slots
+        drafts = spec.drafts(turn, loaded.batch.capacity, loaded.ctx.n_ubatch, memory.fork_pending)
         entries = plan_batch(
-            slots, loaded.batch, self._prefill_budget(),
+            turn, loaded.batch, self._prefill_budget(),
             by_sequence=not loaded.ctx.unified, filler_budget=loaded.filler_budget, drafts=drafts,
         )
         if entries:
@@ -80,6 +83,16 @@ class Stepper:
         if not self.has_work():
             self.outbox.flush(slots)  # nothing will run next: do not hold events back
         self.stats.step_seconds += time.monotonic() - t0
+
+    def _adapter_turn(self, slots: list) -> list:
+        """The slots this step may decode: llama.cpp applies one LoRA adapter set to the whole
+        context, so a step takes the requests of one set (step/adapter_turns.py), which it
+        applies first. The slots outside the set wait for their turn."""
+        chosen = self.turns.pick(slots)
+        if chosen is None:
+            return slots
+        self.loaded.adapters.apply(self.loaded.ctx.ptr, chosen)
+        return [s for s in slots if self.turns.runs(s, chosen)]
 
     def _reap_aborts(self) -> None:
         aborts = self.admission.take_aborts()

@@ -190,7 +190,7 @@ class Router:
         is usable elsewhere: waiting for it beats computing the same tokens twice."""
         for slot in self.slots:
             active = slot.active
-            if active is None or active.prefill_done or slot.tenant != req.tenant:
+            if active is None or active.prefill_done or slot.tenant != req.scope:
                 continue
             if active.req.id == req.sibling_of:
                 # another choice of the same prompt: fork it once it is complete (its
@@ -271,9 +271,9 @@ def slot_uses(slots: Sequence[Slot], waiting: Sequence[GenerateRequest], running
     see sessions.py) or waiting (see warmslot.cache.lookahead): what the queue will want
     soonest stays. `skip`: the request being placed, which counts as running."""
     upcoming = [r for r in waiting if r is not skip]
-    uses = next_uses(((s.id, s.tenant, s.tokens, s.prompt_end or None) for s in slots), ((r.tenant, r.tokens) for r in upcoming))
-    running = [*running, *([(skip.tenant, skip.session)] if skip is not None else [])]
-    return session_uses(((s.id, s.tenant, s.session) for s in slots), running, ((r.tenant, r.session) for r in upcoming), uses)
+    uses = next_uses(((s.id, s.tenant, s.tokens, s.prompt_end or None) for s in slots), ((r.scope, r.tokens) for r in upcoming))
+    running = [*running, *([(skip.scope, skip.session)] if skip is not None else [])]
+    return session_uses(((s.id, s.tenant, s.session) for s in slots), running, ((r.scope, r.session) for r in upcoming), uses)
 
 
 
@@ -281,4 +281,4 @@ def _may_hold(slot: Slot, req: GenerateRequest, need: int) -> bool:
     """Whether `slot` may hold the prompt's first `need` tokens: a check of two tokens, so
     that a full queue is not routed again at every step."""
     tokens = slot.tokens
-    return slot.tenant == req.tenant and len(tokens) >= need and tokens[0] == req.tokens[0] and tokens[need - 1] == req.tokens[need - 1]
+    return slot.tenant == req.scope and len(tokens) >= need and tokens[0] == req.tokens[0] and tokens[need - 1] == req.tokens[need - 1]

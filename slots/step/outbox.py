@@ -63,7 +63,7 @@ class Outbox:
         if self.on_finish is not None and error is None and reason is not FinishReason.ABORT:
             self.on_finish(slot)
         slot.last_used = now
-        self.sessions.finished(active.req.tenant, active.req.session)
+        self.sessions.finished(active.req.scope, active.req.session)
         self._pending.append((active.req.sink, active.events))
         slot.active = None
 

@@ -109,6 +109,9 @@ def _gaps_worth_filling(slots: Sequence[Slot], picks: list[tuple[Slot, int]], bu
     fill: list[Slot] = []
     run: list[Slot] = []
     for i in range(min(taken), max(taken) + 1):
+        if i not in taken and i not in by_id:  # not in this step (another LoRA adapter set's): no filler
+            run = []
+            continue
         if i not in taken:
             run.append(by_id[i])
             continue

@@ -42,7 +42,7 @@ class DeviceTier:
         be copied. Read-only."""
         found = []
         for slot in sorted(self.slots, key=lambda s: not affine(s, req)):
-            if slot.tenant != req.tenant or not slot.tokens:
+            if slot.tenant != req.scope or not slot.tokens:
                 continue
             plan = plan_reuse(slot.tokens, slot.checkpoints, req.tokens, self.cutter(slot))
             source = Source.SLOT if slot.active is None else Source.FORK
@@ -116,4 +116,4 @@ def held_elsewhere(slot: Slot, slots: Sequence[Slot], cache: PromptCache | None)
 
 def affine(slot: Slot, req: GenerateRequest) -> bool:
     """The slot last served the request's prompt_cache_key (within its tenant)."""
-    return bool(req.cache_key) and slot.cache_key == req.cache_key and slot.tenant == req.tenant
+    return bool(req.cache_key) and slot.cache_key == req.cache_key and slot.tenant == req.scope

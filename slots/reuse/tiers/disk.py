@@ -98,7 +98,7 @@ class DiskTier:
         """The best entry priced by its read, or what explains a disk miss: the entry sharing
         the most, or one that was rejected. Read-only but for keeping the bytes of an entry
         still being written (see `_in_memory`)."""
-        lookup = self.disk.lookup(req.tokens, req.tenant, entry_usable(req.tokens, self.ram.truncatable))
+        lookup = self.disk.lookup(req.tokens, req.scope, entry_usable(req.tokens, self.ram.truncatable))
         found = []
         if lookup.best is not None:
             found.append(self._priced(lookup.best, len(req.tokens)))

@@ -28,7 +28,7 @@ class RamTier:
     def match(self, req: GenerateRequest) -> TierMatch:
         """The cache's best entry, or the entry that shared the most (unusable, for the
         explanation), and a recently evicted entry that would have served. Read-only."""
-        lookup = self.cache.lookup(req.tokens, req.tenant, entry_usable(req.tokens, self.truncatable))
+        lookup = self.cache.lookup(req.tokens, req.scope, entry_usable(req.tokens, self.truncatable))
         found = []
         if lookup.best is not None:
             e = lookup.best
