@@ -75,7 +75,6 @@ DELIBERATE: dict[str, str] = {
     "unit/test_router.py": "one server serves one model (no router mode): run one per model behind a router",
     "unit/test_metrics.py::test_metrics_disabled": "/metrics is always on (--metrics is accepted with no effect)",
     "unit/test_basic.py::test_server_model_aliases_and_tags": "the model's id is the first alias given (-a a,b reports a), not the first in sorted order",
-    "unit/test_lora.py": "LoRA adapters are not supported (--lora is refused)",
     "unit/test_compat_anthropic.py::test_anthropic_tool_result_with_image": (
         "an image for a server without a projector is the client's error: 400 naming the block, not 500"),
     "unit/test_compat_anthropic.py::test_anthropic_vision_format_accepted": (
