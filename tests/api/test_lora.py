@@ -10,9 +10,9 @@ import concurrent.futures
 import httpx
 import pytest
 
-from tests.helpers import warmslot_server
+from tests.helpers import REUSE_ENGINE, generate, random_tokens, tiny_engine, warmslot_server
 from tests.tiny_lora import write_tiny_lora
-from warmslot.slots import AdapterSet
+from warmslot.slots import AdapterSet, NotReady, SpecConfig
 from warmslot.slots.step.adapter_turns import next_turn
 
 TASK = "tiny-task"
@@ -133,6 +133,43 @@ def test_a_bad_post_body_is_a_400(server):
     for raw in (b"{}", b"not json", b'{"id": 0, "scale": 1}'):
         assert httpx.post(server.url + "/lora-adapters", content=raw).status_code == 400
     assert httpx.get(server.url + "/lora-adapters").json()[0]["scale"] == 0.0
+
+
+def test_the_disk_tier_keeps_states_apart_by_adapter_set(tiny_models, adapter, tmp_path):
+    """A conversation written to disk without adapters serves the base model after a restart,
+    never a request under an adapter, and the adapter's own state comes back from disk too."""
+    args = dict(REUSE_ENGINE, cache_disk=str(tmp_path / "disk"), cache_disk_size=64 << 20, lora=((str(adapter), 1.0),))
+    prompt = random_tokens(50, 120)
+    engine = tiny_engine(tiny_models["attention"], **args)
+    try:
+        generate(engine, prompt)
+    finally:
+        engine.stop()  # the slot's contents are written on the way out, under the base model's scope
+    engine = tiny_engine(tiny_models["attention"], **args)
+    try:
+        on = AdapterSet.of({0: 1.0}, engine.info.adapters)
+        under_adapter = generate(engine, prompt, adapters=on)
+        assert under_adapter.usage.cached_tokens == 0
+        base = generate(engine, prompt)
+        assert base.reuse.source == "disk" and base.usage.cached_tokens > 0
+    finally:
+        engine.stop()
+    engine = tiny_engine(tiny_models["attention"], **args)
+    try:
+        again = generate(engine, prompt, adapters=AdapterSet.of({0: 1.0}, engine.info.adapters))
+        assert again.reuse.source == "disk" and again.tokens == under_adapter.tokens
+    finally:
+        engine.stop()
+
+
+def test_what_decodes_apart_from_the_step_is_refused_with_adapters(tiny_models, adapter, tmp_path):
+    """A draft model, n-gram drafts, MTP and images decode outside the step's one adapter set:
+    refused at start-up, naming both; and a file that is not an adapter names itself."""
+    lora = ((str(adapter), 1.0),)
+    with pytest.raises(NotReady, match=r"--lora\) do not go with speculative decoding"):
+        tiny_engine(tiny_models["attention"], lora=lora, spec=SpecConfig(type="ngram-simple"))
+    with pytest.raises(NotReady, match="not a LoRA adapter GGUF"):
+        tiny_engine(tiny_models["attention"], lora=((str(tiny_models["attention"]), 1.0),))
 
 
 # -- the step's adapter set: a pure choice ----------------------------------------------------
