@@ -107,6 +107,8 @@ def test_post_lora_adapters_sets_the_default_and_a_request_overrides_it(server):
         assert text(complete(server, prompt, cache_prompt=False)) == on
         assert text(complete(server, prompt, [], cache_prompt=False)) == on  # [] is the default, as in llama-server
         assert text(complete(server, prompt, OFF, cache_prompt=False)) == base
+        native = httpx.post(server.url + "/completion", json={"prompt": prompt, "n_predict": 1}, timeout=120).json()
+        assert native["generation_settings"]["lora"] == [{"id": 0, "scale": 1.0}]  # what it ran under
         chat = httpx.post(server.url + "/v1/chat/completions", json={
             "messages": [{"role": "user", "content": prompt}], "max_tokens": 4, "lora": OFF}, timeout=120)
         assert chat.status_code == 200, chat.text

@@ -131,6 +131,8 @@ class Shape:
             # llama-server's list; ignore_eos bans every end-of-generation token (null: -inf)
             "logit_bias": [{"token": t, "bias": b if math.isfinite(b) else None} for t, b in sorted(params.gen.sampling.logit_bias.items())]
             + ([{"token": t, "bias": None} for t in self.vocab.eog_tokens()] if params.gen.ignore_eos else []),
+            # the LoRA adapters it ran under (its own `lora`, else the server's default), scale 0 left out
+            "lora": [{"id": i, "scale": scale} for i, scale in host.adapters_of(params.gen.lora).scales],
         }
 
     def _piece(self, token: int) -> dict[str, Any]:
