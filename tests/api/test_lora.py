@@ -123,7 +123,8 @@ def test_post_lora_adapters_sets_the_default_and_a_request_overrides_it(server):
 def test_a_bad_lora_field_is_a_400_and_the_server_keeps_serving(server, lora):
     for path, body in (("/v1/completions", {"prompt": "x", "max_tokens": 1}),
                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}),
-                       ("/completion", {"prompt": "x", "n_predict": 1})):
+                       ("/completion", {"prompt": "x", "n_predict": 1}),
+                       ("/v1/responses", {"input": "x", "max_output_tokens": 1})):
         reply = httpx.post(server.url + path, json={**body, "lora": lora}, timeout=60)
         assert reply.status_code == 400, (path, reply.text)
         assert reply.json()["error"]["param"] == "lora"
