@@ -11,7 +11,7 @@ import logging
 import os
 from typing import Sequence
 
-from ..llama_api import Model
+from ..llama_api import Context, Model
 from ..llama_api.lora import LoraAdapter, apply_adapters
 from .adapter_set import NO_ADAPTERS, AdapterInfo, AdapterSet
 
@@ -59,12 +59,12 @@ class ModelAdapters:
     def __len__(self) -> int:
         return len(self._adapters)
 
-    def apply(self, ctx_ptr, adapters: AdapterSet) -> None:
+    def apply(self, ctx: Context, adapters: AdapterSet) -> None:
         """Make `adapters` the context's set for the next decode (nothing when it already is)."""
         if adapters == self.applied:
             return
         # only the set's adapters: one at scale 0 would still cost its matrix products
-        apply_adapters(ctx_ptr, [self._adapters[i] for i, _ in adapters.scales], [s for _, s in adapters.scales])
+        apply_adapters(ctx, [self._adapters[i] for i, _ in adapters.scales], [s for _, s in adapters.scales])
         self.applied = adapters
 
     def close(self) -> None:

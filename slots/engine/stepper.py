@@ -17,6 +17,7 @@ from ..requests import EngineError, ErrorKind, FinishReason
 from ..step.adapter_turns import AdapterTurns
 from ..step.scheduler import BatchEntry, plan_batch, timed_prefill_cap
 from ..settings import EngineConfig
+from ..slot import Slot
 from ..stats import EngineStats
 from .admitter import Admitter
 from .loaded import Loaded
@@ -84,14 +85,14 @@ class Stepper:
             self.outbox.flush(slots)  # nothing will run next: do not hold events back
         self.stats.step_seconds += time.monotonic() - t0
 
-    def _adapter_turn(self, slots: list) -> list:
+    def _adapter_turn(self, slots: list[Slot]) -> list[Slot]:
         """The slots this step may decode: llama.cpp applies one LoRA adapter set to the whole
         context, so a step takes the requests of one set (step/adapter_turns.py), which it
         applies first. The slots outside the set wait for their turn."""
         chosen = self.turns.pick(slots)
         if chosen is None:
             return slots
-        self.loaded.adapters.apply(self.loaded.ctx.ptr, chosen)
+        self.loaded.adapters.apply(self.loaded.ctx, chosen)
         return [s for s in slots if self.turns.runs(s, chosen)]
 
     def _reap_aborts(self) -> None:

@@ -16,6 +16,7 @@ import ctypes
 from typing import Sequence
 
 from .backend import LlamaError
+from .context import Context
 from .model import Model
 
 __all__ = ["LoraAdapter", "apply_adapters"]
@@ -56,13 +57,13 @@ class LoraAdapter:
             self.ptr = None
 
 
-def apply_adapters(ctx_ptr, adapters: Sequence[LoraAdapter], scales: Sequence[float]) -> None:
+def apply_adapters(ctx: Context, adapters: Sequence[LoraAdapter], scales: Sequence[float]) -> None:
     """Make `adapters` at `scales` the context's adapter set (an empty sequence: none). Takes
     effect at the next decode; llama.cpp rebuilds nothing when the set is unchanged."""
     assert len(adapters) == len(scales)
     n = len(adapters)
     ptrs = (llama_cpp.llama_adapter_lora_p_ctypes * max(n, 1))(*[a.ptr for a in adapters])
     values = (ctypes.c_float * max(n, 1))(*scales)
-    rc = int(llama_cpp.llama_set_adapters_lora(ctx_ptr, ptrs if n else None, n, values if n else None))
+    rc = int(llama_cpp.llama_set_adapters_lora(ctx.ptr, ptrs if n else None, n, values if n else None))
     if rc != 0:
         raise LlamaError(f"llama_set_adapters_lora failed ({rc})")
