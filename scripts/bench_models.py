@@ -238,6 +238,7 @@ TINY: dict[str, dict[str, Any]] = {
     "qwen35-9b": {"n_embd": 256, "n_ff": 512, "n_head": 2, "n_head_kv": 1, "n_layer": 8,
                   "ssm_group_count": 2, "ssm_time_step_rank": 4},
     "gemma3-4b": {"n_embd": 256, "n_ff": 512, "n_head": 2, "n_head_kv": 1, "n_layer": 6, "sliding_window": 128},
+    "gemma3-270m": {"n_embd": 128, "n_ff": 256, "n_head": 2, "n_head_kv": 1, "n_layer": 6, "sliding_window": 128},
     "qwen3-30b-a3b": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 1, "n_layer": 4, "n_expert": 8,
                       "n_expert_used": 2, "n_ff_exp": 128},
 }

@@ -20,8 +20,8 @@ from warmslot.slots import model_params
 pytestmark = pytest.mark.model
 
 # few layers, but each pattern present: qwen35 3 DeltaNet + 1 attention, gemma3 5 SWA + 1 global
-LAYERS = {"qwen3-8b": 2, "qwen3-0.6b": 2, "qwen35-27b": 4, "qwen35-9b": 4, "gemma3-4b": 6, "qwen3-30b-a3b": 2}
-ARCH = {"qwen3-8b": "qwen3", "qwen3-0.6b": "qwen3", "qwen35-27b": "qwen35", "qwen35-9b": "qwen35", "gemma3-4b": "gemma3", "qwen3-30b-a3b": "qwen3moe"}
+LAYERS = {"qwen3-8b": 2, "qwen3-0.6b": 2, "qwen35-27b": 4, "qwen35-9b": 4, "gemma3-4b": 6, "gemma3-270m": 6, "qwen3-30b-a3b": 2}
+ARCH = {"qwen3-8b": "qwen3", "qwen3-0.6b": "qwen3", "qwen35-27b": "qwen35", "qwen35-9b": "qwen35", "gemma3-4b": "gemma3", "gemma3-270m": "gemma3", "qwen3-30b-a3b": "qwen3moe"}
 N_GEN = 32
 PROMPT = "<|im_start|>user\nTell me about lighthouses.<|im_end|>\n<|im_start|>assistant\n"
 
