@@ -17,6 +17,8 @@ Phases, each a number of pairs:
 - ``depth-D``: a prefix of about D tokens is computed once per server (not timed), then each
   pair sends that prefix plus a distinct tail of about `--tail-tokens` tokens: the time to
   first token is the prefill of the tail at depth D.
+- ``decode-depth-D`` (asked for): after the depth-D pairs, that prefix plus a short distinct
+  tail, `--decode-tokens` generated: the decode speed at depth D.
 - ``partial``: two conversations share a prefix of about `--shared-tokens` tokens and differ
   in an own part of about `--own-tokens`; they alternate, so each request reuses the shared
   prefix and computes its own part (on warmslot possibly on another slot than the last one).
@@ -133,6 +135,9 @@ def phases(a: argparse.Namespace, servers: dict) -> list[dict]:
             ask(s, prefix, 1)
         run(f"depth-{depth}", a.depth_pairs, lambda i, prefix=prefix, depth=depth:
             prefix + f" Note {i}. " + text(a.seed + depth + 1000 + i, a.tail_tokens), 1)
+        if "decode-depth" in a.phases:
+            run(f"decode-depth-{depth}", a.depth_pairs, lambda i, prefix=prefix, depth=depth:
+                prefix + f" Reply {i}. " + text(a.seed + depth + 2000 + i, 32), a.decode_tokens)
     if "partial" not in a.phases:
         return rows
     shared = f"Handbook {tag}. " + text(a.seed + 300, a.shared_tokens)
@@ -145,7 +150,7 @@ def phases(a: argparse.Namespace, servers: dict) -> list[dict]:
 
 def ratio(row: dict, phase: str) -> float | None:
     w, l = row[WARMSLOT], row[LLAMA_SERVER]
-    if phase == "decode":
+    if phase.startswith("decode"):
         return bc.ratio(w["decode_tps"], l["decode_tps"])  # speed: higher is better
     return bc.ratio(w["ttft_s"], l["ttft_s"])  # time: lower is better
 
@@ -155,9 +160,10 @@ def summarise(rows: list[dict]) -> list[dict]:
     for phase in dict.fromkeys(r["phase"] for r in rows):
         rs = [r for r in rows if r["phase"] == phase]
         ratios = [x for x in (ratio(r, phase) for r in rs) if x is not None]
-        key = "decode_tps" if phase == "decode" else "ttft_s"
+        decode = phase.startswith("decode")
+        key = "decode_tps" if decode else "ttft_s"
         entry = {"phase": phase, "pairs": len(rs),
-                 "measure": "speed ratio (higher is better)" if phase == "decode" else "time ratio (lower is better)",
+                 "measure": "speed ratio (higher is better)" if decode else "time ratio (lower is better)",
                  "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
                  "ratio_min": round(min(ratios), 3) if ratios else None,
                  "ratio_max": round(max(ratios), 3) if ratios else None,
@@ -165,7 +171,7 @@ def summarise(rows: list[dict]) -> list[dict]:
         for s in (WARMSLOT, LLAMA_SERVER):
             entry[s] = {key: round(statistics.median(r[s][key] for r in rs), 4),
                         "computed_tokens": statistics.median(r[s]["computed_tokens"] for r in rs)}
-        if phase != "decode" and entry["ratio_median"]:
+        if not decode and entry["ratio_median"]:
             entry["speed_ratio_median"] = round(1 / entry["ratio_median"], 3)
         out.append(entry)
     return out
@@ -179,7 +185,8 @@ def main() -> int:
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="default: four times the deepest prompt, so that each of 4 slots holds it on either server")
     p.add_argument("--phases", type=lambda s: set(s.split(",")), default={"decode", "cold", "depth", "partial"},
-                   help="comma-separated subset of decode,cold,depth,partial")
+                   help="comma-separated subset of decode,cold,depth,decode-depth,partial (decode-depth: "
+                   "decoding after each depth's prefix; it needs depth)")
     p.add_argument("--warmslot-args", default="", help="extra flags for warmslot (e.g. '-fa on')")
     p.add_argument("--llama-server-args", default="", help="extra flags for llama-server")
     p.add_argument("--pairs", type=int, default=5, help="pairs of the decode and cold phases")
