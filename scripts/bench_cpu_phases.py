@@ -81,8 +81,10 @@ def start_servers(a: argparse.Namespace, model: str, out: Path) -> dict[str, sp.
         LLAMA_SERVER: pin + sp.llama_server_command(model, server_flags(a) + a.llama_server_args.split(),
                                                     binary=a.llama_server),
     }
-    servers = {name: sp.ServerProcess(name, cmd, start=False, log_path=out.parent / f"{out.stem}-{name}.log",
-                                      ready_timeout=600) for name, cmd in cmds.items()}
+    logs = Path(a.logs) if a.logs else None  # else temporary files, removed when the servers stop
+    servers = {name: sp.ServerProcess(name, cmd, start=False, ready_timeout=600,
+                                      log_path=logs / f"{out.stem}-{name}.log" if logs else None)
+               for name, cmd in cmds.items()}
     sp.start_together(list(servers.values()))
     return servers
 
@@ -201,6 +203,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=int(time.time()))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--out", required=True)
+    p.add_argument("--logs", default=None, help="keep both servers' logs in this folder")
     a = p.parse_args()
     model = a.model or bc.default_model()
     if a.ctx_size is None:
