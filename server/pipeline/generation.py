@@ -224,13 +224,15 @@ async def start_chat(
     return Generation(host, endpoint, params.gen, sub, await _started(sub, request, endpoint), [plan.prompt.tokens], plan, built_s)
 
 
-async def start_text(request: Request, host: ModelHost, key: str, params: CompletionParams) -> Generation:
-    """Tokenize a completion request's prompts, submit their choices, wait for admission."""
+async def start_text(request: Request, host: ModelHost, key: str, params: CompletionParams,
+                     endpoint: str = "completion") -> Generation:
+    """Tokenize a completion request's prompts, submit their choices, wait for admission.
+    `endpoint` names the request in the log ("completion", "infill")."""
     check_n(host, params.gen.n)
     deadline = host.server.deadline(params.gen.timeout)
     many = len(params.prompts) > 1
     started = time.monotonic()
-    async with _waiting("completion"):
+    async with _waiting(endpoint):
         prompts = [
             await host.server.offload(completion_tokens, host, p, f"prompt[{i}]" if many else "prompt", request=request, deadline=deadline)
             for i, p in enumerate(params.prompts)
@@ -240,7 +242,7 @@ async def start_text(request: Request, host: ModelHost, key: str, params: Comple
         ] if params.gen.echo else None
     built_s = time.monotonic() - started
     sub = _submit(host, key, prompts, params.gen, None, "prompt", deadline, request.url.path)
-    generation = Generation(host, "completion", params.gen, sub, await _started(sub, request, "completion"), prompts, None, built_s)
+    generation = Generation(host, endpoint, params.gen, sub, await _started(sub, request, endpoint), prompts, None, built_s)
     if echoes is not None:
         generation.echoes = [echoes[i // params.gen.n] for i in range(generation.n_choices)]
     return generation

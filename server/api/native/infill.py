@@ -38,4 +38,4 @@ async def infill(request: Request) -> Response:
     budget = Budget(host.config.engine.n_batch, host.engine.info.n_ctx_slot, host.config.n_predict)
     tokens = await host.server.offload(infill_tokens, vocab, fields, budget, host.config.spm_infill, request=request)
     rest = {name: value for name, value in body.items() if name not in FIM_FIELDS}
-    return await complete(request, host, key, {**rest, "prompt": tokens})
+    return await complete(request, host, key, {**rest, "prompt": tokens}, "infill")

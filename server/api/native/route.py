@@ -219,9 +219,9 @@ async def completion(request: Request) -> Response:
     return await complete(request, host, key, body)
 
 
-async def complete(request: Request, host, key: str, body: dict) -> Response:
+async def complete(request: Request, host, key: str, body: dict, endpoint: str = "completion") -> Response:
     """Generate for a native body (/completion's, or the one /infill builds) and reply in
-    llama-server's shape."""
+    llama-server's shape. `endpoint` names the request in the log."""
     # n_predict 0: evaluate the prompt only, as llama-server does (editors warm a slot with
     # the context they will send next); /v1/completions' max_tokens has no such value
     prompt_only = type(body.get("n_predict")) is int and body["n_predict"] == 0 and "max_tokens" not in body
@@ -233,7 +233,7 @@ async def complete(request: Request, host, key: str, body: dict) -> Response:
     params.gen.n_indent, params.gen.t_max_predict_ms = _limit(body, "n_indent"), _limit(body, "t_max_predict_ms")
     if params.gen.logprobs is not None:
         params.gen.logprobs = body.get("n_probs", 0)
-    generation = await pipeline.start_text(request, host, key, params)
+    generation = await pipeline.start_text(request, host, key, params, endpoint)
     shape = Shape(body, params, host, generation.prompts)
     if params.gen.stream:
         return pipeline.sse_response(generation, NativeStream(shape))
