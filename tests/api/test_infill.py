@@ -209,13 +209,24 @@ def test_bad_input_is_answered_400_and_the_server_serves_on(server):
                  {"input_prefix": PREFIX, "input_suffix": "", "input_extra": [{}]},
                  {"input_prefix": PREFIX, "input_suffix": "", "input_extra": [{"filename": 123, "text": "abc"}]},
                  {"input_prefix": PREFIX, "input_suffix": "", "input_extra": "x"},
-                 {"input_prefix": PREFIX, "input_suffix": "", "n_indent": "4"}):
+                 {"input_prefix": PREFIX, "input_suffix": "", "n_indent": "4"},
+                 {"input_prefix": PREFIX, "input_suffix": "", "response_fields": "content"},
+                 {"input_prefix": PREFIX, "input_suffix": "", "response_fields": ["content", 1]}):
         reply = post(server, body)
         assert reply.status_code == 400, (body, reply.text)
         assert reply.json()["error"]["type"] == "invalid_request_error"
     bad = httpx.post(server.url + "/infill", content=b"{not json", headers={"content-type": "application/json"})
     assert bad.status_code == 400
     assert post(server, {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 2}).status_code == 200
+
+
+def test_response_fields_cut_the_reply_to_the_paths_asked_for(server):
+    # llama.vim asks for a few fields on every keystroke; a path that leads nowhere is left out
+    ask = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 3}
+    whole = post(server, ask).json()
+    cut = post(server, {**ask, "response_fields": ["content", "timings/prompt_n", "timings/nothing", "tokens_cached"]}).json()
+    assert cut == {"content": whole["content"], "timings/prompt_n": cut["timings/prompt_n"], "tokens_cached": cut["tokens_cached"]}
+    assert isinstance(cut["timings/prompt_n"], int) and cut["tokens_cached"] + cut["timings/prompt_n"] == whole["tokens_evaluated"]
 
 
 def test_a_cursor_moving_on_reuses_the_prompt_before_it(server):

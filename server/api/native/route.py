@@ -115,6 +115,7 @@ class Shape:
         self.n_probs = body.get("n_probs", 0)
         self.post_sampling = bool(body.get("post_sampling_probs"))
         self.return_tokens = bool(body.get("return_tokens"))
+        self.fields = _response_fields(body)
         self.prompts = prompts
         self.n = params.gen.n
         self.settings = {
@@ -174,7 +175,34 @@ class Shape:
             truncated=False, stop_type=stop_type, stopping_word=stop_sequence or "", tokens_cached=usage.cached_tokens,
             **shifted_field(usage, "tokens_shifted"), timings=timings_body(usage),
         )
-        return out
+        return picked(out, self.fields) if self.fields else out
+
+
+def _response_fields(body: dict) -> list[str]:
+    """`response_fields`: the paths ("content", "timings/prompt_n") a final reply is cut
+    down to, as llama-server does for editors that read a few fields per keystroke."""
+    fields = body.get("response_fields")
+    if fields is None:
+        return []
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        raise InvalidRequest("'response_fields' must be a list of strings (paths such as \"timings/prompt_n\")",
+                             param="response_fields")
+    return fields
+
+
+def picked(reply: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """The values at `paths` ("/" between keys), each under its path; a path that leads
+    nowhere is left out."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        value: Any = reply
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
 
 
 class NativeStream:
