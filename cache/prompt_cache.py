@@ -214,7 +214,9 @@ class PromptCache:
         if base is not None:
             self._cut(entry, cells, base, shared, self.segment_buffer)
             self.stats.chained += 1
-            self.stats.chain_bytes_spared += int(state.nbytes) - int(entry.state.nbytes)
+            # the cells below `shared` that a whole state holds (a state read from `start`
+            # on never held them)
+            self.stats.chain_bytes_spared += shared * segments.cell_bytes(entry.layout)
             self._children[base.id] = self._children.get(base.id, 0) + 1
         elif transient:
             entry.state = self._keep(state, entry.layout, self.segment_buffer or segments.ordinary)

@@ -212,11 +212,17 @@ def _part_size(pieces: Sequence[Piece]) -> int:
     total = 4 + 4 * head.n_stream
     if n == 0:
         return total
-    total += n * head.cells.shape[1] + 8
-    for _, rows in head.k:
-        total += 12 + n * rows.shape[1]
-    for _, rows in head.v:
-        total += 12 + n * (rows.shape[1] if rows.ndim == 2 else rows.shape[0] * rows.shape[2])
+    return total + 8 + 12 * (len(head.k) + len(head.v)) + n * cell_bytes(head)
+
+
+def cell_bytes(layout: Layout) -> int:
+    """Bytes one cell takes in the first part of a state of this layout: its record, and
+    its row of K and of V in every layer."""
+    total = layout.cells.shape[1]
+    for _, rows in layout.k:
+        total += rows.shape[1]
+    for _, rows in layout.v:
+        total += rows.shape[1] if rows.ndim == 2 else rows.shape[0] * rows.shape[2]
     return total
 
 

@@ -93,7 +93,8 @@ class EngineStats:
     media_tokens: int = 0  # image embeddings decoded into slots
     full_prefills: int = 0  # prompts that reused nothing although a candidate matched
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
-    tail_reads: int = 0  # saves that read only the cells the prompt cache lacked (SlotMemory._read_tail)
+    tail_reads: int = 0  # saves that read only the cells the prompt cache lacked (SlotMemory._read)
+    scratch_reads: int = 0  # of those, saves that read them through the scratch sequence, the slot left whole
     parked: int = 0  # idle slots moved to the prompt cache when another request started
     wakes: int = 0  # times the model was loaded again after sleeping (--sleep-idle-seconds)
     media_preprocessed: int = 0  # images decoded and preprocessed for a prompt (not those recent ones sent again)

@@ -81,6 +81,7 @@ class ModelParts:
     projector: Projector | None = None  # --mmproj
     cfg: EngineConfig | None = None  # as fitted (the parts of `reuse_parts` read it)
     can_fork: bool = True  # whether a slot may copy another's sequence (see reuse_parts)
+    scratch: int | None = None  # a sequence id beside the slots' (see _scratch_sequence)
     reload: EngineConfig | None = None  # what loads the same parts again (the context and placement chosen)
 
 
@@ -182,6 +183,7 @@ def _load(
         cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    scratch = _scratch_sequence(cfg, kind, layout)
     # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
     whole = stream_state_bytes(model, kind, layout.n_ctx if unified else layout.n_ctx // layout.n_seq, cfg.type_k, cfg.type_v)
     # page-locked host memory for states on a CUDA GPU: the prompt cache, every slot's
@@ -191,7 +193,7 @@ def _load(
         n_ctx=layout.n_ctx,
         n_batch=max(cfg.n_batch, layout.n_seq),
         n_ubatch=cfg.n_ubatch,
-        n_seq_max=layout.n_seq,
+        n_seq_max=layout.n_seq + (scratch is not None),
         n_threads=cfg.n_threads,
         n_threads_batch=cfg.n_threads_batch,
         flash_attn=flash_attn_setting(cfg, model.n_head, on_gpu, layout.n_ctx),
@@ -271,7 +273,7 @@ def _load(
     projector = _projector(cfg, model, on_gpu, stats)
     return ModelParts(
         model, layout, ctx, batch, sampling, slots, cache, filler_budget, vocab, engine_info, disk,
-        embedder, reranker, projector, cfg=cfg, can_fork=can_fork,
+        embedder, reranker, projector, cfg=cfg, can_fork=can_fork, scratch=scratch,
     )
 
 
@@ -280,7 +282,7 @@ def reuse_parts(parts: ModelParts, stats: EngineStats, drafter=None, demand: Dem
     keeps them), decides where a prompt comes from (`router`) and applies that (`prefixes`)."""
     cfg, model, ctx, slots, cache, disk = parts.cfg, parts.model, parts.ctx, parts.slots, parts.cache, parts.disk
     kind, unified, layout, can_fork = ctx.memory_kind, parts.layout.unified, parts.layout, parts.can_fork
-    memory = SlotMemory(ctx, model, cache, stats, drafter=drafter)
+    memory = SlotMemory(ctx, model, cache, stats, drafter=drafter, scratch=parts.scratch)
     router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
                     quick_tokens=cfg.quick_tokens, stats=stats, demand=demand, shift_min=_shift_min(cfg, ctx))
     prefixes = Prefixes(
@@ -303,6 +305,14 @@ def _shift_min(cfg: EngineConfig, ctx) -> int:
     log.info("--cache-reuse %d: chunks of at least %d tokens that moved in a slot's prompt are shifted (approximate KV)",
              cfg.cache_reuse, cfg.cache_reuse)
     return cfg.cache_reuse
+
+
+def _scratch_sequence(cfg: EngineConfig, kind: MemoryKind, layout: KvLayout) -> int | None:
+    """The id of a sequence that no slot runs, in one pool of attention memory where entries
+    are stored as segments (None elsewhere): a save tags the cells that the prompt cache
+    lacks as that sequence's too and reads only those (SlotMemory._read_scratch). In one
+    pool of attention memory a sequence more costs no KV memory."""
+    return layout.n_seq if layout.unified and kind is MemoryKind.ATTENTION and _segments_on(cfg, kind) else None
 
 
 def _segments_on(cfg: EngineConfig, kind: MemoryKind) -> bool:

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Callable
 
+import numpy as np
+
 from warmslot.cache.checkpoints import Checkpoint
 from warmslot.cache.entries import CacheEntry, DraftState
 from warmslot.cache.prompt_cache import PromptCache
@@ -29,7 +31,8 @@ TAIL_READ_MIN = 64
 
 
 class SlotMemory:
-    def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats, drafter=None) -> None:
+    def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats, drafter=None,
+                 scratch: int | None = None) -> None:
         self.ctx = ctx
         self.model = model
         self.cache = cache
@@ -43,6 +46,9 @@ class SlotMemory:
         # speculative decoding's drafter, when it keeps a sequence per slot (draft_model.py,
         # mtp_draft.py): save_state, load_state and fork follow the slot's
         self.drafter = drafter
+        # a sequence id that no slot runs, in one pool of attention memory: a save reads the
+        # cells that the prompt cache lacks through it (`_read_scratch`); None: none
+        self.scratch = scratch
 
     # -- what can be kept -----------------------------------------------------------------
 
@@ -194,7 +200,8 @@ class SlotMemory:
         already serves everything they could). `keep`: how many of the slot's first tokens
         the caller keeps (None: all, and the slot is unchanged). With 0 the slot is cleared
         after the save; on attention memory only the cells that the cache lacks cross the
-        bus (`_read_tail`), and a slot cut for that is cut back to `keep` after it."""
+        bus where that spares enough of the read (`_read`), and a slot cut for that is cut
+        back to `keep` after it."""
         if self.cache is None or not slot.tokens:
             return None
         if slot.approx_from is not None:
@@ -209,34 +216,74 @@ class SlotMemory:
         existing = self.cache.find_covering(slot.tokens, slot.tenant)
         if existing is not None:
             self.cache.touch(existing)
-            self._keep_only(slot, keep, 0)
+            self._keep_only(slot, keep, False)
             return existing
         state_bytes = self.ctx.state_size(slot.id)
         size = state_bytes + slot.checkpoints.nbytes
         if self.cache.on_evict is None and not self.cache.admits(
                 slot.tokens, slot.checkpoints, slot.tenant, slot.prompt_end or None, size, state_bytes, slot.session):
             log.debug("slot %d: not saved: the waiting requests need what the prompt cache holds sooner", slot.id)
-            self._keep_only(slot, keep, 0)
+            self._keep_only(slot, keep, False)
             return None
         t0 = time.monotonic()
         # a state the cache will store as a segment is read into the staging buffer: the
         # cache copies its tail out (segments.py), and the rest was only passing through
         chain_point = self.cache.chain_point(slot.tokens, slot.tenant)
         transient = chain_point > 0
-        start = self._read_tail(slot, keep, chain_point)
-        state = self.ctx.state_get(slot.id, partial=False, empty=self.staging.empty if transient else None)
+        state, start, cut = self._read(slot, keep, chain_point)
         draft = self.draft_state(slot)
         entry = self.cache.insert(
             slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
             transient=transient, start=start, session=slot.session,
         )
-        self._keep_only(slot, keep, start)
+        self._keep_only(slot, keep, cut)
         seconds = time.monotonic() - t0
         self.cache.stats.save_seconds += seconds
         self.stats.add_copy(cause, int(state.nbytes) + (draft.nbytes if draft is not None else 0), seconds)
         if entry is not None:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
         return entry
+
+    def _read(self, slot: Slot, keep: int | None, chain_point: int) -> tuple[np.ndarray, int, bool]:
+        """The slot's state for a save whose entry would chain to the cache's first
+        `chain_point` tokens: the state, the position from which it holds every cell (0: all
+        of them), and whether the slot was cut for the read (`_read_tail`).
+
+        NOTE: in one pool, seq_cp only tags cells as the scratch sequence's too (no data
+        moves) and a read walks the pool's cells for either sequence alike, so the scratch
+        read costs next to nothing beside the slot's and leaves out all of [0, chain_point):
+        it is taken where it leaves at least TAIL_READ_MIN cells more out of the read than
+        the other ways (a cut of [keep, chain_point), or none). That is a save whose caller
+        keeps most of the slot (an editor's next completion of the same file). With a stream
+        per sequence, a copy to another stream moves the whole stream, used cells or not,
+        and only at a decode (see settle_fork); on the CPU, where the read is a copy in RAM
+        too, that costs more than the read it spares, so streams keep the cut."""
+        cuttable = keep is not None and chain_point - keep >= TAIL_READ_MIN
+        spared = keep if cuttable else chain_point  # cells the scratch read leaves out beyond the other way's
+        if self.scratch is not None and self._partial_read(slot) and spared >= TAIL_READ_MIN:
+            return self._read_scratch(slot, chain_point), chain_point, False
+        start = self._read_tail(slot, keep, chain_point)
+        empty = self.staging.empty if chain_point > 0 else None
+        return self.ctx.state_get(slot.id, partial=False, empty=empty), start, start > 0
+
+    def _partial_read(self, slot: Slot) -> bool:
+        """Whether a read may leave out some of the slot's cells: attention memory, whose
+        positions are the token indices (no images)."""
+        return self.kind is MemoryKind.ATTENTION and slot.positions.same
+
+    def _read_scratch(self, slot: Slot, start: int) -> np.ndarray:
+        """The state of the slot's cells from `start` on, read as the scratch sequence's
+        after seq_cp tagged them so (one pool: no data moves); the scratch is cleared after,
+        and the slot left as it was."""
+        assert self.ctx.unified and 0 < start < slot.n_past
+        self.ctx.seq_cp(slot.id, self.scratch, slot.pos(start), -1)
+        try:
+            state = self.ctx.state_get(self.scratch, partial=False, empty=self.staging.empty)
+        finally:
+            self.ctx.seq_clear(self.scratch)
+        self.stats.tail_reads += 1
+        self.stats.scratch_reads += 1
+        return state
 
     def _read_tail(self, slot: Slot, keep: int | None, chain_point: int) -> int:
         """Before a save whose caller keeps only the slot's first `keep` tokens: on attention
@@ -245,18 +292,18 @@ class SlotMemory:
         read crosses the bus without them. llama.cpp reads a sequence whole; a sequence that
         no longer has those cells is read without them. Returns the position from which the
         state read holds every cell (0: all of them)."""
-        if keep is None or self.kind is not MemoryKind.ATTENTION or not slot.positions.same \
-                or chain_point - keep < TAIL_READ_MIN or not self.ctx.seq_rm(slot.id, keep, chain_point):
+        if keep is None or not self._partial_read(slot) or chain_point - keep < TAIL_READ_MIN \
+                or not self.ctx.seq_rm(slot.id, keep, chain_point):
             return 0
         self.stats.tail_reads += 1
         return chain_point
 
-    def _keep_only(self, slot: Slot, keep: int | None, start: int) -> None:
+    def _keep_only(self, slot: Slot, keep: int | None, cut: bool) -> None:
         """After a save: a slot whose caller keeps none of it is cleared, and one that a
-        tail read (`start` > 0) cut is cut back to its first `keep` tokens, where its
-        memory is whole again. Any other slot is left for the caller's plan to cut (on
-        memory that cannot be cut anywhere, that may restore a checkpoint first)."""
-        if keep is not None and (keep == 0 or start):
+        tail read cut (`cut`) is cut back to its first `keep` tokens, where its memory is
+        whole again. Any other slot is left for the caller's plan to cut (on memory that
+        cannot be cut anywhere, that may restore a checkpoint first)."""
+        if keep is not None and (keep == 0 or cut):
             self.cut(slot, keep)
 
     def draft_state(self, slot: Slot) -> DraftState | None:

@@ -142,6 +142,39 @@ def same_with_flash(warm, ref) -> None:
     assert_same_answer(warm, ref, LOGITS_ATOL_FLASH)
 
 
+def test_a_slot_that_keeps_its_prefix_sends_ram_only_its_tail_and_it_comes_back_as_cold(tiny_models):
+    """An editor's completions at the cursor of one file: each prompt keeps most of the slot,
+    and RAM holds that prefix already (the previous save). The slot's save reads only its cells
+    after that prefix, through the scratch sequence, and leaves the slot whole: the request
+    goes on from the slot's own cells, and the saved entry, loaded later, answers as a cold
+    run would."""
+    path = tiny_models["attention"]
+    head = random_tokens(120, 300)  # the file above the cursor
+    a, b, c = (head + random_tokens(121 + i, 60) for i in range(3))
+    engine = tiny_engine(path, **REUSE_ENGINE, n_parallel=1)
+    stats = engine.stats
+    try:
+        assert generate(engine, a, max_tokens=4).error is None
+        assert generate(engine, b, max_tokens=4).reuse.source == "slot"  # a goes to RAM whole
+        reads, scratch = stats.tail_reads, stats.scratch_reads
+        c_warm = generate(engine, c, return_prompt_logits=True)  # b goes: its cells after the 300
+        assert (c_warm.reuse.source, c_warm.usage.cached_tokens) == ("slot", len(head))
+        assert (stats.tail_reads, stats.scratch_reads) == (reads + 1, scratch + 1)
+        (b_entry,) = [e for e in engine.cache.entries() if e.tokens[:len(b)] == tuple(b)]
+        assert b_entry.chained and b_entry.base_len == len(head)
+        read = sum(c_warm.reuse.state_bytes.values())
+        assert 0 < read < 0.3 * whole_bytes(engine, b_entry)  # 64 of b's 364 cells
+        assert engine.call(lambda e: e.ctx.seq_pos_min(e.loaded.memory.scratch)).result() == -1  # cleared
+        d = b + random_tokens(124, 20)
+        d_warm = generate(engine, d, return_prompt_logits=True)  # the slot holds c: b comes from RAM
+        assert (d_warm.reuse.source, d_warm.usage.cached_tokens) == ("ram", len(b))
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
+    assert_same_answer(c_warm, cold_run(path, c, boundaries=(len(head),)))
+    assert_same_answer(d_warm, cold_run(path, d, boundaries=(len(b),)))
+
+
 @pytest.mark.parametrize("kind", ["attention", "hybrid"])
 def test_a_joined_chain_is_the_state_the_slot_held(tiny_models, kind):
     """The state a chained entry joins into holds the same cells, position for position and
