@@ -38,7 +38,7 @@ from warmslot.slots.fitting.context_size import (
 from .embedding_worker import Embedder, Reranker
 from ..fitting.fit import FitPlan
 from ..fitting.fit_settings import capacity_headroom, fit_settings
-from ..fitting.layout import KvLayout, plan_layout, ram_spares_bytes, stream_state_bytes
+from ..fitting.layout import LLAMA_MAX_SEQ, KvLayout, plan_layout, ram_spares_bytes, stream_state_bytes
 from ..llama_api import (
     Batch, Context, ContextParams, MemoryKind, Model, classify_memory, cuda_host_allocator, gpu_memory, supports_gpu_offload,
 )
@@ -312,7 +312,8 @@ def _scratch_sequence(cfg: EngineConfig, kind: MemoryKind, layout: KvLayout) -> 
     are stored as segments (None elsewhere): a save tags the cells that the prompt cache
     lacks as that sequence's too and reads only those (SlotMemory._read_scratch). In one
     pool of attention memory a sequence more costs no KV memory."""
-    return layout.n_seq if layout.unified and kind is MemoryKind.ATTENTION and _segments_on(cfg, kind) else None
+    wanted = layout.unified and kind is MemoryKind.ATTENTION and _segments_on(cfg, kind)
+    return layout.n_seq if wanted and layout.n_seq < LLAMA_MAX_SEQ else None
 
 
 def _segments_on(cfg: EngineConfig, kind: MemoryKind) -> bool:
