@@ -18,18 +18,25 @@ def _no_constant(name: str):
 
 
 def parse_body(raw: bytes) -> dict:
-    """The JSON object of a request body. Lone UTF-16 surrogates (`"\\ud800"`), which no
-    UTF-8 text can hold, become U+FFFD, as other servers do; NaN and Infinity are refused."""
+    """The JSON object of a request body (see `parse_json`)."""
+    body = parse_json(raw, "a JSON object")
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+def parse_json(raw: bytes, wanted: str) -> Any:
+    """The JSON value of a request body (`wanted` names what the route takes, for the error
+    of an empty one). Lone UTF-16 surrogates (`"\\ud800"`), which no UTF-8 text can hold,
+    become U+FFFD, as other servers do; NaN and Infinity are refused."""
     if not raw:
-        raise InvalidRequest("the request body is empty; send a JSON object")
+        raise InvalidRequest(f"the request body is empty; send {wanted}")
     try:
         body = json.loads(raw, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidRequest("the request body is nested too deeply") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
     if _depth(body) > MAX_DEPTH:
         raise InvalidRequest(f"the request body is nested more than {MAX_DEPTH} levels deep")
     if _ESCAPED_SURROGATE.search(raw):

@@ -9,12 +9,11 @@ admin key, as the model and slot actions do.
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import Forbidden, InvalidRequest
+from ..request.json_body import parse_json
 from ..request.lora import parse_lora
 from ..state import ModelHost, named_model
 
@@ -49,10 +48,7 @@ async def set_adapters(request: Request) -> Response:
     if not server.is_admin(server.authorize(request)):
         raise Forbidden("setting the LoRA adapters' default scales needs the admin key (--admin-key, else the first --api-key)")
     host.require_ready()
-    try:
-        body = json.loads(await request.body(), parse_constant=lambda name: float("nan"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    body = parse_json(await request.body(), "an array of objects with 'id' and 'scale'")
     if not isinstance(body, list):
         raise InvalidRequest("the request body must be an array of objects with 'id' and 'scale'")
     scales = parse_lora(body, len(host.engine.info.adapters), param="body")
