@@ -79,13 +79,15 @@ def print_multiagent(w: dict[str, Any]) -> None:
     rows = []
     for server, res in (w.get("servers") or {}).items():
         s = res.get("summary") or {}
+        copies = (s.get("state_copy_bytes") or {}).get("total")
         rows.append([server, f"{s.get('ok')}/{s.get('requests')}" if s else res.get("skipped") or "error",
-                     s.get("computed_tokens_total"), s.get("wall_s"), s.get("latency_s_p50"),
-                     (s.get("ttft_s_p50") or 0) * 1000])
+                     s.get("computed_tokens_total"), s.get("unique_tokens"), s.get("computed_over_ideal"),
+                     s.get("wall_s"), s.get("latency_s_p50"), (s.get("ttft_s_p50") or 0) * 1000,
+                     None if copies is None else round(copies / 1e6, 1), s.get("copy_bytes_over_computed_kv")])
     if rows:
         print("\nmultiagent")
-        print(bc.format_table(["server", "requests", "computed tokens", "wall s", "latency p50 s", "TTFT p50 ms"],
-                              rows))
+        print(bc.format_table(["server", "requests", "computed tokens", "unique", "computed/unique", "wall s",
+                               "latency p50 s", "TTFT p50 ms", "copies MB", "copies/KV computed"], rows))
 
 
 def print_disk(w: dict[str, Any]) -> None:

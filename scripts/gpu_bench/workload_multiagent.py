@@ -6,6 +6,22 @@ back to back: the conversation so far, a streamed reply of at most --ma-gen-toke
 echoed back as the assistant message (as agents do), then a tool result of --ma-tool-tokens.
 With fewer slots (-np --ma-np) than agents, a server either keeps each agent's state somewhere
 or computes its prompt again; the computed prompt tokens and the state copies tell which.
+
+Per server:
+
+- wall: the first request sent -> the last answer in; latency and TTFT percentiles;
+- computed prompt tokens (llama-server's timings.prompt_n, else prompt - cached) against the
+  unique tokens: every agent's conversation once (the prompt of its last answered request)
+  and the prefix the agents share (system prompt, tools: the same bytes for all) once, not
+  once per agent. `shared_prefix_tokens` is measured on the server itself: the token ids of
+  two agents' first requests, rendered as chat requests, up to where they part (None with
+  --no-ideal). No server can compute less, but for the replies echoed back, which the server
+  decoded itself and may keep: it may compute a little less than the unique tokens;
+- warmslot: its /metrics state counters over the run, its state copy bytes
+  (`warmslot_state_copy_bytes_total` by cause and direction) and those bytes over the KV
+  bytes of the tokens computed (computed tokens x kv_bytes_per_token of /get_server_info):
+  the bytes moved between the device and RAM per KV byte computed (0: the states never
+  moved); `unique_kv_bytes` is the KV of the unique tokens.
 """
 
 from __future__ import annotations
@@ -13,10 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 from scripts import bench_common as bc
+from scripts.bench_client import get_json
 
+from . import WARMSLOT
 from .agent import Agent
-from .client import at_once, request_record, sampling_body, stream
+from .client import at_once, common_prefix, render_tokens, request_record, sampling_body, stream
 from .servers import Run, Served, counters_delta, round_up
+from .workload_sessions import computed_over_ideal, copy_arithmetic
 
 # Tokens an agent's prompt holds beyond the system prompt and its turns: the task, the
 # template's role markers, and the tool schemas rendered bigger than estimated.
@@ -74,12 +93,43 @@ def run_agents(run: Run, srv: Served, agents: list[Agent]) -> list[dict[str, Any
     return [row for rows in per_agent for row in rows]
 
 
-def summarise_agents(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Computed prompt tokens in all, wall time from the first send to the last answer, latency
-    and TTFT percentiles."""
+def shared_prefix(run: Run, srv: Served, agents: list[Agent]) -> int | None:
+    """The tokens two agents' first requests share (rendered as chat requests on the server);
+    0 with one agent (nothing is shared), None with --no-ideal or when a rendering failed."""
+    if not run.a.ideal:
+        return None
+    if len(agents) < 2:
+        return 0
+    renders = [render_tokens(srv.server, srv.url, agent.first_messages(), agent.request_tools(),
+                             run.a.template_kwargs) for agent in agents[:2]]
+    return common_prefix(*renders) if all(renders) else None
+
+
+def unique_tokens(rows: list[dict[str, Any]], shared: int | None) -> int | None:
+    """The fewest prompt tokens a server could compute: every agent's conversation once (the
+    prompt of its last answered request) and the shared prefix once, not once per agent;
+    None when the shared prefix or a prompt is unknown. The replies echoed back were decoded
+    by the server already, so a server may compute a little less than this."""
+    if shared is None:
+        return None
+    last: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        if r.get("ok") and (r["agent"] not in last or r["turn"] > last[r["agent"]]["turn"]):
+            last[r["agent"]] = r
+    prompts = [r.get("prompt_tokens") for r in last.values()]
+    if None in prompts:
+        return None
+    return sum(prompts) - max(0, len(last) - 1) * shared
+
+
+def summarise_agents(rows: list[dict[str, Any]], shared: int | None = None, counters: dict[str, float] | None = None,
+                     kv_bytes_per_token: int | None = None) -> dict[str, Any]:
+    """Computed prompt tokens in all against the unique tokens, wall time from the first send
+    to the last answer, latency and TTFT percentiles; with warmslot's `counters` over the run,
+    its state copy bytes against the KV bytes of what it computed."""
     ok = [r for r in rows if r.get("ok")]
     computed = [r.get("computed_tokens") for r in ok]
-    return {
+    out = {
         "requests": len(rows), "ok": len(ok),
         "errors": [r.get("error") for r in rows if not r.get("ok")][:10],
         "computed_tokens_total": sum(computed) if ok and None not in computed else None,
@@ -92,7 +142,28 @@ def summarise_agents(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "ttft_s_p50": bc.percentile([r.get("ttft_s") for r in ok], 50),
         "ttft_s_p95": bc.percentile([r.get("ttft_s") for r in ok], 95),
         "last_prompt_tokens": max((r.get("prompt_tokens") or 0 for r in ok), default=None),
+        "shared_prefix_tokens": shared, "unique_tokens": unique_tokens(rows, shared),
     }
+    out["computed_over_ideal"] = computed_over_ideal(out["computed_tokens_total"], out["unique_tokens"])
+    if counters:
+        out.update(copy_arithmetic(counters, out["computed_tokens_total"], kv_bytes_per_token))
+        unique = out["unique_tokens"]
+        out["unique_kv_bytes"] = unique * kv_bytes_per_token if unique is not None and kv_bytes_per_token else None
+    return out
+
+
+def arithmetic_line(s: dict[str, Any]) -> str:
+    """The run.log line of a server's computed tokens against the unique ones and, for
+    warmslot, its state copies against the KV bytes it computed."""
+    def times(v: float | None) -> str:
+        return "-" if v is None else f"{v}x"
+
+    line = (f"computed {s['computed_tokens_total']} vs ideal (unique tokens) {s['unique_tokens']} "
+            f"({times(s['computed_over_ideal'])})")
+    if "state_copy_bytes" in s:
+        line += (f"; copied {s['state_copy_bytes']['total'] / 1e9:.2f} GB = {times(s['copy_bytes_over_computed_kv'])} "
+                 "the KV bytes computed")
+    return line
 
 
 def workload_multiagent(run: Run) -> dict[str, Any]:
@@ -113,13 +184,19 @@ def workload_multiagent(run: Run) -> dict[str, Any]:
             res["server"] = srv.info
             if not srv.ok:
                 continue
+            agents = make_agents(run)
+            shared = shared_prefix(run, srv, agents)
+            info = get_json(srv.url, "/get_server_info") if server == WARMSLOT else None
             before = srv.state_counters()
-            rows = run_agents(run, srv, make_agents(run))
+            rows = run_agents(run, srv, agents)
             after = srv.state_counters()
-            res.update({"requests": rows, "summary": summarise_agents(rows), "counters_before": before,
-                        "counters_after": after, "counters_delta": counters_delta(before, after)})
+            delta = counters_delta(before, after)
+            summary = summarise_agents(rows, shared, delta if server == WARMSLOT else None,
+                                       (info or {}).get("kv_bytes_per_token"))
+            res.update({"requests": rows, "summary": summary, "counters_before": before, "counters_after": after,
+                        "counters_delta": delta})
             s = res["summary"]
             run.log(f"  {server:12s} multiagent: {s['ok']}/{s['requests']} ok, wall {s['wall_s'] or 0:.1f}s, "
-                    f"computed {s['computed_tokens_total']} tokens, latency p50 {(s['latency_s_p50'] or 0):.2f}s")
+                    f"latency p50 {(s['latency_s_p50'] or 0):.2f}s, {arithmetic_line(s)}")
         run.save()
     return out

@@ -200,6 +200,22 @@ def copy_bytes(counters: dict[str, float]) -> dict[str, Any]:
     return {"total": sum(by_cause.values()), "by_cause": by_cause, "by_direction": by_direction}
 
 
+def computed_over_ideal(computed: int | None, ideal: int | None) -> float | None:
+    """computed / ideal to 4 decimals: how many times the fewest tokens a server could compute
+    it computed; None when either is unknown or the ideal is 0."""
+    return round(computed / ideal, 4) if computed is not None and ideal else None
+
+
+def copy_arithmetic(counters: dict[str, float], computed: int | None,
+                    kv_bytes_per_token: int | None) -> dict[str, Any]:
+    """warmslot's state copy bytes (copy_bytes) and those bytes over the KV bytes of the
+    `computed` tokens: the bytes moved between the device and RAM per KV byte computed."""
+    copies = copy_bytes(counters)
+    computed_kv = (computed or 0) * (kv_bytes_per_token or 0)
+    return {"state_copy_bytes": copies, "kv_bytes_per_token": kv_bytes_per_token,
+            "copy_bytes_over_computed_kv": round(copies["total"] / computed_kv, 4) if computed_kv else None}
+
+
 def summarise(rows: list[dict], shared: dict[str, int | None], counters: dict[str, float],
               kv_bytes_per_token: int | None) -> dict[str, Any]:
     ok = [r for r in rows if r.get("ok")]
@@ -230,14 +246,11 @@ def summarise(rows: list[dict], shared: dict[str, int | None], counters: dict[st
             ideal -= max(0, firsts - 1) * (tokens or 0)
         out["ideal_shared_once"] = bool(shared) and all(v is not None for v in shared.values())
     out["ideal_computed_total"] = ideal
-    if out["computed_tokens_total"] is not None and ideal:
-        out["computed_over_ideal"] = round(out["computed_tokens_total"] / ideal, 4)
+    ratio = computed_over_ideal(out["computed_tokens_total"], ideal)
+    if ratio is not None:
+        out["computed_over_ideal"] = ratio
     if counters:
-        copies = copy_bytes(counters)
-        out["state_copy_bytes"] = copies
-        out["kv_bytes_per_token"] = kv_bytes_per_token
-        computed_kv = (out["computed_tokens_total"] or 0) * (kv_bytes_per_token or 0)
-        out["copy_bytes_over_computed_kv"] = round(copies["total"] / computed_kv, 4) if computed_kv else None
+        out.update(copy_arithmetic(counters, out["computed_tokens_total"], kv_bytes_per_token))
     return out
 
 

@@ -15,7 +15,7 @@ from scripts.gpu_bench.profiling import parse_collapsed, summarise_profile
 from scripts.gpu_bench.report_multiagent import multiagent_section
 from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section
 from scripts.gpu_bench.servers import Run, counters_delta, state_counters
-from scripts.gpu_bench.workload_multiagent import multiagent_ctx, summarise_agents
+from scripts.gpu_bench.workload_multiagent import arithmetic_line, multiagent_ctx, summarise_agents, unique_tokens
 from scripts.gpu_bench.workload_throughput import Variant, VariantError, parse_variants, run_variants, summarise_requests
 
 PROFILE = pathlib.Path(__file__).parents[1] / "data" / "pyspy-raw-warmslot.txt"
@@ -97,6 +97,29 @@ def test_multiagent_summary_and_context():
     assert multiagent_ctx(SimpleNamespace(**{**vars(a), "ma_ctx_size": 4096}), 0) == 4096
 
 
+def test_multiagent_unique_tokens_count_each_conversation_and_the_shared_prefix_once():
+    def turn(agent, n, prompt, ok=True, computed=None):
+        return {"agent": agent, "turn": n, "ok": ok, "prompt_tokens": prompt, "computed_tokens": computed,
+                "t_start_s": 0.0, "t_end_s": 1.0, "total_s": 1.0}
+
+    rows = [turn(0, 1, 1000, computed=1000), turn(0, 2, 1600, computed=600),
+            turn(1, 1, 1010, computed=210), turn(1, 2, 1700, computed=1700),  # agent 1 computed its prompt again
+            turn(2, 1, None, ok=False)]  # agent 2 never answered: neither its conversation nor a prefix counts
+    assert unique_tokens(rows, 800) == 1600 + 1700 - 800
+    assert unique_tokens(rows, None) is None and unique_tokens([], 800) == 0
+    assert unique_tokens(rows[:2], 800) == 1600  # one agent: nothing shared to take away
+    counters = {"warmslot_state_copy_bytes_total{cause=park}": 3.5e6,
+                "warmslot_state_copy_bytes_total{cause=load}": 3.5e6}
+    s = summarise_agents(rows, 800, counters, kv_bytes_per_token=1000)
+    assert (s["shared_prefix_tokens"], s["unique_tokens"], s["computed_tokens_total"]) == (800, 2500, 3510)
+    assert s["computed_over_ideal"] == 1.404 and s["unique_kv_bytes"] == 2_500_000
+    assert s["state_copy_bytes"]["by_direction"] == {"to_device": 3.5e6, "to_ram": 3.5e6}
+    assert s["copy_bytes_over_computed_kv"] == round(7e6 / 3.51e6, 4)
+    assert arithmetic_line(s) == ("computed 3510 vs ideal (unique tokens) 2500 (1.404x); copied 0.01 GB = "
+                                  "1.9943x the KV bytes computed")
+    assert "state_copy_bytes" not in summarise_agents(rows, 800)  # llama-server: no copy counters
+
+
 def test_state_counters_keep_bytes_seconds_and_sources():
     metrics = {"warmslot_prompt_cache_saved_bytes_total": 10.0, "warmslot_checkpoint_save_seconds_total": 0.5,
                "warmslot_prompt_tokens_total{source=ram}": 7.0, "warmslot_slots_parked_total": 1.0,
@@ -176,13 +199,20 @@ def test_svg_chart_is_valid_svg(tmp_path):
 def test_multiagent_report_ratios():
     def server(computed, wall):
         return {"summary": {"ok": 4, "requests": 4, "computed_tokens_total": computed, "wall_s": wall,
-                            "latency_s_p50": wall / 4, "ttft_s_p50": 0.1},
+                            "latency_s_p50": wall / 4, "ttft_s_p50": 0.1, "unique_tokens": 2000,
+                            "computed_over_ideal": computed / 2000},
                 "counters_delta": {"warmslot_prompt_cache_loaded_bytes_total": 5e6}}
     w = {"settings": {"agents": 2, "np": 2, "turns": 2}, "servers": {LLAMA_SERVER: server(4000, 10.0),
                                                                       WARMSLOT: server(1000, 5.0)}}
+    assert "warmslot's state copies" not in multiagent_section(w)
+    w["servers"][WARMSLOT]["summary"].update({"state_copy_bytes": {"total": 2.5e9}, "kv_bytes_per_token": 1000,
+                                              "copy_bytes_over_computed_kv": 2.5})
     text = multiagent_section(w)
     assert "computed prompt tokens 0.25x, wall 0.50x, latency p50 0.50x, TTFT p50 1.00x" in text
     assert "| llama-server | 4/4 |" in text and "5.0 MB" in text
+    assert "| unique tokens | computed / unique |" in text and "| 4,000 | 2,000 | 2 |" in text
+    assert "| 1,000 | 2,000 | 0.500 |" in text
+    assert "warmslot's state copies: 2.50 GB = 2.500x the KV bytes of the tokens it computed" in text
     json.dumps(w)  # plain data all along
 
 
