@@ -39,30 +39,36 @@ def chain(entry: CacheEntry) -> list[CacheEntry]:
     return out
 
 
-def join(entry: CacheEntry, empty: Callable[[int], np.ndarray]) -> np.ndarray:
-    """The chained entry's whole state, joined into `empty(n)`: each link gives its cells
-    below the point where the one after it starts."""
+def join(entry: CacheEntry, empty: Callable[[int], np.ndarray], start: int = 0) -> np.ndarray:
+    """The chained entry's whole state (with `start`: its cells from that position on),
+    joined into `empty(n)`: each link gives its cells below the point where the one after it
+    starts."""
     links = []
     for node in chain(entry):
         assert node.layout is not None, "a chain link keeps its parsed state"
         links.append((node.layout, node.base_len))
-    return join_links(links, len(entry), empty)
+    return join_links(links, len(entry), empty, start)
 
 
-def join_links(links: Sequence[tuple[segments.Layout, int]], n_tokens: int, empty: Callable[[int], np.ndarray]) -> np.ndarray:
+def join_links(links: Sequence[tuple[segments.Layout, int]], n_tokens: int, empty: Callable[[int], np.ndarray],
+               start: int = 0) -> np.ndarray:
     """The whole state of `n_tokens` tokens from a chain's parsed states, its tip first: each
-    link `(layout, start)` holds the cells from position `start` on (0: a whole state, which
+    link `(layout, begin)` holds the cells from position `begin` on (0: a whole state, which
     ends the chain) and gives those below the point where the one after it starts. The parts
-    that come whole (a window, a recurrent state) come from the tip."""
+    that come whole (a window, a recurrent state) come from the tip. With `start`, only the
+    cells at `start` and after: the state of a tail, for a sequence that holds the rest."""
     pieces = []
     end = n_tokens
-    for i, (layout, start) in enumerate(links):
-        cells = np.arange(layout.n) if i == 0 else np.flatnonzero((layout.pos >= start) & (layout.pos < end))
+    for i, (layout, begin) in enumerate(links):
+        if i == 0 and start == 0:
+            cells = np.arange(layout.n)
+        else:
+            cells = np.flatnonzero((layout.pos >= max(begin, start)) & (layout.pos < end))
         pieces.append((layout, cells))
-        end = min(end, start)
-        if end <= 0:
+        end = min(end, begin)
+        if end <= start:
             break
-    if end > 0:
+    if end > start:
         raise ValueError(f"the chain holds no cells below position {end}")
     return segments.join(pieces[::-1], empty)
 

@@ -262,6 +262,18 @@ class PromptCache:
         self.stats.join_seconds += time.monotonic() - t0
         return whole
 
+    def tail_state(self, entry: CacheEntry, start: int, empty: Callable[[int], np.ndarray]) -> np.ndarray | None:
+        """The state of the entry's cells at positions `start` and after, joined from its
+        chain into `empty(n)`: what a sequence already holding the entry's first `start`
+        tokens lacks. None where the entry's state is not parsed as one run of a position per
+        token (segments off, images). Read-only but for the join's statistics."""
+        if entry.layout is None or not entry.linear or not 0 < start < len(entry):
+            return None
+        t0 = time.monotonic()
+        tail = chains.join(entry, empty, start)
+        self.stats.join_seconds += time.monotonic() - t0
+        return tail
+
     def chain_point(self, tokens: Sequence[int], tenant: str) -> int:
         """How many of `tokens` an entry stored now would share with the entry it chains to
         (0: it would be stored whole). Read-only."""

@@ -218,6 +218,7 @@ class EngineCollector:
         yield CounterMetricFamily("warmslot_media_tokens", "Image and audio embeddings decoded into slots", value=stats.media_tokens)
         yield CounterMetricFamily("warmslot_kv_evictions", "Idle slots cleared to make room in the KV pool", value=stats.kv_evictions)
         yield CounterMetricFamily("warmslot_state_tail_reads", "Slot saves that read only the cells the prompt cache lacked", value=stats.tail_reads)
+        yield CounterMetricFamily("warmslot_state_tail_loads", "Prompt-cache loads that wrote only the cells after a prefix the slot held or forked", value=stats.tail_loads)
         yield CounterMetricFamily("warmslot_slots_parked", "Idle slots moved to the prompt cache when another request started", value=stats.parked)
         yield CounterMetricFamily("warmslot_wakes", "Times the model was loaded again after sleeping (--sleep-idle-seconds)", value=stats.wakes)
 

@@ -95,6 +95,8 @@ class EngineStats:
     kv_evictions: int = 0  # idle slots cleared to make room in the KV pool
     tail_reads: int = 0  # saves that read only the cells the prompt cache lacked (SlotMemory._read)
     scratch_reads: int = 0  # of those, saves that read them through the scratch sequence, the slot left whole
+    tail_loads: int = 0  # loads that wrote only the cells after a prefix the slot held (SlotMemory._load_tail)
+    tail_load_forks: int = 0  # of the prefixes those loads kept, those forked from another slot first
     parked: int = 0  # idle slots moved to the prompt cache when another request started
     wakes: int = 0  # times the model was loaded again after sleeping (--sleep-idle-seconds)
     media_preprocessed: int = 0  # images decoded and preprocessed for a prompt (not those recent ones sent again)

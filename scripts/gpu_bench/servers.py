@@ -45,7 +45,7 @@ _COUNTER_NAMES = (
     "warmslot_generated_tokens_total", "warmslot_prefill_tokens_total", "warmslot_decode_tokens_total",
     "warmslot_prompt_cache_hits_total", "warmslot_prompt_cache_misses_total", "warmslot_slots_parked_total",
     "warmslot_checkpoints_created_total", "warmslot_checkpoints_restored_total", "warmslot_kv_evictions_total",
-    "warmslot_state_tail_reads_total",
+    "warmslot_state_tail_reads_total", "warmslot_state_tail_loads_total",
     "warmslot_quick_starts_total",
     "warmslot_full_prefills_total", "warmslot_prompt_cache_chained_total", "warmslot_prompt_cache_chain_bytes_spared_total",
     "warmslot_prompt_cache_evictions_total", "warmslot_disk_cache_hits_total", "warmslot_disk_cache_reads_total",

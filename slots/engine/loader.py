@@ -288,9 +288,18 @@ def reuse_parts(parts: ModelParts, stats: EngineStats, drafter=None, demand: Dem
     prefixes = Prefixes(
         slots, memory, cache, ctx, model, stats,
         park=cfg.park_idle, n_spare=layout.n_spare, checkpoint_every=cfg.checkpoint_every, disk=disk, demand=demand,
-        shifts=cfg.cache_reuse > 0,
+        shifts=cfg.cache_reuse > 0, pool_cells=_pool_cells(cfg, model, kind, layout),
     )
     return memory, router, prefixes
+
+
+def _pool_cells(cfg: EngineConfig, model, kind: MemoryKind, layout: KvLayout) -> int | None:
+    """In one pool of attention memory with spare sequences (--cache-vram SIZE): the cells
+    idle conversations may keep in it, SIZE over a token's KV bytes (None: not that layout)."""
+    per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
+    if not (layout.unified and layout.n_spare and kind is MemoryKind.ATTENTION and cfg.cache_vram and per_token):
+        return None
+    return cfg.cache_vram // per_token
 
 
 def _shift_min(cfg: EngineConfig, ctx) -> int:

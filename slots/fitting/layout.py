@@ -14,6 +14,13 @@ must be copied to RAM before its slot can serve another one, and back again when
 - In one pool (recurrent models; any model with one slot or `--kv-unified on`), a spare
   costs one recurrent state; its attention cells share the pool, and the least recently
   used idle sequence moves to RAM when the pool is full.
+- Attention models in one pool get spare sequences only with `--cache-vram SIZE`: idle
+  conversations keep up to SIZE of cells in the pool, beyond the running ones', and
+  conversations that share a prefix share its cells (a fork, or a load that writes only
+  the tail after it). Every step's attention then spans those cells too: on the CPU a
+  sequence next to 20K cells of others decoded 1.7x and prefilled 2.4x slower with flash
+  attention (its kernel skips masked cells), 6.6x and 5.2x without
+  (`scripts/bench_pool_layout.py`), so it is not the default.
 """
 
 from __future__ import annotations
@@ -100,8 +107,15 @@ def plan_layout(
     unified = kv_unified(kv_unified_setting, kind, n_parallel)
     if unified:
         wanted = cache_vram > 0 if cache_vram is not None else on_gpu
-        # a spare costs one recurrent state here, not a stream: be generous
-        spare = 2 * n_parallel if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID) else 0
+        if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
+            spare = 2 * n_parallel  # a spare costs one recurrent state here, not a stream: be generous
+        elif cache_vram and kind is MemoryKind.ATTENTION:
+            # idle conversations keep their cells in the pool, up to --cache-vram of them
+            # (Prefixes.park_idle), and those that share a prefix share its cells: a spare is
+            # only a sequence id, and the cells decide how many stay
+            spare = min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, LLAMA_MAX_SEQ - 1 - n_parallel)
+        else:
+            spare = 0
         return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
     per_slot = max(1, n_ctx // n_parallel)
     spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share)

@@ -310,21 +310,36 @@ class SlotMemory:
         """A copy of the drafter's sequence of the slot (None without such a drafter)."""
         return self.drafter.save_state(slot.id, slot.tokens) if self.drafter is not None else None
 
-    def load(self, entry: CacheEntry, target: Slot) -> bool:
+    def tail_loads(self) -> bool:
+        """Whether a load may write only the cells a slot lacks (`load` with `keep`): in one
+        pool of attention memory with a scratch sequence, and no drafter's sequence to
+        follow (a drafter's state loads whole)."""
+        return self.scratch is not None and self.kind is MemoryKind.ATTENTION and self.drafter is None
+
+    def load(self, entry: CacheEntry, target: Slot, keep: int = 0) -> bool:
         """Copy a cache entry (or a slot file's contents) into the slot. The entry stays in
-        the cache, unchanged."""
+        the cache, unchanged. `keep`: the slot holds exactly the entry's first `keep` tokens
+        (as its own, or forked from another slot): where `tail_loads()` allows and the
+        entry's state parses as one position per token, only the cells after them are
+        written (`_load_tail`), and a load that finds no room leaves the slot as it was;
+        otherwise the slot is cleared and the whole state written. False: no room (or a
+        state that does not load)."""
         t0 = time.monotonic()
-        self.ctx.seq_clear(target.id)
-        # a chained entry (cache/segments.py) is joined into one whole state in host memory
-        try:
-            state = entry.state if entry.base is None else self.cache.whole_state(entry, self.staging.empty)
-        except ValueError as exc:  # links of another layout: never made by one context
-            log.warning("slot %d: joining a cache entry of %d tokens failed: %s", target.id, len(entry), exc)
-            state = None
-        if state is None or not self.ctx.state_set(target.id, state, partial=False):
-            log.warning("slot %d: loading a cache entry of %d tokens failed", target.id, len(entry))
-            self.clear(target)
+        state = self._load_tail(entry, target, keep) if keep else None
+        if state is False:
             return False
+        if state is None:
+            self.ctx.seq_clear(target.id)
+            # a chained entry (cache/segments.py) is joined into one whole state in host memory
+            try:
+                state = entry.state if entry.base is None else self.cache.whole_state(entry, self.staging.empty)
+            except ValueError as exc:  # links of another layout: never made by one context
+                log.warning("slot %d: joining a cache entry of %d tokens failed: %s", target.id, len(entry), exc)
+                state = None
+            if state is None or not self.ctx.state_set(target.id, state, partial=False):
+                log.warning("slot %d: loading a cache entry of %d tokens failed", target.id, len(entry))
+                self.clear(target)
+                return False
         target.tokens = list(entry.tokens)
         target.checkpoints = entry.checkpoints.copy()
         target.approx_from = None
@@ -342,6 +357,31 @@ class SlotMemory:
             self.cache.stats.load_seconds += seconds
         self.stats.add_copy(CopyCause.LOAD, n_bytes, seconds)
         return True
+
+    def _load_tail(self, entry: CacheEntry, target: Slot, keep: int):
+        """Write the entry's cells from `keep` on into the target, which holds its first
+        `keep` tokens: the tail's state is joined in host memory and loaded as the scratch
+        sequence's (llama.cpp clears the sequence it loads into, so not into the target),
+        then seq_cp tags those cells as the target's too (one pool: no data moves) and the
+        scratch is cleared. Returns the tail's state; None where a tail load does not apply
+        (load whole); False where it found no room (the target unchanged)."""
+        if not self.tail_loads() or self.cache is None or not target.positions.same \
+                or len(entry) - keep < 1 or target.tokens != list(entry.tokens[:keep]):
+            return None
+        try:
+            tail = self.cache.tail_state(entry, keep, self.staging.empty)
+        except ValueError as exc:  # links of another layout: never made by one context
+            log.warning("slot %d: joining the tail of a cache entry of %d tokens failed: %s", target.id, len(entry), exc)
+            return None
+        if tail is None:
+            return None
+        if not self.ctx.state_set(self.scratch, tail, partial=False):
+            self.ctx.seq_clear(self.scratch)
+            return False
+        self.ctx.seq_cp(self.scratch, target.id, keep, -1)
+        self.ctx.seq_clear(self.scratch)
+        self.stats.tail_loads += 1
+        return tail
 
     def checkpoint(self, slot: Slot, n: int, logits) -> None:
         """Save the slot's partial state (and the prompt's last logits, if given) at n tokens."""

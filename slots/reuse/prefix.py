@@ -13,6 +13,7 @@ import logging
 
 from warmslot.cache.demand import Demand
 from warmslot.cache.lookahead import give_up_first
+from warmslot.cache.prefix_trie import common_prefix
 from warmslot.cache.prompt_cache import PromptCache
 
 from ..llama_api import Context, Model
@@ -30,6 +31,9 @@ log = logging.getLogger("warmslot.engine")
 # a request that shares all but this many tokens of a slot's previous prompt continues that
 # conversation: the slot's contents are not worth a copy in the prompt cache
 SAVE_MIN_LOSS = 32
+# a prefix of a prompt-cache entry this long, held by the slot it loads into or by another
+# slot, is kept and only the entry's cells after it written (SlotMemory.load with keep)
+TAIL_LOAD_MIN = 64
 
 
 class Prefixes:
@@ -48,6 +52,7 @@ class Prefixes:
         disk: DiskTier | None = None,
         demand: Demand | None = None,
         shifts: bool = False,
+        pool_cells: int | None = None,
     ) -> None:
         self.slots = slots
         self.memory = memory
@@ -61,6 +66,9 @@ class Prefixes:
         self.disk = disk
         self.demand = demand  # the requests waiting for a slot, the client sessions at work
         self.shifts = shifts  # --cache-reuse is on: each request says how many tokens shifted chunks gave
+        # one pool of attention memory with spare sequences (--cache-vram): the cells idle
+        # conversations may keep in it beyond the running ones' (None: not that layout)
+        self.pool_cells = pool_cells
 
     def take(self, route: Route, req: GenerateRequest) -> tuple[Reuse, ReusePlan | None]:
         """Bring the route's prefix into the target slot, and say what happened."""
@@ -100,14 +108,28 @@ class Prefixes:
         come back from RAM when they are needed again. With spare sequences (recurrent and
         hybrid models on a GPU, whose few attention layers make that cost small) idle
         conversations stay where they are instead."""
-        if self.cache is None or not self.park or not self.ctx.unified or self.n_spare:
+        if self.cache is None or not self.park or not self.ctx.unified or (self.n_spare and self.pool_cells is None):
             return
-        for slot in self.slots:
-            if slot is keep or slot.active is not None or not slot.tokens:
-                continue
+        idle = [s for s in self.slots if s is not keep and s.active is None and s.tokens]
+        if self.pool_cells is not None:
+            idle = self._over_pool_budget(idle)
+        for slot in idle:
             self.memory.save(slot, CopyCause.PARK, keep=0)
             self.memory.clear(slot)
             self.stats.parked += 1
+
+    def _over_pool_budget(self, idle: list[Slot]) -> list[Slot]:
+        """The idle slots to move out of the pool so that the cells only idle slots hold
+        stay within `pool_cells`: those no waiting request continues first, then least
+        recently used first (as evict_idle)."""
+        busy = [s.tokens for s in self.slots if s.active is not None and s.tokens]
+        demand = self.demand
+        uses = slot_uses(idle, demand.waiting() if demand else (), demand.sessions() if demand else ())
+        order = sorted(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
+        out = []
+        while order and distinct_cells(busy + [s.tokens for s in order]) - distinct_cells(busy) > self.pool_cells:
+            out.append(order.pop(0))
+        return out
 
     def _describe_divergence(self, reuse: Reuse, best, new: list[int], media=(), width: int = 12) -> None:
         """The text around the first differing token: the prompt's own text before and after
@@ -160,9 +182,11 @@ class Prefixes:
                 # (shifting needs the cells after plan.keep: a save then leaves them all)
                 memory.save(slot, CopyCause.OVERWRITE, keep=None if plan.shifts else plan.keep)
             return (memory.shift(slot, plan) if plan.shifts else memory.apply(slot, plan)), plan
+        own, donor = self._held_prefix(slot, route.entry if isinstance(route, (Load, FromDisk)) else None)
         if slot.tokens and not (self.ctx.memory_kind.truncatable and held_elsewhere(slot, self.slots, None)):
-            # (a cache entry that covers it is checked there); every route below clears the slot
-            memory.save(slot, CopyCause.OVERWRITE, keep=0)
+            # (a cache entry that covers it is checked there); every route below clears the
+            # slot, or cuts it back to the prefix it shares with the entry it loads
+            memory.save(slot, CopyCause.OVERWRITE, keep=own)
         if isinstance(route, Fork):
             memory.fork(route.donor, slot, route.usable)
         elif isinstance(route, (Load, FromDisk)):
@@ -171,11 +195,12 @@ class Prefixes:
             if entry is None:
                 memory.clear(slot)
                 return 0, None
-            # cells the slots hold (an overestimate when slots share a prefix) plus the entry's
-            while sum(s.n_past for s in self.slots) + len(entry) > self.ctx.n_ctx and self.evict_idle(exclude=slot):
+            keep = self._prefix_for_load(slot, own, donor)
+            while self._cells_in_use() + len(entry) - keep > self.ctx.n_ctx and self.evict_idle(exclude=slot):
                 pass
-            while not memory.load(entry, slot):
+            while not memory.load(entry, slot, keep=min(keep, slot.n_past)):
                 if not self.evict_idle(exclude=slot):
+                    memory.clear(slot)
                     return 0, None
             if isinstance(route, Load):
                 self.cache.stats.hits += 1
@@ -186,6 +211,48 @@ class Prefixes:
             return 0, None
         plan = memory.plan(slot, req.tokens)
         return memory.apply(slot, plan), plan
+
+    def _held_prefix(self, slot: Slot, entry) -> tuple[int, tuple[Slot, int] | None]:
+        """Where a load of `entry` into `slot` may write only a tail (SlotMemory.tail_loads):
+        how many of the entry's first tokens the slot holds (0: fewer than TAIL_LOAD_MIN),
+        and another slot of the entry's tenant that holds at least TAIL_LOAD_MIN more (the
+        one holding the most) with that count, whose cells a fork shares (None: none)."""
+        if entry is None or not self.memory.tail_loads():
+            return 0, None
+        tokens = entry.tokens
+        own = common_prefix(slot.tokens, tokens) if slot.tenant == entry.tenant else 0
+        own = min(own, len(tokens) - 1)
+        best = None
+        for other in self.slots:
+            if other is slot or other.tenant != entry.tenant or not other.positions.same or not other.tokens:
+                continue
+            n = min(common_prefix(other.tokens, tokens), len(tokens) - 1)
+            if n >= own + TAIL_LOAD_MIN and (best is None or n > best[1]):
+                best = (other, n)
+        return (own if own >= TAIL_LOAD_MIN else 0), best
+
+    def _prefix_for_load(self, slot: Slot, own: int, donor: tuple[Slot, int] | None) -> int:
+        """Bring the slot to the prefix its load keeps: the slot's own first `own` tokens
+        (cut back to them), else a fork of another slot's (in one pool a fork shares the
+        cells). Returns the tokens the slot then holds of the entry (0: none, it is empty)."""
+        memory = self.memory
+        if donor is not None:
+            memory.fork(donor[0], slot, donor[1])
+            self.stats.tail_load_forks += 1
+            return donor[1]
+        if own and memory.cut(slot, own):
+            return own
+        memory.clear(slot)
+        return 0
+
+    def _cells_in_use(self) -> int:
+        """KV cells the slots hold, for the room a load needs. Where loads write tails (one
+        pool, attention) a prefix that slots share is counted once, as forks share its
+        cells (an underestimate where two slots computed it apart: a load then finds no
+        room and evicts, as below); elsewhere every slot's tokens (an overestimate)."""
+        if not self.memory.tail_loads():
+            return sum(s.n_past for s in self.slots)
+        return distinct_cells([s.tokens for s in self.slots if s.tokens])
 
     def cuts(self, req: GenerateRequest, keep: int) -> list[int]:
         """Prompt positions (after keep, before the end) where a checkpoint is taken: the
@@ -218,3 +285,10 @@ class Prefixes:
         self.memory.clear(victim)
         self.stats.kv_evictions += 1
         return True
+
+
+def distinct_cells(held: list[list[int]]) -> int:
+    """The tokens of `held` with each shared prefix counted once: the cells they take in one
+    pool where sequences that share a prefix share its cells."""
+    held = sorted(held)
+    return sum(map(len, held)) - sum(common_prefix(a, b) for a, b in zip(held, held[1:]))

@@ -149,6 +149,9 @@ class Router:
         if best is None or best.usable == 0:
             return Fresh(self._receiver(idle, None, req), seen)
         if isinstance(best, KeepSlot):
+            spare = self._spare_in_pool(best, idle)
+            if spare is not None:  # the slot's conversation stays where it is
+                return Fork(spare, best.target, best.plan.keep, seen)
             if self._apart(best.target):
                 closer = self._closer(idle)
                 if closer is not None:  # a device copy next to the busy streams beats a gap in them
@@ -218,6 +221,20 @@ class Router:
         none) spent three times as long in decode calls for the same tokens."""
         run = self._run()
         return run is not None and not run[0] <= slot.id <= run[1]
+
+    def _spare_in_pool(self, best: KeepSlot, idle: list[Slot]) -> Slot | None:
+        """In one pool with spare sequences: an empty idle sequence to fork the kept prefix
+        into where keeping it in `best.target` would cut off at least MIN_SHARED_TO_WAIT
+        tokens of another conversation that nothing else holds. In one pool a fork shares
+        the prefix's cells, so that conversation stays on the device instead of crossing to
+        RAM (None: keep the slot)."""
+        target = best.target
+        if self.contiguous or len(self.slots) <= self.n_busy_max or best.plan.shifts \
+                or not (self.truncatable and self.can_fork) or target.n_past - best.plan.keep < MIN_SHARED_TO_WAIT \
+                or self.device.held_elsewhere(target):
+            return None
+        empty = [s for s in idle if not s.tokens]
+        return min(empty, key=lambda s: s.id) if empty else None
 
     def _closer(self, idle: list[Slot]) -> Slot | None:
         """An idle stream inside or next to the run of busy ones that is free to take a

@@ -9,6 +9,7 @@ import pytest
 from warmslot.cache import segments
 from tests.helpers import LOGITS_ATOL_FLASH, REUSE_ENGINE, assert_same_answer, cold_run, generate, random_tokens, tiny_engine
 from warmslot.slots.reuse.tiers.disk import DiskTier
+from warmslot.slots.stats import CopyCause
 from tests.cache.test_disk_tier import disk_engine, entry_files
 
 pytestmark = pytest.mark.model
@@ -122,7 +123,7 @@ def test_a_slot_given_to_another_conversation_sends_ram_only_the_cells_it_lacks(
         assert stats.tail_reads == reads + 2
         (a2_entry,) = [e for e in engine.cache.entries() if e.tokens[:len(a2)] == tuple(a2)]
         assert a2_entry.chained and a2_entry.base_len == len(a1)
-        read = sum(stats.copy_bytes.values()) - sum(saved.values()) - whole_bytes(engine, b1_entry)  # less b2's load
+        read = sum(n - saved.get(cause, 0) for cause, n in stats.copy_bytes.items() if cause is not CopyCause.LOAD)
         whole = whole_bytes(engine, a2_entry)
         assert 0 < read < 0.4 * whole  # about 64 of a2's 324 cells, where a whole read takes all
         a3_warm = generate(engine, a2 + random_tokens(112, 20), return_prompt_logits=True)
@@ -173,6 +174,102 @@ def test_a_slot_that_keeps_its_prefix_sends_ram_only_its_tail_and_it_comes_back_
         engine.stop()
     assert_same_answer(c_warm, cold_run(path, c, boundaries=(len(head),)))
     assert_same_answer(d_warm, cold_run(path, d, boundaries=(len(b),)))
+
+
+def entry_of(engine, tokens):
+    (entry,) = [e for e in engine.cache.entries() if e.tokens[:len(tokens)] == tuple(tokens)]
+    return entry
+
+
+def test_a_conversation_back_from_ram_is_written_after_the_prefix_its_slot_holds_and_answers_as_cold(tiny_models):
+    """Two conversations on one slot take turns, sharing a system prompt: each comes back from
+    RAM while the slot holds the other. The slot keeps the shared prefix, and the load writes
+    only the returning conversation's own cells (through the scratch sequence); its answer is
+    a cold run's."""
+    path = tiny_models["attention"]
+    a1, b1 = (SHARED + random_tokens(130 + i, 60) for i in range(2))
+    a2, b2 = a1 + random_tokens(140, 20), b1 + random_tokens(141, 20)
+    engine = tiny_engine(path, **REUSE_ENGINE, n_parallel=1)
+    stats = engine.stats
+    warm = {}
+    try:
+        for prompt in (a1, b1):
+            assert generate(engine, prompt, max_tokens=4).error is None
+        for name, prompt, back in (("a2", a2, a1), ("b2", b2, b1)):
+            loads = stats.tail_loads
+            r = warm[name] = generate(engine, prompt, return_prompt_logits=True)
+            assert (r.reuse.source, r.usage.cached_tokens) == ("ram", len(back))
+            assert stats.tail_loads == loads + 1
+            written = r.reuse.state_bytes.get("ram_to_device", 0)
+            assert 0 < written < 0.4 * whole_bytes(engine, entry_of(engine, back))  # 64 of 264 cells
+        assert engine.call(lambda e: e.ctx.seq_pos_min(e.loaded.memory.scratch)).result() == -1  # cleared
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
+    assert_same_answer(warm["a2"], cold_run(path, a2, boundaries=(len(a1),)))
+    assert_same_answer(warm["b2"], cold_run(path, b2, boundaries=(len(b1),)))
+
+
+def test_a_load_into_a_slot_without_the_prefix_forks_it_from_the_slot_that_holds_it(tiny_models):
+    """In one pool of two slots: a conversation comes back from RAM into the slot that holds
+    an unrelated prompt, while the other slot holds the shared system prompt. The load forks
+    that prefix (the pool's cells are shared, not copied) and writes only the conversation's
+    own cells; the answer is a cold run's."""
+    path = tiny_models["attention"]
+    a1, b1 = (SHARED + random_tokens(150 + i, 60) for i in range(2))
+    other = random_tokens(152, 70)
+    a2 = a1 + random_tokens(153, 20)
+    engine = tiny_engine(path, **REUSE_ENGINE, n_parallel=2, kv_unified="on")
+    stats = engine.stats
+    try:
+        for prompt in (a1, other, b1):  # b1 takes a1's slot, which keeps the shared prefix: a1 to RAM
+            assert generate(engine, prompt, max_tokens=4).error is None
+        loads, forks = stats.tail_loads, stats.tail_load_forks
+        a2_warm = generate(engine, a2, return_prompt_logits=True)  # into the least recently used slot
+        assert (a2_warm.reuse.source, a2_warm.usage.cached_tokens) == ("ram", len(a1))
+        assert (stats.tail_loads, stats.tail_load_forks) == (loads + 1, forks + 1)
+        assert 0 < a2_warm.reuse.state_bytes.get("ram_to_device", 0) < 0.4 * whole_bytes(engine, entry_of(engine, a1))
+        engine.call(lambda e: e.cache.sanity_check()).result()
+    finally:
+        engine.stop()
+    assert_same_answer(a2_warm, cold_run(path, a2, boundaries=(len(a1),)))
+
+
+def test_idle_conversations_keep_their_cells_in_the_pool_within_cache_vram_and_share_the_prefix(tiny_models):
+    """One pool of attention memory with --cache-vram: four conversations on two slots sharing
+    a system prompt. Each new one forks the prefix, so the pool holds it once; with room for
+    every conversation's own cells, each comes back to its own sequence with nothing copied
+    and answers as cold. With room for two conversations' own cells only, the others move to
+    RAM when a request starts (`parked`), and come back from there."""
+    path = tiny_models["attention"]
+    first = [SHARED + random_tokens(160 + i, 50) for i in range(4)]
+    second = [p + random_tokens(170 + i, 10) for i, p in enumerate(first)]
+    engine = tiny_engine(path, **REUSE_ENGINE, n_parallel=2, kv_unified="on", cache_vram=1 << 30)
+    try:
+        per_token = engine.call(lambda e: e.loaded.model.kv_bytes_per_token("f32", "f32")).result()
+        assert engine.call(lambda e: e.loaded.layout.n_spare).result() > 2
+        for prompt in first:
+            assert generate(engine, prompt, max_tokens=4).error is None
+        forks = engine.stats.prompt_tokens["fork"]
+        assert forks >= 3 * len(SHARED)  # the prefix forked, not computed again
+        warm = [generate(engine, p, return_prompt_logits=True) for p in second]
+        for r, p in zip(warm, first):
+            assert (r.reuse.source, r.usage.cached_tokens, r.reuse.state_bytes) == ("slot", len(p), {})
+        assert engine.stats.parked == 0
+    finally:
+        engine.stop()
+    assert_same_answer(warm[0], cold_run(path, second[0], boundaries=(len(first[0]),)))
+
+    engine = tiny_engine(path, **REUSE_ENGINE, n_parallel=2, kv_unified="on", cache_vram=120 * per_token)
+    try:
+        for prompt in first:
+            assert generate(engine, prompt, max_tokens=4).error is None
+        assert engine.stats.parked >= 1  # the oldest conversation went to RAM
+        # newest first: the latest conversations come back from the pool, the oldest from RAM
+        sources = [generate(engine, p, max_tokens=4).reuse.source for p in reversed(second)]
+        assert sources[0] == "slot" and sources[-1] == "ram"
+    finally:
+        engine.stop()
 
 
 @pytest.mark.parametrize("kind", ["attention", "hybrid"])
