@@ -63,10 +63,10 @@ def decode_steps(ctx: Context, batch: Batch, seq: int, pos: int, n: int, token: 
 
 
 def case(model: Model, a, layout: str, fa: str) -> dict:
-    n_ctx = a.others + a.depth + a.new + a.decode + 1024
     # the cells below: copies of one state of OTHER_TOKENS (a state load writes cells of its
     # own, so no prefill of all of them is needed)
     n_other = -(-a.others // OTHER_TOKENS)
+    n_ctx = n_other * OTHER_TOKENS + a.depth + a.new + a.decode + 1024
     n_seq = 1 + n_other
     params = ContextParams(n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_seq_max=n_seq, n_threads=a.threads,
                            flash_attn=fa, kv_unified=True)

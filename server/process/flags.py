@@ -226,8 +226,9 @@ FLAGS = [
               + SIZE_HELP + ") or auto (0: none). With a stream per slot (attention models) each spare is a "
               "stream (sliding-window models too, and hybrid models, with a recurrent state each); auto: as many as free device memory "
               "holds after a margin (at most 16 per slot and 64 in all; on the CPU, where they are RAM, as many as a quarter of "
-              "--cache-ram holds, at most 3 per slot, taken from it). Recurrent models, and any model in one pool, get two spare "
-              "sequences per slot in their one pool"),
+              "--cache-ram holds, at most 3 per slot, taken from it). Recurrent and hybrid models in one pool get two spare "
+              "sequences per slot in it; attention models in one pool only with a size: idle conversations keep up to that "
+              "much of cells in the pool, sharing prefixes"),
     Flag(("--cache-disk",), "cache_disk", str, None, sets="engine.cache_disk", default_text="off",
          help="directory of the disk tier: prompt-cache entries evicted from RAM, and those worth keeping at "
               "shutdown, are written there and survive restarts (created owner-only; default: off)"),
