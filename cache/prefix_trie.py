@@ -208,3 +208,11 @@ def _shared(edge: tuple[int, ...], key: Sequence[int], start: int) -> int:
     """How many tokens of `edge` match key[start:]."""
     segment = key[start : start + len(edge)]
     return common_prefix(edge, segment if type(segment) is tuple else tuple(segment))
+
+
+def distinct_tokens(held: Sequence[Sequence[int]]) -> int:
+    """The tokens of the sequences in `held` with each prefix they share counted once: the
+    nodes of their prefix tree, which is the cells they take in one pool of KV cells where
+    sequences that share a prefix share its cells."""
+    ordered = sorted(list(h) for h in held)
+    return sum(map(len, ordered)) - sum(common_prefix(a, b) for a, b in zip(ordered, ordered[1:]))

@@ -113,6 +113,12 @@ class PromptCache:
     def n_entries(self) -> int:
         return len(self._lru)
 
+    @property
+    def n_tokens(self) -> int:
+        """Tokens whose state the cache stores: a segment's own, after the prefix its base
+        holds, so a shared prefix counts once. Read-only."""
+        return sum(len(e) - e.base_len for e in self._lru.values())
+
     def entries(self) -> Iterator[CacheEntry]:
         """All entries, least recently used first."""
         return iter(list(self._lru.values()))

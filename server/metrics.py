@@ -146,8 +146,7 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_idle_conversations",
                                 "Sequences that hold a conversation and run nothing: it comes back with no copy", value=len(idle))
         yield GaugeMetricFamily("warmslot_idle_conversation_tokens", "Tokens those sequences hold", value=sum(s.n_tokens for s in idle))
-        used = sum(s.n_tokens for s in snap.slots)
-        yield GaugeMetricFamily("warmslot_kv_cells_used", "KV cells held by the slots' contents (a prefix shared between slots counts once per slot)", value=used)
+        yield GaugeMetricFamily("warmslot_kv_cells_used", "KV cells held by the slots' contents (in one pool a prefix that sequences share counts once)", value=snap.device_tokens)
         yield GaugeMetricFamily("warmslot_kv_cells_total", "KV cells in the pool", value=snap.n_ctx)
         yield GaugeMetricFamily("warmslot_host_pinned_bytes", "Page-locked host memory held for states (CUDA only)", value=snap.pinned_bytes)
         yield GaugeMetricFamily("warmslot_host_pinned_free_bytes", "Pinned host memory not in use", value=snap.pinned_free_bytes)
@@ -229,6 +228,7 @@ class EngineCollector:
         yield GaugeMetricFamily("warmslot_prompt_cache_entries", "Entries in the RAM prompt cache", value=view.n_entries)
         yield GaugeMetricFamily("warmslot_prompt_cache_bytes", "Bytes held by the RAM prompt cache", value=view.bytes)
         yield GaugeMetricFamily("warmslot_prompt_cache_budget_bytes", "The RAM prompt cache's budget (--cache-ram)", value=view.budget_bytes)
+        yield GaugeMetricFamily("warmslot_prompt_cache_tokens", "Tokens whose state the RAM prompt cache stores, a prefix that entries share once", value=view.tokens)
         yield CounterMetricFamily("warmslot_prompt_cache_hits", "Requests that loaded a prompt-cache entry", value=s.hits)
         yield CounterMetricFamily("warmslot_prompt_cache_misses", "Requests for which the prompt cache had nothing usable", value=s.misses)
         yield CounterMetricFamily("warmslot_prompt_cache_evictions", "Entries evicted (what no waiting request continues, least recently used first)", value=s.evictions)

@@ -198,7 +198,8 @@ ROWS: list[tuple[str, str]] = [
      ' at most 16 per slot and 64 in all; on the CPU, where the KV cache is in RAM, as many as a quarter '
      'of `--cache-ram` holds, at most 3 per slot, and the prompt cache keeps the rest); sliding-window and'
      " hybrid models get streams too (a hybrid's spare is a stream plus one recurrent state); recurrent "
-     'and hybrid models in one pool get two spare sequences per slot in it. Attention models in one pool '
+     'and hybrid models in one pool get two spare sequences per slot in it (with a SIZE, as many as it '
+     'holds recurrent states, at most 16 per slot and 64 in all). Attention models in one pool '
      '(`--kv-unified on`, or one slot) get spares only with a SIZE: idle conversations then keep up to SIZE '
      'of cells in the pool beyond the running ones\', and conversations that share a prefix share its '
      'cells, but every step\'s attention spans them (on the CPU, 1.7x slower decode next to 20K cells of '

@@ -583,9 +583,11 @@ function renderTiers(view, m) {
   if (view && capacity && capacity.kv_bytes_per_token) {
     const per = capacity.kv_bytes_per_token, held = idle.reduce((a, s) => a + s.n_tokens, 0);
     rows.push(["device (idle conversations)", held * per, capacity.n_seq * capacity.n_ctx_slot * per,
-      `${idle.length} of ${capacity.n_seq} sequences (${capacity.n_seq - capacity.n_slots} spare)`]);
+      `${idle.length} of ${capacity.n_seq} sequences (${capacity.n_seq - capacity.n_slots} spare), ` +
+      `${view.device_tokens} distinct tokens held in all`]);
   }
-  if (view && view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes, `${view.cache.n_entries} entries`]);
+  if (view && view.cache) rows.push(["RAM prompt cache", view.cache.bytes, view.cache.budget_bytes,
+    `${view.cache.n_entries} entries, ${view.cache.tokens} distinct tokens`]);
   if (m && !models) {  // the disk tier and the checkpoints are in /metrics only (the default model's, with several)
     const diskBudget = m["warmslot_disk_cache_budget_bytes"];
     if (diskBudget) rows.push(["disk", m["warmslot_disk_cache_bytes"] || 0, diskBudget, `${m["warmslot_disk_cache_entries"] || 0} entries`]);

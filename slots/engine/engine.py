@@ -331,7 +331,7 @@ class Engine:
             if slot.tokens and self.cache is not None:
                 loaded.memory.save(slot, CopyCause.SLEEP, keep=0)  # the context goes
                 parked += 1
-        self._asleep = UnloadedContext(loaded.ctx.memory_kind, loaded.ctx.n_ctx, loaded.ctx.host)
+        self._asleep = UnloadedContext(loaded.ctx.memory_kind, loaded.ctx.n_ctx, loaded.ctx.host, loaded.ctx.unified)
         loaded.close()
         self.loaded = self.stepper = self.admitter = None
         self._publish()

@@ -82,6 +82,7 @@ class UnloadedContext:
     memory_kind: MemoryKind
     n_ctx: int
     host: Any  # the host buffers the prompt cache's entries live in
+    unified: bool = False  # one pool of KV cells (its sequences are all empty while unloaded)
 
 
 def load(

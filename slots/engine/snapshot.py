@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from warmslot.cache.prefix_trie import distinct_tokens
+
 from ..adapters.adapter_set import AdapterInfo, tenant_of
 from ..llama_api import MemoryKind
 
@@ -123,6 +125,7 @@ class CacheView:
     budget_bytes: int
     bytes: int
     n_entries: int
+    tokens: int = 0  # tokens whose state it stores: a shared prefix once (segments)
     entries: tuple[EntryView, ...] = ()  # most recently used first; only in a detailed snapshot
 
 
@@ -136,6 +139,9 @@ class EngineSnapshot:
     pinned_bytes: int = 0
     pinned_free_bytes: int = 0
     unpinned_state_bytes: int = 0  # states that found no pinned room (a count of bytes, CUDA only)
+    # tokens whose state the device's sequences hold: in one pool a prefix that sequences
+    # share counts once (an underestimate where two computed it apart), else every sequence's
+    device_tokens: int = 0
     taken: float = field(default_factory=time.monotonic)
 
     def states(self) -> Counter:
@@ -181,7 +187,8 @@ def take_snapshot(
                           content_hash(e.tokens), tuple(c.n_tokens for c in e.checkpoints))
                 for e in reversed(list(cache.entries())) if shown(tenant_of(e.tenant))
             )
-        cache_view = CacheView(cache.budget, cache.nbytes, cache.n_entries, entries)
+        cache_view = CacheView(cache.budget, cache.nbytes, cache.n_entries, tokens=cache.n_tokens, entries=entries)
+    held = [slot.tokens for slot in slots if slot.tokens]
     host = ctx.host
     return EngineSnapshot(
         memory=ctx.memory_kind.value,
@@ -192,6 +199,7 @@ def take_snapshot(
         pinned_bytes=host.allocated_bytes,
         pinned_free_bytes=host.free_bytes,
         unpinned_state_bytes=host.ordinary_bytes,
+        device_tokens=distinct_tokens(held) if ctx.unified else sum(map(len, held)),
     )
 
 

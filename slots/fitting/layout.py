@@ -14,6 +14,8 @@ must be copied to RAM before its slot can serve another one, and back again when
 - In one pool (recurrent models; any model with one slot or `--kv-unified on`), a spare
   costs one recurrent state; its attention cells share the pool, and the least recently
   used idle sequence moves to RAM when the pool is full.
+- Recurrent and hybrid models in one pool get two spare sequences per slot on a GPU, or with
+  `--cache-vram SIZE` as many as SIZE holds recurrent states (at most 16 per slot, 64 in all).
 - Attention models in one pool get spare sequences only with `--cache-vram SIZE`: idle
   conversations keep up to SIZE of cells in the pool, beyond the running ones', and
   conversations that share a prefix share its cells (a fork, or a load that writes only
@@ -109,6 +111,10 @@ def plan_layout(
         wanted = cache_vram > 0 if cache_vram is not None else on_gpu
         if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
             spare = 2 * n_parallel  # a spare costs one recurrent state here, not a stream: be generous
+            per_seq = model.recurrent_bytes_per_seq()
+            if cache_vram and per_seq:  # a size: as many recurrent states as it holds
+                spare = max(spare, min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, cache_vram // per_seq))
+            spare = min(spare, LLAMA_MAX_SEQ - 1 - n_parallel)
         elif cache_vram and kind is MemoryKind.ATTENTION:
             # idle conversations keep their cells in the pool, up to --cache-vram of them
             # (Prefixes.park_idle), and those that share a prefix share its cells: a spare is

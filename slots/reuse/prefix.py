@@ -13,7 +13,7 @@ import logging
 
 from warmslot.cache.demand import Demand
 from warmslot.cache.lookahead import give_up_first
-from warmslot.cache.prefix_trie import common_prefix
+from warmslot.cache.prefix_trie import common_prefix, distinct_tokens
 from warmslot.cache.prompt_cache import PromptCache
 
 from ..llama_api import Context, Model
@@ -127,7 +127,7 @@ class Prefixes:
         uses = slot_uses(idle, demand.waiting() if demand else (), demand.sessions() if demand else ())
         order = sorted(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
         out = []
-        while order and distinct_cells(busy + [s.tokens for s in order]) - distinct_cells(busy) > self.pool_cells:
+        while order and distinct_tokens(busy + [s.tokens for s in order]) - distinct_tokens(busy) > self.pool_cells:
             out.append(order.pop(0))
         return out
 
@@ -252,7 +252,7 @@ class Prefixes:
         room and evicts, as below); elsewhere every slot's tokens (an overestimate)."""
         if not self.memory.tail_loads():
             return sum(s.n_past for s in self.slots)
-        return distinct_cells([s.tokens for s in self.slots if s.tokens])
+        return distinct_tokens([s.tokens for s in self.slots if s.tokens])
 
     def cuts(self, req: GenerateRequest, keep: int) -> list[int]:
         """Prompt positions (after keep, before the end) where a checkpoint is taken: the
@@ -285,10 +285,3 @@ class Prefixes:
         self.memory.clear(victim)
         self.stats.kv_evictions += 1
         return True
-
-
-def distinct_cells(held: list[list[int]]) -> int:
-    """The tokens of `held` with each shared prefix counted once: the cells they take in one
-    pool where sequences that share a prefix share its cells."""
-    held = sorted(held)
-    return sum(map(len, held)) - sum(common_prefix(a, b) for a, b in zip(held, held[1:]))

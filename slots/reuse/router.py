@@ -226,11 +226,12 @@ class Router:
         """In one pool with spare sequences: an empty idle sequence to fork the kept prefix
         into where keeping it in `best.target` would cut off at least MIN_SHARED_TO_WAIT
         tokens of another conversation that nothing else holds. In one pool a fork shares
-        the prefix's cells, so that conversation stays on the device instead of crossing to
-        RAM (None: keep the slot)."""
+        the prefix's cells (a hybrid's recurrent state is copied, and the fork's plan restores
+        the checkpoint that the kept prefix ends on), so that conversation stays on the device
+        instead of crossing to RAM (None: keep the slot)."""
         target = best.target
         if self.contiguous or len(self.slots) <= self.n_busy_max or best.plan.shifts \
-                or not (self.truncatable and self.can_fork) or target.n_past - best.plan.keep < MIN_SHARED_TO_WAIT \
+                or not self.can_fork or target.n_past - best.plan.keep < MIN_SHARED_TO_WAIT \
                 or self.device.held_elsewhere(target):
             return None
         empty = [s for s in idle if not s.tokens]

@@ -170,6 +170,8 @@ def test_chat_streams_and_the_second_turn_comes_from_the_slot(browser, server):
     while "1 of" not in device.inner_text() and time.monotonic() < deadline:
         page.wait_for_timeout(200)
     assert "1 of" in device.inner_text(), device.inner_text()
+    assert "distinct tokens held in all" in device.inner_text()  # the tokens it holds, a shared prefix once
+    assert "distinct tokens" in page.locator("#tiers [data-tier='RAM prompt cache']").inner_text()
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "chat.png"))

@@ -197,6 +197,17 @@ def test_spare_streams_are_sized_from_the_memory_given():
     assert plan_layout(FakeModel(), MemoryKind.SWA, cache_vram=2 * 1024 * 1000, **kw).n_spare == 2  # streams too
     assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=1 << 40, **kw).n_spare == 256 - 4  # llama.cpp's most
     assert plan_layout(FakeModel(), MemoryKind.RECURRENT, cache_vram=1 << 30, **dict(kw, kv_unified_setting="off")).n_spare == 0
+    # one pool: attention models get spare sequences only with a size (their cells share the
+    # pool; park_idle keeps them within it), at most 16 a slot and 64 in all
+    pool = dict(kw, kv_unified_setting="on")
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=None, **dict(pool, on_gpu=True)).n_spare == 0
+    assert plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=0, **pool).n_spare == 0
+    attention_pool = plan_layout(FakeModel(), MemoryKind.ATTENTION, cache_vram=1000, **pool)
+    assert attention_pool.unified and (attention_pool.n_seq, attention_pool.n_ctx) == (4 + 64, 4096)
+    # a hybrid's spares in one pool with a size: as many recurrent states as it holds (two a
+    # slot at least)
+    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=20 * 24 * 1000, **pool).n_spare == 20
+    assert plan_layout(FakeModel(), MemoryKind.HYBRID, cache_vram=24 * 1000, **pool).n_spare == 8
 
 
 def test_a_gap_in_the_sequence_ids_gets_a_filler_token():

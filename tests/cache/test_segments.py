@@ -204,6 +204,9 @@ def test_a_conversation_back_from_ram_is_written_after_the_prefix_its_slot_holds
             assert 0 < written < 0.4 * whole_bytes(engine, entry_of(engine, back))  # 64 of 264 cells
         assert engine.call(lambda e: e.ctx.seq_pos_min(e.loaded.memory.scratch)).result() == -1  # cleared
         engine.call(lambda e: e.cache.sanity_check()).result()
+        # the tokens RAM holds (warmslot_prompt_cache_tokens): each chained entry's own only
+        cache = engine.cache
+        assert cache.n_tokens == sum(len(e) - e.base_len for e in cache.entries()) < sum(map(len, cache.entries()))
     finally:
         engine.stop()
     assert_same_answer(warm["a2"], cold_run(path, a2, boundaries=(len(a1),)))
@@ -252,6 +255,9 @@ def test_idle_conversations_keep_their_cells_in_the_pool_within_cache_vram_and_s
             assert generate(engine, prompt, max_tokens=4).error is None
         forks = engine.stats.prompt_tokens["fork"]
         assert forks >= 3 * len(SHARED)  # the prefix forked, not computed again
+        snap = engine.call(lambda e: e._take_snapshot(detail=False)).result()
+        # the tokens the device holds (warmslot_kv_cells_used) count the shared prefix once
+        assert snap.device_tokens == sum(s.n_tokens for s in snap.slots) - 3 * len(SHARED)
         warm = [generate(engine, p, return_prompt_logits=True) for p in second]
         for r, p in zip(warm, first):
             assert (r.reuse.source, r.usage.cached_tokens, r.reuse.state_bytes) == ("slot", len(p), {})
