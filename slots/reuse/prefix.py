@@ -220,13 +220,17 @@ class Prefixes:
         if entry is None or not self.memory.tail_loads():
             return 0, None
         tokens = entry.tokens
-        own = common_prefix(slot.tokens, tokens) if slot.tenant == entry.tenant else 0
-        own = min(own, len(tokens) - 1)
+
+        def exact(holder: Slot) -> int:  # shifted chunks (--cache-reuse) are not a cold run's cells
+            n = min(common_prefix(holder.tokens, tokens), len(tokens) - 1)
+            return n if holder.approx_from is None else min(n, holder.approx_from)
+
+        own = exact(slot) if slot.tenant == entry.tenant else 0
         best = None
         for other in self.slots:
             if other is slot or other.tenant != entry.tenant or not other.positions.same or not other.tokens:
                 continue
-            n = min(common_prefix(other.tokens, tokens), len(tokens) - 1)
+            n = exact(other)
             if n >= own + TAIL_LOAD_MIN and (best is None or n > best[1]):
                 best = (other, n)
         return (own if own >= TAIL_LOAD_MIN else 0), best
