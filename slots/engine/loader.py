@@ -403,7 +403,7 @@ def _with_capacity(parts: ModelParts, cfg: EngineConfig, buffers: list[tuple[str
         projector=("device" if cfg.mmproj_offload and cfg.n_gpu_layers != 0 and supports_gpu_offload() else "CPU") if parts.projector else "",
         projector_bytes=parts.projector.size_bytes if parts.projector is not None else 0,
         modalities=parts.projector.modalities if parts.projector is not None else (),
-        overridden=overridden_tensors(buffers), headroom=answer, fit=plan,
+        overridden=overridden_tensors(buffers), headroom=answer, fit=plan, unified=info.kv_unified, n_ctx=info.n_ctx,
     )
     return dataclasses.replace(info, capacity=capacity, device_memory=capacity.device_memory)
 

@@ -96,6 +96,22 @@ class Capacity:
     overridden: dict[str, int] = field(default_factory=dict)  # tensors placed by -ot/--cpu-moe, per device
     headroom: Headroom | None = None  # what the server could hold, with the margin
     fit: FitPlan | None = None  # what --fit settled (None: it did not run)
+    unified: bool = False  # one pool of KV cells for every sequence (else a stream each)
+    n_ctx: int = 0  # KV cells in all
+
+    def tokens_held(self) -> str:
+        """What each tier holds counted in tokens: the device's cells (in one pool a prefix
+        that sequences share takes its cells once; a stream holds its own copy), and the
+        tokens of KV the prompt cache's RAM holds (a prefix that entries share, once)."""
+        if self.unified:
+            device = f"{self.n_ctx} cells in one pool, a prefix that sequences share held once"
+        else:
+            device = f"{self.n_ctx_slot} cells in each of {self.n_seq} streams, a shared prefix held in each"
+        if self.cache_ram_bytes and self.kv_bytes_per_token:
+            ram = f"about {self.cache_ram_bytes // self.kv_bytes_per_token} tokens of KV in RAM, a shared prefix held once"
+        else:
+            ram = "none in RAM"
+        return f"{device}; {ram}"
 
     @property
     def checkpoint_budget_bytes(self) -> int:
@@ -149,6 +165,8 @@ class Capacity:
             "overridden_tensors": self.overridden,
             "headroom": self.headroom.to_json() if self.headroom is not None else None,
             "fit": self.fit.to_json() if self.fit is not None else None,
+            "unified": self.unified,
+            "n_ctx": self.n_ctx,
         }
 
     def rows(self) -> list[tuple[str, str]]:
@@ -158,6 +176,7 @@ class Capacity:
                         + (f" and {self.n_seq - self.n_slots} spare sequences" if self.n_seq > self.n_slots else "")),
             ("weights", _per_device(self.weights_bytes)),
             ("KV cache", _per_device(self.kv_bytes) + (f"; {_size(self.kv_bytes_per_token)} per token" if self.kv_bytes_per_token else "")),
+            ("tokens held", self.tokens_held()),
         ]
         if self.recurrent_bytes_per_slot is not None:
             rows.append(("recurrent state", f"{_size(self.recurrent_bytes_per_slot)} per sequence"))

@@ -250,6 +250,7 @@ def test_idle_conversations_keep_their_cells_in_the_pool_within_cache_vram_and_s
     engine = tiny_engine(path, **REUSE_ENGINE, n_parallel=2, kv_unified="on", cache_vram=1 << 30)
     try:
         per_token = engine.call(lambda e: e.loaded.model.kv_bytes_per_token("f32", "f32")).result()
+        assert "cells in one pool, a prefix that sequences share held once" in engine.info.capacity.table()
         assert engine.call(lambda e: e.loaded.layout.n_spare).result() > 2
         for prompt in first:
             assert generate(engine, prompt, max_tokens=4).error is None
