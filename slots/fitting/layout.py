@@ -109,20 +109,21 @@ def plan_layout(
     unified = kv_unified(kv_unified_setting, kind, n_parallel)
     if unified:
         wanted = cache_vram > 0 if cache_vram is not None else on_gpu
+        cap = min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel)
         if wanted and kind in (MemoryKind.RECURRENT, MemoryKind.HYBRID):
             spare = 2 * n_parallel  # a spare costs one recurrent state here, not a stream: be generous
             per_seq = model.recurrent_bytes_per_seq()
             if cache_vram and per_seq:  # a size: as many recurrent states as it holds
-                spare = max(spare, min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, cache_vram // per_seq))
-            spare = min(spare, LLAMA_MAX_SEQ - 1 - n_parallel)
+                spare = max(spare, min(cap, cache_vram // per_seq))
         elif cache_vram and kind is MemoryKind.ATTENTION:
             # idle conversations keep their cells in the pool, up to --cache-vram of them
             # (Prefixes.park_idle), and those that share a prefix share its cells: a spare is
             # only a sequence id, and the cells decide how many stay
-            spare = min(MAX_SPARE, MAX_SPARE_PER_SLOT * n_parallel, LLAMA_MAX_SEQ - 1 - n_parallel)
+            spare = cap
         else:
             spare = 0
-        return KvLayout(True, n_parallel, n_parallel + spare, n_ctx)
+        # (one sequence id more is left for the scratch sequence: loader._scratch_sequence)
+        return KvLayout(True, n_parallel, n_parallel + min(spare, LLAMA_MAX_SEQ - 1 - n_parallel), n_ctx)
     per_slot = max(1, n_ctx // n_parallel)
     spare = _spare_streams(model, kind, n_parallel, per_slot, cache_vram, type_k, type_v, on_gpu, cache_ram, spare_share)
     n_seq = n_parallel + spare

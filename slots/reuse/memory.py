@@ -366,7 +366,7 @@ class SlotMemory:
         scratch is cleared. Returns the tail's state; None where a tail load does not apply
         (load whole); False where it found no room (the target unchanged)."""
         if not self.tail_loads() or self.cache is None or not target.positions.same \
-                or len(entry) - keep < 1 or target.tokens != list(entry.tokens[:keep]):
+                or target.tokens != list(entry.tokens[:keep]):
             return None
         try:
             tail = self.cache.tail_state(entry, keep, self.staging.empty)

@@ -120,16 +120,22 @@ class Prefixes:
 
     def _over_pool_budget(self, idle: list[Slot]) -> list[Slot]:
         """The idle slots to move out of the pool so that the cells only idle slots hold
-        stay within `pool_cells`: those no waiting request continues first, then least
-        recently used first (as evict_idle)."""
+        stay within `pool_cells`, in `_give_up_order`."""
         busy = [s.tokens for s in self.slots if s.active is not None and s.tokens]
-        demand = self.demand
-        uses = slot_uses(idle, demand.waiting() if demand else (), demand.sessions() if demand else ())
-        order = sorted(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
+        busy_cells = distinct_tokens(busy)
+        order = self._give_up_order(idle)
         out = []
-        while order and distinct_tokens(busy + [s.tokens for s in order]) - distinct_tokens(busy) > self.pool_cells:
+        while order and distinct_tokens(busy + [s.tokens for s in order]) - busy_cells > self.pool_cells:
             out.append(order.pop(0))
         return out
+
+    def _give_up_order(self, idle: list[Slot]) -> list[Slot]:
+        """Idle slots in the order they give up their contents: those no waiting request
+        continues first (least recently used first), then the one the latest waiting request
+        continues (see warmslot.cache.lookahead)."""
+        demand = self.demand
+        uses = slot_uses(idle, demand.waiting() if demand else (), demand.sessions() if demand else ())
+        return sorted(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
 
     def _describe_divergence(self, reuse: Reuse, best, new: list[int], media=(), width: int = 12) -> None:
         """The text around the first differing token: the prompt's own text before and after
@@ -281,9 +287,7 @@ class Prefixes:
         idle = [s for s in self.slots if s.active is None and s.tokens and s is not exclude]
         if not idle:
             return False
-        demand = self.demand
-        uses = slot_uses(idle, demand.waiting() if demand else (), demand.sessions() if demand else ())
-        victim = min(idle, key=lambda s: (*give_up_first(uses, s.id), s.last_used))
+        victim = self._give_up_order(idle)[0]
         log.info("slot %d: KV pool full; moving this idle slot's %d tokens to the prompt cache", victim.id, victim.n_past)
         self.memory.save(victim, CopyCause.SPILL, keep=0)
         self.memory.clear(victim)
