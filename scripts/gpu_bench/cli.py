@@ -268,7 +268,8 @@ def add_throughput_arguments(p: argparse.ArgumentParser) -> None:
                    help="extra runs per -np, ';'-separated SERVER:FLAGS, e.g. "
                         "'warmslot:--cache-ram 0;llama-server:-kvu;llama-server:--cache-ram 0'")
     p.add_argument("--profile-warmslot", type=float, default=0.0, metavar="SECONDS",
-                   help="sample warmslot with py-spy for SECONDS during its throughput run at the largest -np")
+                   help="sample warmslot with py-spy for SECONDS during its throughput run at the largest -np, "
+                        "and during each of its sessions runs")
     p.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
 
 

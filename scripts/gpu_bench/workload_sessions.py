@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 from scripts import bench_common as bc
@@ -58,6 +59,7 @@ from . import LLAMA_SERVER, WARMSLOT
 from .claude_code_sessions import UserSession, chat_form, longest_prompt, session_schedule
 from .claude_code_shapes import SHAPES
 from .client import at_once, common_prefix, render_tokens
+from .profiling import record_profile, summarise_profile_file
 from .servers import Run, Served, counters_delta, round_up
 from .workload_messages import add_ideal, request_row, stream_messages
 
@@ -288,9 +290,19 @@ def workload_sessions(run: Run) -> dict[str, Any]:
                 shared = shared_prefixes(run, srv, bodies[n_sessions], steps)
                 info = get_json(srv.url, "/get_server_info") if server == WARMSLOT else None
                 run.log(f"sessions {label} on {server}: {n_sessions} sessions at once on -np {np_}")
+                profiler, note = (None, {})
+                if server == WARMSLOT and a.profile_warmslot > 0:
+                    path = Path(a.out).with_name(f"{Path(a.out).stem}-sessions-{label.replace(':', 'on')}-warmslot.pyspy.txt")
+                    profiler, note = record_profile(srv.pid, a.profile_warmslot, a.profile_rate, path, a.python)
                 before = srv.state_counters()
                 entry["requests"] = run_sessions(run, srv, sessions, bodies[n_sessions])
                 entry["counters"] = counters_delta(before, srv.state_counters())
+                if profiler is not None:
+                    note = profiler.stop()
+                    if "error" not in note:
+                        note["summary"] = summarise_profile_file(Path(note["file"]))
+                if note:
+                    entry["profile"] = note
                 entry["summary"] = summarise(entry["requests"], shared, entry["counters"] if server == WARMSLOT else {},
                                              (info or {}).get("kv_bytes_per_token"))
                 s = entry["summary"]

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backend import LlamaError, init_backend
+from .grammar_templates import GrammarTemplates
 from .placement import Placement, PlacementParams
 
 log = logging.getLogger("warmslot.llama")
@@ -197,6 +198,7 @@ class Model:
         `repack`: llama.cpp's CPU buffer types that repack weights (AMX, interleaved quants);
         None: off (see `model_params`)."""
         init_backend()
+        self.grammars = GrammarTemplates()  # compiled once per grammar, copied per request
         if not os.path.isfile(path):
             raise LlamaError(f"model file not found: {path}")
         params = model_params(repack)
@@ -372,6 +374,8 @@ class Model:
         return (llama_cpp.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", errors="replace")
 
     def close(self) -> None:
+        if getattr(self, "grammars", None) is not None:
+            self.grammars.clear()  # they point at the vocabulary
         if getattr(self, "ptr", None):
             llama_cpp.llama_model_free(self.ptr)
             self.ptr = None

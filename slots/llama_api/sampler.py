@@ -17,6 +17,8 @@ from .model import Model
 
 # top-k up to this many is taken in numpy (`_top_k`); a larger k goes through the chain's own
 TOP_K_FAST = 256
+# where a grammar forbids one of the k best, how many of the best it is asked about next
+WIDE_TOP = 1024
 _BLOCK = 256  # `_top_k`: the maxima of blocks this long bound the k-th largest logit
 
 
@@ -90,36 +92,37 @@ class Sampler:
         # a chain of the greedy sampler alone keeps no state: its token is the logits' first
         # maximum, which numpy finds in place (llama_sampler_sample first copies the whole
         # vocabulary into a candidate array: a third of a millisecond a row at 152k tokens)
-        self._argmax = params.greedy and params.grammar is None and not params.logit_bias and self.budget is None and (
+        unbiased = not params.logit_bias and (
             params.repeat_penalty == 1.0 and params.frequency_penalty == 0.0 and params.presence_penalty == 0.0)
-        # a plain top-k chain (no grammar, bias, penalties or budget): llama.cpp's chain first
-        # copies the whole vocabulary into a candidate array and partially sorts it, half a
-        # millisecond a token at 248k tokens; numpy finds the k best in place, and the rest of
-        # the chain (top-p, min-p, temperature, the seeded draw) runs on those k alone. The
-        # draw is the one the whole chain makes: the same candidates, in the same order, and
-        # the same random number (see tests/engine/test_sampling_fast.py)
-        self._tail = None
-        self._k = params.top_k
+        self._argmax = params.greedy and params.grammar is None and unbiased and self.budget is None
+        # a chain that keeps the k best logits first (top-k, or greedy: k = 1) and has no
+        # bias or penalties, while no token is forced: llama.cpp would copy the whole vocabulary into a
+        # candidate array and partially sort it (half a millisecond a token at 248k tokens),
+        # so the k best are found in numpy and the whole chain runs on those alone (`_draw_top`):
+        # the same candidates in the same order, the same random number, the same token (see
+        # tests/engine/test_sampling_fast.py). A grammar is asked first about those k alone
+        # (`_allowed`): it rules on each token apart, and where it allows all of them they
+        # are also the k best that it allows; where it does not, a wider set is asked, then
+        # the whole vocabulary.
+        self._k = 1 if params.greedy else params.top_k
         self._candidates: np.ndarray | None = None  # the full chain's candidate array, reused
         self._why_empty = _why_empty(params)
         # a grammar's sampler aborts the process when asked to accept a token it forbids:
         # its chain draws from candidates of ours, checked before anything is accepted
         self._guarded = params.grammar is not None
         self._impossible = params.logit_bias  # tokens of bias -inf are impossible
-        plain = params.grammar is None and not params.logit_bias and self.budget is None and (
-            params.repeat_penalty == 1.0 and params.frequency_penalty == 0.0 and params.presence_penalty == 0.0)
+        self._top_first = unbiased and 0 < self._k <= TOP_K_FAST
+        self._grammar_smpl = None  # the chain's grammar sampler (its first), asked apart
         try:
             for smpl in self._build(model, params):
                 llama_cpp.llama_sampler_chain_add(self.ptr, smpl)
-            if plain and not params.greedy and 0 < params.top_k <= TOP_K_FAST:
-                self._tail = llama_cpp.llama_sampler_chain_init(chain_params)
-                for smpl in self._build(model, params, top_k=False):
-                    llama_cpp.llama_sampler_chain_add(self._tail, smpl)
+            if self._guarded:
+                self._grammar_smpl = llama_cpp.llama_sampler_chain_get(self.ptr, 0)
         except BaseException:
             self.close()
             raise
 
-    def _build(self, model: Model, p: ChainParams, top_k: bool = True):
+    def _build(self, model: Model, p: ChainParams):
         if p.grammar is not None:
             yield self._grammar(model, p.grammar)
         if p.logit_bias:
@@ -136,7 +139,7 @@ class Sampler:
         if p.greedy:
             yield llama_cpp.llama_sampler_init_greedy()
             return
-        if p.top_k > 0 and top_k:
+        if p.top_k > 0:
             yield llama_cpp.llama_sampler_init_top_k(p.top_k)
         if p.top_p < 1.0:
             yield llama_cpp.llama_sampler_init_top_p(p.top_p, 1)
@@ -171,7 +174,7 @@ class Sampler:
             _require_finite(row[token])
             return token
         forced = self.budget is not None and self.budget.forced_token() is not None
-        if self._tail is not None or self._guarded or forced:
+        if self._top_first or self._guarded or forced:
             return self.sample_logits(row)
         _require_finite(row.max())  # one vectorized pass: a NaN makes the maximum NaN
         # NOTE: llama.cpp's own draw fills its candidate array faster than numpy fills ours
@@ -188,21 +191,25 @@ class Sampler:
     def sample_logits(self, logits: np.ndarray) -> int:
         """Sample from a row of logits (saved, or the context's own, which is only read):
         the same chain, acceptance and failures as `sample`."""
-        if self._tail is not None:
-            return self._sample_top_k(logits)
+        forced = self.budget.forced_token() if self.budget is not None else None
+        token = self._draw_top(logits) if self._top_first and forced is None else None
+        if token is None:
+            token = self._draw_whole(logits, forced)
+        if self.budget is not None:
+            self.budget.accept(token)
+        return token
+
+    def _draw_whole(self, logits: np.ndarray, forced: int | None) -> int:
+        """The chain's draw over the whole vocabulary (only `forced`, where it is given)."""
         # one vectorized pass: a NaN anywhere makes the maximum NaN, a +inf makes it +inf
         _require_finite(logits.max())
-        forced = self.budget.forced_token() if self.budget is not None else None
         if forced is not None:
             # NOTE: only the forced token stays a candidate, so the grammar and the penalties
             # of the chain see it as they would see a sampled token
             keep = float(logits[forced])
             logits = np.full_like(logits, -np.inf)
             logits[forced] = keep if np.isfinite(keep) else 0.0
-        token = self._sample_array(logits)
-        if self.budget is not None:
-            self.budget.accept(token)
-        return token
+        return self._sample_array(logits)
 
     def _sample_array(self, logits: np.ndarray) -> int:
         n = logits.shape[0]
@@ -212,17 +219,33 @@ class Sampler:
             self._candidates = np.empty(n, dtype=_TOKEN_DATA)
         return _draw(self.ptr, Sampler._token_ids, logits, is_sorted=False, out=self._candidates, why_empty=self._why_empty)
 
-    def _sample_top_k(self, logits: np.ndarray) -> int:
-        """The chain's draw, with its top-k taken in numpy: the k largest logits, sorted as
-        llama.cpp sorts them (descending), then the rest of the chain on those alone."""
+    def _draw_top(self, logits: np.ndarray) -> int | None:
+        """The chain's draw from the k best logits (sorted as llama.cpp sorts them,
+        descending); None where the grammar allows fewer than k of the WIDE_TOP best (the
+        whole vocabulary is then asked). A row with a NaN or a +inf, or only -inf, raises."""
         ids = _top_k(logits, self._k)
-        return _draw(self._tail, ids, logits[ids], is_sorted=True, why_empty=self._why_empty)
+        if self._grammar_smpl is not None:
+            ids = self._allowed(ids, logits)
+            if ids is None and self._k < WIDE_TOP < logits.shape[0]:
+                ids = self._allowed(_top_k(logits, WIDE_TOP), logits)
+            if ids is None:
+                return None
+        return _draw(self.ptr, ids, logits[ids], is_sorted=True, why_empty=self._why_empty)
+
+    def _allowed(self, ids: np.ndarray, logits: np.ndarray) -> np.ndarray | None:
+        """The first k of `ids` (in order) that the grammar allows now, or None when it
+        allows fewer (or one of them is -inf already: the whole chain then decides)."""
+        data = _candidates(ids, logits[ids])
+        if not np.isfinite(data["logit"]).all():
+            return None
+        arr = _array(data, is_sorted=True)
+        llama_cpp.llama_sampler_apply(self._grammar_smpl, ctypes.byref(arr))
+        kept = ids[np.isfinite(data["logit"])]
+        return kept[: self._k] if len(kept) >= self._k else None
 
     def close(self) -> None:
         self._candidates = None
-        if getattr(self, "_tail", None):
-            llama_cpp.llama_sampler_free(self._tail)
-            self._tail = None
+        self._grammar_smpl = None  # owned by the chain
         if getattr(self, "ptr", None):
             llama_cpp.llama_sampler_free(self.ptr)
             self.ptr = None
@@ -255,19 +278,30 @@ def _require_finite(top) -> None:
     raise SamplingFailed(NoToken.ALL_NEG_INF, "every one of the model's logits is -inf")
 
 
+def _candidates(ids: np.ndarray, logits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """A llama_token_data array of these ids and logits (written into `out` when given)."""
+    data = np.empty(len(ids), dtype=_TOKEN_DATA) if out is None else out
+    data["id"] = ids
+    data["logit"] = logits
+    data["p"] = 0.0
+    return data
+
+
+def _array(data: np.ndarray, is_sorted: bool):
+    """A llama_token_data_array over `data` (which must outlive it)."""
+    return llama_cpp.llama_token_data_array(
+        data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=len(data), selected=-1,
+        sorted=is_sorted,
+    )
+
+
 def _draw(chain, ids: np.ndarray, logits: np.ndarray, *, is_sorted: bool, why_empty: str, out: np.ndarray | None = None) -> int:
     """Apply `chain` to the candidates (ids and their logits, copied into `out` when given);
     the chain accepts the token it selects, which is returned. A selection that is no
     candidate (the chain emptied the set, or every candidate left is -inf) raises
     SamplingFailed before anything is accepted."""
-    data = np.empty(len(ids), dtype=_TOKEN_DATA) if out is None else out
-    data["id"] = ids
-    data["logit"] = logits
-    data["p"] = 0.0
-    arr = llama_cpp.llama_token_data_array(
-        data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=len(ids), selected=-1,
-        sorted=is_sorted,
-    )
+    data = _candidates(ids, logits, out)
+    arr = _array(data, is_sorted)
     llama_cpp.llama_sampler_apply(chain, ctypes.byref(arr))
     if not 0 <= arr.selected < arr.size:
         raise SamplingFailed(NoToken.NO_CANDIDATE, why_empty)
@@ -283,18 +317,20 @@ def _draw(chain, ids: np.ndarray, logits: np.ndarray, *, is_sorted: bool, why_em
 
 def _top_k(logits: np.ndarray, k: int) -> np.ndarray:
     """The ids of the k largest logits, largest first (ties by id). The k-th largest maximum
-    of blocks of _BLOCK logits is a floor that at least k logits reach (each of those k blocks
-    holds one), so only the logits at or above it are sorted. A row with a NaN or a +inf,
-    or only -inf, raises SamplingFailed (a NaN floor would select nothing, and llama.cpp
-    aborts on an empty candidate set)."""
+    of blocks of logits (_BLOCK long, shorter where the row has fewer than 2k such blocks)
+    is a floor that at least k logits reach (each of those k blocks holds one), so only the
+    logits at or above it are sorted. A row with a NaN or a +inf, or only -inf, raises
+    SamplingFailed (a NaN floor would select nothing, and llama.cpp aborts on an empty
+    candidate set)."""
     n = logits.shape[0]
     k = min(k, n)
-    full = n // _BLOCK * _BLOCK
-    if full // _BLOCK < k:
+    block = min(_BLOCK, max(1, n // (2 * k)))
+    full = n // block * block
+    if full // block < k:
         _require_finite(logits.max())
         floor = -np.inf
     else:
-        maxima = logits[:full].reshape(-1, _BLOCK).max(axis=1)
+        maxima = logits[:full].reshape(-1, block).max(axis=1)
         # the blocks' maxima carry a NaN or a +inf of the row (np.max and np.maximum keep a
         # NaN): checking them and the short tail is checking the row
         top = maxima.max() if full == n else np.maximum(maxima.max(), logits[full:].max())
@@ -316,8 +352,15 @@ def trigger_tokens(model: Model, texts: Sequence[str]) -> list[int]:
 
 
 def _init_grammar(model: Model | None, spec: GrammarSpec):
-    """A native grammar sampler for `spec`, or NULL when llama.cpp rejects it. Without a model
-    the grammar is compiled without a vocabulary, and trigger texts are left out."""
+    """A native grammar sampler for `spec`, or NULL when llama.cpp rejects it: with a model,
+    a copy of the one compiled for the same spec before (`GrammarTemplates`). Without a
+    model the grammar is compiled without a vocabulary, and trigger texts are left out."""
+    if model is None:
+        return _compile_grammar(None, spec)
+    return model.grammars.sampler(spec, lambda spec: _compile_grammar(model, spec))
+
+
+def _compile_grammar(model: Model | None, spec: GrammarSpec):
     vocab = model.vocab if model is not None else None
     text, root = spec.grammar.encode(), spec.root.encode()
     if not spec.lazy:
