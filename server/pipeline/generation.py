@@ -274,7 +274,7 @@ def _submit(
     for p, tokens in enumerate(prompts):
         first = None
         for j in range(gen.n):
-            sink = TaggedSink(loop, queue, p * gen.n + j)
+            sink = TaggedSink(loop, queue, p * gen.n + j, quiet=not gen.stream)
             req = _engine_request(
                 host, tokens, gen, key, grammar, boundaries, sink, choice=j, sibling_of=first, deadline=deadline, media=media,
                 origin=origin, adapters=adapters,

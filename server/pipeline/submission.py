@@ -42,15 +42,32 @@ def engine_error(
 
 
 class TaggedSink:
-    """A request's sink that puts (choice index, events) on a shared queue."""
+    """A request's sink that puts (choice index, events) on a shared queue.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int) -> None:
+    `quiet`: the reply is sent whole (not streamed), so text and tokens are held on the engine
+    thread and handed over with the next event that the reader waits for (the start, the
+    finish, an error): the event loop is not woken for every token. On a CPU its wake-ups
+    took about 0.4 ms of a core per token, a core that llama.cpp's threads decode on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, index: int, *, quiet: bool = False) -> None:
         self._loop = loop
         self._queue = queue
         self.index = index
+        self.quiet = quiet
+        self._held: list[Event] = []  # engine thread only
 
     def push(self, events: list[Event]) -> None:  # engine thread
+        if self.quiet and not any(_awaited(ev) for ev in events):
+            self._held += events
+            return
+        if self._held:
+            events, self._held = self._held + events, []
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (self.index, events))
+
+
+def _awaited(ev: Event) -> bool:
+    """An event that a reader of the whole reply acts on when it comes."""
+    return ev.started or ev.finish is not None or ev.error is not None or ev.progress is not None
 
 
 async def _watch_disconnect(receive) -> None:
