@@ -88,6 +88,16 @@ def record_profile(pid: int | None, seconds: float, rate: int, out: Path,
     return profiler, {}
 
 
+def stop_profile(profiler: Profiler | None, note: dict[str, Any]) -> dict[str, Any]:
+    """End what record_profile started and summarise it; a note of one not started as is."""
+    if profiler is None:
+        return note
+    note = profiler.stop()
+    if "error" not in note:
+        note["summary"] = summarise_profile_file(Path(note["file"]))
+    return note
+
+
 def function_name(frame: str) -> str:
     """`Engine._run (slots/engine.py:608)` -> `Engine._run (slots/engine.py)`."""
     return _LINE_NUMBER.sub(")", frame.strip())

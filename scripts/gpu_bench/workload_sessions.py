@@ -59,7 +59,7 @@ from . import LLAMA_SERVER, WARMSLOT
 from .claude_code_sessions import UserSession, chat_form, longest_prompt, session_schedule
 from .claude_code_shapes import SHAPES
 from .client import at_once, common_prefix, render_tokens
-from .profiling import record_profile, summarise_profile_file
+from .profiling import record_profile, stop_profile
 from .servers import Run, Served, counters_delta, round_up
 from .workload_messages import add_ideal, request_row, stream_messages
 
@@ -297,10 +297,7 @@ def workload_sessions(run: Run) -> dict[str, Any]:
                 before = srv.state_counters()
                 entry["requests"] = run_sessions(run, srv, sessions, bodies[n_sessions])
                 entry["counters"] = counters_delta(before, srv.state_counters())
-                if profiler is not None:
-                    note = profiler.stop()
-                    if "error" not in note:
-                        note["summary"] = summarise_profile_file(Path(note["file"]))
+                note = stop_profile(profiler, note)
                 if note:
                     entry["profile"] = note
                 entry["summary"] = summarise(entry["requests"], shared, entry["counters"] if server == WARMSLOT else {},

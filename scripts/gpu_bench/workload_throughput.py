@@ -22,7 +22,7 @@ from scripts import bench_common as bc
 
 from . import SERVERS, WARMSLOT
 from .client import request_record, stream
-from .profiling import record_profile, summarise_profile_file
+from .profiling import record_profile, stop_profile
 from .servers import Run, Served, counters_delta
 
 
@@ -136,10 +136,7 @@ def measure(run: Run, srv: Served, prompts: list[str], profile: bool) -> dict[st
     after = srv.state_counters()
     out = {"requests": rows, "summary": summarise_requests(rows), "counters_before": before,
            "counters_after": after, "counters_delta": counters_delta(before, after)}
-    if profiler is not None:
-        note = profiler.stop()
-        if "error" not in note:
-            note["summary"] = summarise_profile_file(Path(note["file"]))
+    note = stop_profile(profiler, note)
     if profile:
         out["profile"] = note
         out["profiled"] = profiler is not None
