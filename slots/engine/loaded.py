@@ -51,6 +51,7 @@ class Loaded:
     post: Postprocess  # the token path after each decode
     spec: Speculator  # drafts tokens and verifies them (speculative decoding)
     filler_budget: int  # cells a micro-batch is worth (streams of attention memory); 0: no fillers
+    on_gpu: bool  # a decode is launched on a GPU (else llama_decode computes it before it returns)
     vocab: Vocab  # any thread
     info: EngineInfo  # any thread
     reload: EngineConfig  # loads the same parts again (the context and placement chosen)
@@ -113,7 +114,7 @@ def load(
     return Loaded(
         model=model, layout=parts.layout, ctx=ctx, batch=parts.batch, sampling=parts.sampling, slots=parts.slots,
         memory=memory, router=router, prefixes=prefixes, post=Postprocess(model, ctx, memory, outbox, stats), spec=spec,
-        filler_budget=parts.filler_budget, vocab=parts.vocab, info=parts.info, reload=parts.reload, cache=parts.cache,
+        filler_budget=parts.filler_budget, on_gpu=parts.on_gpu, vocab=parts.vocab, info=parts.info, reload=parts.reload, cache=parts.cache,
         disk=parts.disk, embedder=parts.embedder, reranker=parts.reranker, projector=parts.projector, media=media,
         adapters=adapters,
     )

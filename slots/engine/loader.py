@@ -83,6 +83,7 @@ class ModelParts:
     can_fork: bool = True  # whether a slot may copy another's sequence (see reuse_parts)
     scratch: int | None = None  # a sequence id beside the slots' (see _scratch_sequence)
     reload: EngineConfig | None = None  # what loads the same parts again (the context and placement chosen)
+    on_gpu: bool = False  # layers run on a GPU: a decode is launched, not run, by llama_decode
 
 
 def open_model(
@@ -273,7 +274,7 @@ def _load(
     projector = _projector(cfg, model, on_gpu, stats)
     return ModelParts(
         model, layout, ctx, batch, sampling, slots, cache, filler_budget, vocab, engine_info, disk,
-        embedder, reranker, projector, cfg=cfg, can_fork=can_fork, scratch=scratch,
+        embedder, reranker, projector, cfg=cfg, can_fork=can_fork, scratch=scratch, on_gpu=on_gpu,
     )
 
 

@@ -138,6 +138,7 @@ class Stepper:
             return
         # the decode runs asynchronously on a GPU: hand the previous step's events to the
         # HTTP side now, so streaming them overlaps the computation instead of delaying it
+        # (on a CPU they went out at the end of the previous step)
         self.outbox.flush(loaded.slots)
         self.chunk_cap = 0
         t2 = time.monotonic()
@@ -177,6 +178,10 @@ class Stepper:
         seconds = time.monotonic() - t0
         self.stats.record_step(batch.n - n_decode - n_filler, n_decode - n_rejected, seconds)
         spec.observe(shape, seconds)
+        if not loaded.on_gpu:
+            # on a CPU the next llama_decode computes before it returns: what this step
+            # sampled goes out now, not one decode later
+            self.outbox.flush(loaded.slots)
 
     # -- failures ----------------------------------------------------------------------
 

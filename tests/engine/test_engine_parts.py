@@ -150,3 +150,25 @@ def test_the_stepper_runs_a_request_to_its_end_as_the_engine_does(parts, tiny_mo
     assert all(s.active is None for s in loaded.slots) and stats.step_seconds > 0
     reference = cold_run(tiny_models["attention"], prompt, dict(n_parallel=2), max_tokens=6, ignore_eos=True)
     assert result.tokens == reference.tokens
+
+
+@pytest.mark.model
+def test_on_a_cpu_each_step_hands_over_the_token_it_sampled(parts, tiny_models):
+    """llama_decode computes on a CPU before it returns, so a step's token goes to the request
+    at the end of that step, not after the next decode (one token's time sooner)."""
+    config, stats, admission, outbox, loaded, admitter = parts
+    if loaded.on_gpu:
+        pytest.skip("on a GPU a step's events go out once the next decode is launched")
+    stepper = Stepper(loaded, admitter, admission, outbox, Lifecycle(_Running(loaded.slots, outbox), admission), config, stats)
+    prompt = random_tokens(21, 40)
+    req = _request("t", prompt, max_tokens=4)
+    _queue(admission, req)
+    events = []
+    for step in range(1, 5):
+        stepper.step()
+        while not req.sink.queue.empty():
+            events += req.sink.queue.get()
+        assert len([t for ev in events for t in ev.tokens]) == step, step  # the prompt took the first step
+    assert events[0].started and events[-1].finish is FinishReason.LENGTH
+    reference = cold_run(tiny_models["attention"], prompt, dict(n_parallel=2), max_tokens=4, ignore_eos=True)
+    assert [t for ev in events for t in ev.tokens] == reference.tokens
