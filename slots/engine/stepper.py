@@ -179,9 +179,11 @@ class Stepper:
         self.stats.record_step(batch.n - n_decode - n_filler, n_decode - n_rejected, seconds)
         spec.observe(shape, seconds)
         if not loaded.on_gpu:
-            # on a CPU the next llama_decode computes before it returns: what this step
-            # sampled goes out now, not one decode later
-            self.outbox.flush(loaded.slots)
+            # on a CPU the next llama_decode computes before it returns: a request's start,
+            # its first tokens and its end go out now, not one decode later; the rest of a
+            # stream after the next decode, as on a GPU, so that the event loop's work on it
+            # overlaps this thread's between decodes rather than llama.cpp's threads
+            self.outbox.flush(loaded.slots, awaited_only=True)
 
     # -- failures ----------------------------------------------------------------------
 

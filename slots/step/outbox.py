@@ -67,11 +67,13 @@ class Outbox:
         self._pending.append((active.req.sink, active.events))
         slot.active = None
 
-    def flush(self, slots: Sequence[Slot]) -> None:
-        """Hand this step's events to their sinks: one push per request per step."""
+    def flush(self, slots: Sequence[Slot], *, awaited_only: bool = False) -> None:
+        """Hand this step's events to their sinks: one push per request per step.
+        `awaited_only`: only what a client waits on (see `_awaited`); the rest stays for the
+        next flush."""
         for slot in slots:
             active = slot.active
-            if active is not None and active.events:
+            if active is not None and active.events and (not awaited_only or _awaited(active)):
                 self._pending.append((active.req.sink, active.events))
                 active.events = []
         for sink, events in self._pending:
@@ -80,3 +82,14 @@ class Outbox:
             except Exception:  # noqa: BLE001 - a broken sink must not stop the engine
                 log.exception("a request's sink failed")
         self._pending.clear()
+
+
+def _awaited(active) -> bool:
+    """Whether a request's held events hold what its client waits on: its start, an error,
+    or its first tokens (none of its tokens went out yet). A request's end is handed over at
+    once anyway (`finish`)."""
+    events = active.events
+    if any(ev.started or ev.error is not None for ev in events):
+        return True
+    held = sum(len(ev.tokens) for ev in events)
+    return 0 < held and held >= len(active.generated)
