@@ -239,6 +239,13 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
     return p
 
 
+def append_json(path: str | os.PathLike, rows: list[Any]) -> Path:
+    """Add `rows` to the JSON list in `path` (a new list where there is no file yet)."""
+    p = Path(path)
+    old = json.loads(p.read_text()) if p.exists() else []
+    return write_json(p, old + rows)
+
+
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     def cell(v: Any) -> str:
         if v is None:

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import httpx
+
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts import bench_common as bc  # noqa: E402
 
 
 def one(url: str, prompt: str) -> list[float]:
@@ -55,9 +61,7 @@ def main() -> None:
            "ttft_ms_min": round(min(first) * 1000, 1), "first_gap_ms_median": round(statistics.median(gap) * 1000, 1)}
     print(row, flush=True)
     if a.out:
-        old = json.load(open(a.out)) if os.path.exists(a.out) else []
-        with open(a.out, "w") as f:
-            json.dump(old + [row], f, indent=1)
+        bc.append_json(a.out, [row])
 
 
 if __name__ == "__main__":

@@ -14,11 +14,17 @@ loop); wall times on 2 cores vary by 10% from run to run, these CPU times much l
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import httpx
+
+if __name__ == "__main__":  # run as a file: the repo root makes the `scripts` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts import bench_common as bc  # noqa: E402
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
@@ -64,9 +70,7 @@ def main() -> None:
         runs.append({"label": a.label, **one_request(a.url, a.pid, a.tokens, a.stream)})
         print(runs[-1], flush=True)
     if a.out:
-        old = json.load(open(a.out)) if os.path.exists(a.out) else []
-        with open(a.out, "w") as f:
-            json.dump(old + runs, f, indent=1)
+        bc.append_json(a.out, runs)
 
 
 if __name__ == "__main__":
