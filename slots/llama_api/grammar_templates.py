@@ -4,8 +4,8 @@ An agent sends the same tools with every request, so every request carries the s
 tool-call grammar. llama.cpp compiles GBNF each time a grammar sampler is made: about 15 ms
 for a dozen tools, on the engine thread, before the request's first step. A copy of a
 compiled sampler (`llama_sampler_clone`: the rules, the parse stacks at the start, the
-triggers) takes a few milliseconds and is the same sampler: the grammar's state is where it
-starts, and a clone of a fresh sampler is fresh.
+triggers) took 6.5 ms for a lazy tool-call grammar, and is the same sampler: the grammar's
+state is where it starts, and a clone of a fresh sampler is fresh.
 """
 
 from __future__ import annotations
