@@ -5,12 +5,12 @@ formats)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import concurrent.futures
 import hashlib
 import hmac
 import logging
 import os
-import threading
 import time
 from typing import Any, TypeVar
 
@@ -97,8 +97,12 @@ class ModelHost:
         self.reasoning = reasoning_mode(self.config.reasoning_format, source)
         self.thinks = thinks(self.config.reasoning_format, source)
         # a prompt longer than a slot can never run: the builder stops counting there
-        self.builder = PromptBuilder(template, vocab, max_tokens=info.n_ctx_slot)
-        threading.Thread(target=_scan_vocab, args=(self.builder,), name="warmslot-vocab-scan", daemon=True).start()
+        builder = PromptBuilder(template, vocab, max_tokens=info.n_ctx_slot)
+        # NOTE: measured before the server is ready, not on a thread beside the first
+        # requests: on 2 cores that thread took the GIL and a core from the first decodes
+        with contextlib.suppress(VocabClosed):  # a shutdown while loading: the token count decides
+            builder.longest_piece()
+        self.builder = builder
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
             name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",
@@ -229,14 +233,6 @@ class Server:
         """When a request arriving now must end (see `time_limit`)."""
         limit = self.time_limit(timeout)
         return time.monotonic() + limit if limit is not None else None
-
-
-def _scan_vocab(builder: PromptBuilder) -> None:
-    """Measure the vocabulary ahead of the first long prompt; a shutdown may cut it short."""
-    try:
-        builder.longest_piece()
-    except VocabClosed:
-        pass
 
 
 def server_of(request: Request) -> Server:

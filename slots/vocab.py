@@ -70,6 +70,10 @@ class Vocab:
         with self._use():
             return self._model.token_piece(token, special=special)
 
+    def longest_piece(self) -> int:
+        with self._use():
+            return self._model.longest_piece()
+
     def token_text(self, token: int) -> str:
         with self._use():
             return self._model.token_text(token)

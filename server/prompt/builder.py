@@ -331,11 +331,10 @@ class PromptBuilder:
             raise PromptTooLong(at_least, self.max_tokens)
 
     def longest_piece(self) -> int:
-        """Bytes of the vocabulary's longest token (computed once, n_vocab calls: a second or
-        so, which the server spends on a thread of its own after loading)."""
+        """Bytes of the vocabulary's longest token (computed once, n_vocab calls: about 0.6 s
+        for a 262K vocabulary, which the server spends while it loads)."""
         if self._longest_piece is None:
-            vocab = self.vocab
-            self._longest_piece = max(1, max((len(vocab.token_piece(t)) for t in range(vocab.n_vocab)), default=1))
+            self._longest_piece = self.vocab.longest_piece()
         return self._longest_piece
 
     def _pieces(self, segments: list[Segment], media_marker: str | None = None) -> list[_Piece]:

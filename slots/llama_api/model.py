@@ -337,6 +337,18 @@ class Model:
             piece = pieces[token] = self._read_piece(token, special)
         return piece
 
+    def longest_piece(self) -> int:
+        """Bytes of the vocabulary's longest token (special tokens as text), at least 1: one
+        llama.cpp call per token into one buffer, nothing kept (about 0.6 s of a CPU core for
+        a 262K vocabulary)."""
+        buf = ctypes.create_string_buffer(256)
+        to_piece, vocab, longest = llama_cpp.llama_token_to_piece, self.vocab, 1
+        for token in range(self.n_vocab):
+            n = abs(to_piece(vocab, token, buf, len(buf), 0, True))  # < 0: the piece is longer than buf
+            if n > longest:
+                longest = n
+        return longest
+
     def _read_piece(self, token: int, special: bool) -> bytes:
         if not 0 <= token < self.n_vocab:
             return b""

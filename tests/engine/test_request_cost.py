@@ -91,6 +91,13 @@ def test_an_over_long_prompt_stops_before_it_is_built_whole(vocab):
     assert err.value.status == 400 and "exceeds the available context size (1000 tokens)" in err.value.message
 
 
+def test_the_longest_piece_is_the_longest_token_as_llama_cpp_renders_it(vocab):
+    # the bound above rests on it: no token's bytes are longer (one pass, no piece kept)
+    pieces = [vocab.token_piece(t) for t in range(vocab.n_vocab)]
+    assert vocab.longest_piece() == max(map(len, pieces)) > 1
+    assert gemma_builder(vocab).longest_piece() == vocab.longest_piece()
+
+
 def test_a_text_that_cannot_fit_is_refused_before_it_is_rendered(vocab):
     builder = gemma_builder(vocab, max_tokens=1000)
     builder.longest_piece()
