@@ -47,6 +47,9 @@ class FakeVocab:
         name = {v: k for k, v in SPECIALS.items()}.get(token, "<s>")
         return name.encode() if special else b""
 
+    def longest_piece(self) -> int:
+        return max(len(self.token_piece(t)) for t in range(self.n_vocab))
+
     def detokenize(self, tokens, *, special: bool = True) -> str:
         return b"".join(self.token_piece(t, special=special) for t in tokens).decode("utf-8", errors="replace")
 
