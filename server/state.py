@@ -69,6 +69,9 @@ class ModelHost:
         self.reasoning = (False, False)  # (split thoughts off, the generation prompt opens them)
         self.thinks = False  # replies may think (a --reasoning-budget applies)
         self.init_error: BaseException | None = None
+        # the vocabulary's longest token in bytes, measured at the first load (a property of
+        # the model file: a wake from --sleep-idle-seconds reloads the same one)
+        self.longest_piece: int | None = None
         # the LoRA adapters' scales for requests that name none (--lora, --lora-scaled; POST
         # /lora-adapters sets them), by id; one list, replaced whole, read by any request
         self.lora_scales: tuple[float, ...] = tuple(scale for _, scale in config.engine.lora)
@@ -97,12 +100,12 @@ class ModelHost:
         self.reasoning = reasoning_mode(self.config.reasoning_format, source)
         self.thinks = thinks(self.config.reasoning_format, source)
         # a prompt longer than a slot can never run: the builder stops counting there
-        builder = PromptBuilder(template, vocab, max_tokens=info.n_ctx_slot)
         # NOTE: measured before the server is ready, not on a thread beside the first
         # requests: on 2 cores that thread took the GIL and a core from the first decodes
-        with contextlib.suppress(VocabClosed):  # a shutdown while loading: the token count decides
-            builder.longest_piece()
-        self.builder = builder
+        if self.longest_piece is None:
+            with contextlib.suppress(VocabClosed):  # a shutdown while loading: the token count decides
+                self.longest_piece = vocab.longest_piece()
+        self.builder = PromptBuilder(template, vocab, max_tokens=info.n_ctx_slot, longest_piece=self.longest_piece)
         log.info(
             "ready: chat template %s (tools %s), tool-call format %s, reasoning split %s",
             name, "native" if template.supports_tools else "injected", self.tool_format, "on" if self.reasoning[0] else "off",

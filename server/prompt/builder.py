@@ -221,13 +221,13 @@ class PromptBuilder:
     builder stops as soon as the prompt is known to be longer, before rendering when the
     text alone proves it (`PromptTooLong`)."""
 
-    def __init__(self, template: ChatTemplate, vocab: Vocab, *, max_tokens: int | None = None) -> None:
+    def __init__(self, template: ChatTemplate, vocab: Vocab, *, max_tokens: int | None = None, longest_piece: int | None = None) -> None:
         self.template = template
         self.vocab = vocab
         self.tokenizer = Tokenizer(vocab)
         self.max_tokens = max_tokens  # None: no limit
         self._generation_suffixes: dict[str, str | None] = {}
-        self._longest_piece: int | None = None
+        self._longest_piece = longest_piece  # None: not measured yet (longest_piece)
         self._token_chars: dict[int, int] = {}  # tokens' lengths in characters, filled as they occur
         self._glue: re.Pattern | bool | None = None  # False: the template writes no special token
         self.rules = rules_for(template)  # the shapes of conversation the template renders
