@@ -28,6 +28,12 @@ and the ratio warmslot / llama-server of the time (prefill phases) or of the spe
 The summary gives per phase the median ratio, its spread (min, max) and the medians of each
 server. A pair whose two servers computed different token counts is kept but flagged.
 
+Each server also reports its own account of a request (`timings`, llama-server's fields): the
+prefill from the request's start on a slot to its first token, and the decode after it. The
+summary's `own_ratio_median` compares those, and `outside_ms` is the client's time to first
+token less the server's prefill (HTTP, tokenization, queueing): the two split a phase's ratio
+into llama.cpp's compute and each server's own overhead.
+
     python scripts/bench_cpu_phases.py [--model PATH] [--llama-server PATH] [--cpus 0,1]
         [--pairs 5] [--depths 2048,6144,16384] --out docs/benchmarks/cpu-phases-...json
 
@@ -97,9 +103,15 @@ def ask(server: sp.ServerProcess, prompt: str, max_tokens: int) -> dict:
         raise RuntimeError(f"{server.name}: {r.error}")
     timings = r.timings or {}
     cached = r.cached_tokens if r.cached_tokens is not None else timings.get("cache_n")
+    # the server's own account (`timings`, llama-server's fields): prompt_ms runs from the
+    # request's start on a slot to its first token; predicted_ms from there to the last token
+    prompt_ms, predicted_ms, n = timings.get("prompt_ms"), timings.get("predicted_ms"), timings.get("predicted_n")
     return {"prompt_tokens": r.prompt_tokens, "cached_tokens": cached,
             "computed_tokens": (r.prompt_tokens or 0) - (cached or 0),
-            "ttft_s": r.ttft_s, "decode_tps": r.decode_tps, "completion_tokens": r.completion_tokens}
+            "ttft_s": r.ttft_s, "decode_tps": r.decode_tps, "completion_tokens": r.completion_tokens,
+            "server_prompt_ms": prompt_ms,
+            "server_decode_tps": (n - 1) * 1000 / predicted_ms if n and n > 1 and predicted_ms else None,
+            "outside_ms": r.ttft_s * 1000 - prompt_ms if r.ttft_s is not None and prompt_ms is not None else None}
 
 
 def pair(servers: dict, order: tuple[str, str], prompt_of, max_tokens: int, pause: float) -> dict:
@@ -150,11 +162,20 @@ def phases(a: argparse.Namespace, servers: dict) -> list[dict]:
     return rows
 
 
-def ratio(row: dict, phase: str) -> float | None:
+def ratio(row: dict, phase: str, own: bool = False) -> float | None:
+    """warmslot / llama-server as the client saw it, or (`own`) as each server accounts for
+    its own prefill or decode, which leaves out HTTP, tokenization and queueing."""
     w, l = row[WARMSLOT], row[LLAMA_SERVER]
-    if phase.startswith("decode"):
-        return bc.ratio(w["decode_tps"], l["decode_tps"])  # speed: higher is better
-    return bc.ratio(w["ttft_s"], l["ttft_s"])  # time: lower is better
+    if phase.startswith("decode"):  # speed: higher is better
+        key = "server_decode_tps" if own else "decode_tps"
+        return bc.ratio(w.get(key), l.get(key))
+    key = "server_prompt_ms" if own else "ttft_s"  # time: lower is better
+    return bc.ratio(w.get(key), l.get(key))
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def summarise(rows: list[dict]) -> list[dict]:
@@ -170,9 +191,15 @@ def summarise(rows: list[dict]) -> list[dict]:
                  "ratio_min": round(min(ratios), 3) if ratios else None,
                  "ratio_max": round(max(ratios), 3) if ratios else None,
                  "unequal_work_pairs": sum(r[WARMSLOT]["computed_tokens"] != r[LLAMA_SERVER]["computed_tokens"] for r in rs)}
+        own = [x for x in (ratio(r, phase, own=True) for r in rs) if x is not None]
+        entry["own_ratio_median"] = round(statistics.median(own), 3) if own else None
         for s in (WARMSLOT, LLAMA_SERVER):
             entry[s] = {key: round(statistics.median(r[s][key] for r in rs), 4),
                         "computed_tokens": statistics.median(r[s]["computed_tokens"] for r in rs)}
+            own_key = "server_decode_tps" if decode else "server_prompt_ms"
+            for k in (own_key, "outside_ms"):
+                m = _median(r[s].get(k) for r in rs)
+                entry[s][k] = round(m, 2) if m is not None else None
         if not decode and entry["ratio_median"]:
             entry["speed_ratio_median"] = round(1 / entry["ratio_median"], 3)
         out.append(entry)
@@ -222,8 +249,9 @@ def main() -> int:
               "settings": {**vars(a), "phases": sorted(a.phases), "server_flags": server_flags(a), "cpus_allowed": sorted(os.sched_getaffinity(0))},
               "summary": summarise(rows), "pairs": rows}
     bc.write_json(out, result)
-    print(bc.format_table(["phase", "pairs", "ratio median", "min", "max", "unequal"],
+    print(bc.format_table(["phase", "pairs", "ratio median", "min", "max", "own ratio", "outside ms (w / l)", "unequal"],
                          [[s["phase"], s["pairs"], s["ratio_median"], s["ratio_min"], s["ratio_max"],
+                           s["own_ratio_median"], f'{s[WARMSLOT]["outside_ms"]} / {s[LLAMA_SERVER]["outside_ms"]}',
                            s["unequal_work_pairs"]] for s in result["summary"]]))
     print(f"wrote {out}")
     return 0
