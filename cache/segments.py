@@ -317,18 +317,23 @@ def _run(copies: list[Callable[[], None]], nbytes: int) -> None:
 
 
 def _take_columns(src: np.ndarray, idx: np.ndarray, dst: np.ndarray) -> None:
-    dst[...] = src[:, idx]
+    """dst = src[:, idx] (a transposed V cache's cells), as `_take` does rows. A run of
+    consecutive cells (most tails) is copied from a slice: numpy's gather by an index array
+    on the middle axis of these byte arrays runs about 20 times slower (a 300-cell tail of 30
+    layers: 41 ms against 2 ms)."""
+    _take(src, idx, dst, axis=1)
 
 
-def _take(src: np.ndarray, idx: np.ndarray, dst: np.ndarray) -> None:
-    """dst = src[idx], without a temporary copy where idx is a run of consecutive cells."""
+def _take(src: np.ndarray, idx: np.ndarray, dst: np.ndarray, axis: int = 0) -> None:
+    """dst = src[idx] along `axis`, without a temporary copy where idx is a run of
+    consecutive cells."""
     if len(idx) == 0:
         return
     first, last = int(idx[0]), int(idx[-1])
     if last - first + 1 == len(idx):
-        dst[...] = src[first:last + 1]
+        dst[...] = src[first:last + 1] if axis == 0 else src[:, first:last + 1]
     else:
-        np.take(src, idx, axis=0, out=dst)
+        np.take(src, idx, axis=axis, out=dst)
 
 
 def below(layout: Layout, end: int) -> np.ndarray:

@@ -84,6 +84,7 @@ class ModelParts:
     scratch: int | None = None  # a sequence id beside the slots' (see _scratch_sequence)
     reload: EngineConfig | None = None  # what loads the same parts again (the context and placement chosen)
     on_gpu: bool = False  # layers run on a GPU: a decode is launched, not run, by llama_decode
+    staging_bytes: int = 0  # on the CPU: RAM kept for whole states in passing (Staging), beside the prompt cache's
 
 
 def open_model(
@@ -118,7 +119,10 @@ def _offloads(cfg: EngineConfig) -> bool:
 # deep, and a batch of a few tokens (a verified draft) slower still; it prefills a little
 # faster. On 2 cores (SmolLM2 135M, llama-bench): one token at depth 4096, 36.7 tokens/s
 # without it against 12.0 with it, at 8192 18.0 against 5.8; 512 tokens at depth 4096, 96.7
-# against 116.9. An agent's turn decodes far more than it prefills once its prefix is reused,
+# against 116.9. On a 0.6B attention-only model (the Qwen3 0.6B shape, 2 cores,
+# scripts/bench_flash_attn_cpu.py) it decodes faster only near the start of a context: 0.79x
+# the time per token at 256 tokens of depth, 1.11x at 1K, 1.97x at 4K, and 256 tokens
+# prefilled at 4K take 1.34x. An agent's turn decodes far more than it prefills once its prefix is reused,
 # so "auto" on the CPU is off, while the attention scores it then keeps for a micro-batch
 # (n_ubatch x n_ctx x n_head floats) stay within an eighth of the RAM. A quantized V cache
 # needs flash attention.
@@ -191,13 +195,18 @@ def _load(
     )
     # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget
     spares_ram = ram_spares_bytes(model, kind, layout, cfg.type_k, cfg.type_v) if not on_gpu and cfg.cache_vram is None else 0
-    if spares_ram and cfg.shared_ram is None:
-        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     scratch = _scratch_sequence(cfg, kind, layout)
     # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
     whole = stream_state_bytes(model, kind, layout.n_ctx if unified else layout.n_ctx // layout.n_seq, cfg.type_k, cfg.type_v)
+    if spares_ram and cfg.shared_ram is None:
+        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
+    # on the CPU, the buffer that whole states pass through on their way to and from segments
+    # (Staging) stays between copies, so they write into memory already mapped: up to a whole
+    # state, beside the prompt cache's budget as the pinned one is on a GPU (pinned_limit),
+    # and no more than a quarter of that budget where that exceeds Staging.KEEP_UNPINNED
+    staging_ram = min(whole, max(host_buffers.Staging.KEEP_UNPINNED, cfg.cache_ram // 4)) if not on_gpu and _segments_on(cfg, kind) else 0
     # page-locked host memory for states on a CUDA GPU: the prompt cache, every slot's
     # checkpoints, the staging buffer (a whole state) and some slack; never most of the RAM
     pinned_limit = min(cfg.cache_ram + cfg.n_parallel * cfg.checkpoint_bytes + min(whole, 16 << 30) + (2 << 30), physical_memory() * 3 // 4)
@@ -286,6 +295,7 @@ def _load(
     return ModelParts(
         model, layout, ctx, batch, sampling, slots, cache, filler_budget, vocab, engine_info, disk,
         embedder, reranker, projector, cfg=cfg, can_fork=can_fork, scratch=scratch, on_gpu=on_gpu,
+        staging_bytes=staging_ram if cache is not None else 0,
     )
 
 
@@ -294,7 +304,7 @@ def reuse_parts(parts: ModelParts, stats: EngineStats, drafter=None, demand: Dem
     keeps them), decides where a prompt comes from (`router`) and applies that (`prefixes`)."""
     cfg, model, ctx, slots, cache, disk = parts.cfg, parts.model, parts.ctx, parts.slots, parts.cache, parts.disk
     kind, unified, layout, can_fork = ctx.memory_kind, parts.layout.unified, parts.layout, parts.can_fork
-    memory = SlotMemory(ctx, model, cache, stats, drafter=drafter, scratch=parts.scratch)
+    memory = SlotMemory(ctx, model, cache, stats, drafter=drafter, scratch=parts.scratch, staging_bytes=parts.staging_bytes)
     router = Router(slots, cache, memory.cutter, kind.truncatable, can_fork, n_busy_max=cfg.n_parallel, contiguous=not unified, disk=disk,
                     quick_tokens=cfg.quick_tokens, stats=stats, demand=demand, shift_min=_shift_min(cfg, ctx))
     prefixes = Prefixes(
@@ -408,7 +418,8 @@ def _with_capacity(parts: ModelParts, cfg: EngineConfig, buffers: list[tuple[str
         recurrent_bytes_per_slot=sum(recurrent.values()) // info.n_seq if recurrent else None,
         compute_bytes=buffers_by_device(buffers, "compute"),
         checkpoints_per_slot=cfg.ctx_checkpoints, checkpoint_bytes_per_slot=cfg.checkpoint_bytes,
-        cache_ram_bytes=cache_ram, cache_ram_auto=cfg.cache_ram_auto, spares_ram_bytes=cfg.cache_ram - cache_ram,
+        cache_ram_bytes=cache_ram, cache_ram_auto=cfg.cache_ram_auto,
+        spares_ram_bytes=cfg.cache_ram - cache_ram, staging_ram_bytes=parts.staging_bytes,
         pinned_bytes=parts.ctx.host.allocated_bytes, pinned_limit_bytes=info.pinned_limit,
         device_memory=device_memory(buffers),
         embeddings_bytes=sum(e.memory_bytes for e in (parts.embedder, parts.reranker) if e is not None),

@@ -88,6 +88,7 @@ class Capacity:
     pinned_limit_bytes: int  # 0: no pinned memory (no CUDA device)
     notes: tuple[str, ...] = field(default_factory=tuple)
     spares_ram_bytes: int = 0  # on the CPU: what the spare streams took of the prompt cache's RAM
+    staging_ram_bytes: int = 0  # on the CPU: the most RAM kept for whole states in passing, beside it
     device_memory: tuple[DeviceMemory, ...] = ()  # model and state bytes by buffer type
     embeddings_bytes: int = 0  # most the embedding and reranking contexts' buffers take (0: both off)
     projector: str = ""  # --mmproj: where its weights are ("" without one)
@@ -155,6 +156,7 @@ class Capacity:
             "cache_ram_bytes": self.cache_ram_bytes,
             "cache_ram": "auto" if self.cache_ram_auto else "flag",
             "spares_ram_bytes": self.spares_ram_bytes,
+            "staging_ram_bytes": self.staging_ram_bytes,
             "pinned_bytes": self.pinned_bytes,
             "pinned_limit_bytes": self.pinned_limit_bytes,
             "device_memory": [{"device": d.device, "model_bytes": d.model_bytes, "state_bytes": d.state_bytes}
@@ -189,7 +191,9 @@ class Capacity:
                             f"{_size(self.checkpoint_budget_bytes)} in all"),
             ("prompt cache (RAM)", "off" if not self.cache_ram_bytes else
              _size(self.cache_ram_bytes) + (" (auto: a quarter of the RAM, at most 32 GiB)" if self.cache_ram_auto else "")
-             + (f", after {_size(self.spares_ram_bytes)} for the spare sequences" if self.spares_ram_bytes else "")),
+             + (f", after {_size(self.spares_ram_bytes)} for the spare sequences" if self.spares_ram_bytes else "")
+             + (f"; beside it up to {_size(self.staging_ram_bytes)} kept for whole states in passing"
+                if self.staging_ram_bytes and self.cache_ram_bytes else "")),
             ("pinned host memory", f"{_size(self.pinned_bytes)}, up to {_size(self.pinned_limit_bytes)}"
              if self.pinned_limit_bytes else "none (no CUDA device)"),
         ]

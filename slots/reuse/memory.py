@@ -32,13 +32,13 @@ TAIL_READ_MIN = 64
 
 class SlotMemory:
     def __init__(self, ctx: Context, model: Model, cache: PromptCache | None, stats: EngineStats, drafter=None,
-                 scratch: int | None = None) -> None:
+                 scratch: int | None = None, staging_bytes: int = 0) -> None:
         self.ctx = ctx
         self.model = model
         self.cache = cache
         self.stats = stats
         self.kind = ctx.memory_kind
-        self.staging = Staging(ctx.host)  # whole states passing through host memory (segments)
+        self.staging = Staging(ctx.host, staging_bytes)  # whole states passing through host memory (segments)
         # a cross-stream seq_cp was issued into fork_target; llama.cpp performs it at the next decode
         self.fork_pending = False
         self.fork_target: Slot | None = None
@@ -229,8 +229,8 @@ class SlotMemory:
         # a state the cache will store as a segment is read into the staging buffer: the
         # cache copies its tail out (segments.py), and the rest was only passing through
         chain_point = self.cache.chain_point(slot.tokens, slot.tenant)
-        transient = chain_point > 0
-        state, start, cut = self._read(slot, keep, chain_point)
+        transient = chain_point > 0 and self._segment_after(slot, chain_point)
+        state, start, cut = self._read(slot, keep, chain_point, transient)
         draft = self.draft_state(slot)
         entry = self.cache.insert(
             slot.tokens, state, slot.checkpoints, slot.tenant, slot.prompt_end or None, slot.keep_s, draft=draft,
@@ -244,9 +244,10 @@ class SlotMemory:
             log.debug("slot %d: saved %d tokens (%d bytes) to the prompt cache", slot.id, len(entry), entry.nbytes)
         return entry
 
-    def _read(self, slot: Slot, keep: int | None, chain_point: int) -> tuple[np.ndarray, int, bool]:
+    def _read(self, slot: Slot, keep: int | None, chain_point: int, staged: bool) -> tuple[np.ndarray, int, bool]:
         """The slot's state for a save whose entry would chain to the cache's first
-        `chain_point` tokens: the state, the position from which it holds every cell (0: all
+        `chain_point` tokens: the state (in the staging buffer where `staged`, which the
+        cache copies what it keeps out of), the position from which it holds every cell (0: all
         of them), and whether the slot was cut for the read (`_read_tail`).
 
         NOTE: in one pool, seq_cp only tags cells as the scratch sequence's too (no data
@@ -263,8 +264,16 @@ class SlotMemory:
         if self.scratch is not None and self._partial_read(slot) and spared >= TAIL_READ_MIN:
             return self._read_scratch(slot, chain_point), chain_point, False
         start = self._read_tail(slot, keep, chain_point)
-        empty = self.staging.empty if chain_point > 0 else None
+        empty = self.staging.empty if staged else None
         return self.ctx.state_get(slot.id, partial=False, empty=empty), start, start > 0
+
+    def _segment_after(self, slot: Slot, chain_point: int) -> bool:
+        """Whether the cache can keep only the cells from `chain_point` on: not where a
+        sliding window reaches back before them (chains.cuttable), since the cache then keeps
+        the state whole. Such a state is read straight into memory of its own, not into the
+        staging buffer and copied out after (a copy of every byte, into fresh memory anyway)."""
+        n_swa = self.model.info.n_swa if self.kind is MemoryKind.SWA else 0
+        return slot.n_past - chain_point > n_swa
 
     def _partial_read(self, slot: Slot) -> bool:
         """Whether a read may leave out some of the slot's cells: attention memory, whose

@@ -75,6 +75,12 @@ def test_conversations_sharing_a_system_prompt_store_it_once_and_come_back_as_co
             else:
                 assert e.nbytes < 0.4 * whole_bytes(engine, e)
         engine.call(lambda e: e.cache.sanity_check()).result()
+        # on the CPU the whole states that passed through on their way to segments went into
+        # one buffer, kept for the next (written into memory already mapped); the capacity
+        # names its room beside the prompt cache
+        staging = engine.call(lambda e: e.memory.staging).result()
+        assert staging._buffer is not None and staging.keep == engine.info.capacity.staging_ram_bytes > 0
+        assert "kept for whole states in passing" in engine.info.capacity.table()
         hits, joins = stats.hits, stats.join_seconds
         warm = [generate(engine, prompt, return_prompt_logits=True) for prompt in CONVERSATIONS[1:3]]
         for prompt, r in zip(CONVERSATIONS[1:3], warm):

@@ -305,3 +305,15 @@ def test_without_cuda_the_staging_buffer_is_ordinary_memory_kept_for_the_next_st
     large = Staging.KEEP_UNPINNED + 1  # RAM no budget counts: not kept
     one, two = staging.empty(large), staging.empty(large)
     assert one.ctypes.data != two.ctypes.data
+
+
+def test_without_cuda_the_staging_buffer_has_room_for_a_conversation_that_grows_up_to_what_it_may_keep():
+    from warmslot.slots.fitting.host_buffers import Staging
+    staging = Staging(HostBuffers(allocator=None), keep=64 << 20)
+    first = staging.empty(10 << 20)
+    grown = staging.empty((10 << 20) + (2 << 20))  # the next turn's state, a fifth larger
+    assert grown.ctypes.data == first.ctypes.data and grown.nbytes == 12 << 20
+    kept = staging.empty(60 << 20)  # larger than a quarter more: a new buffer, within keep
+    assert staging.empty(64 << 20).ctypes.data == kept.ctypes.data
+    one, two = staging.empty((64 << 20) + 1), staging.empty((64 << 20) + 1)  # beyond keep: not kept
+    assert one.ctypes.data != two.ctypes.data
