@@ -364,8 +364,8 @@ class Staging:
     fraction of the bus speed. It grows to the largest state asked for; while the arena has
     no room it gives ordinary memory. On CUDA it takes room for the largest whole state
     (`HostBuffers.hold_states`) at once. Without CUDA it keeps ordinary memory, up to `keep`
-    bytes (the room the loader took for it from the prompt cache's budget), else up to
-    KEEP_UNPINNED: fresh memory costs a page fault per page at its first write, which made a
+    bytes (what the loader allows it beside the prompt cache's budget: up to a whole state),
+    else up to KEEP_UNPINNED: fresh memory costs a page fault per page at its first write, which made a
     save into a new buffer several times slower than one into a kept buffer (on 2 CPU
     cores, 47 MB: 54-98 ms against 12-13 ms). It grows by a quarter more than asked, so a
     conversation that grows turn by turn still finds it large enough. A view it returns is
