@@ -173,11 +173,6 @@ def ratio(row: dict, phase: str, own: bool = False) -> float | None:
     return bc.ratio(w.get(key), l.get(key))
 
 
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
 def summarise(rows: list[dict]) -> list[dict]:
     out = []
     for phase in dict.fromkeys(r["phase"] for r in rows):
@@ -198,7 +193,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                         "computed_tokens": statistics.median(r[s]["computed_tokens"] for r in rs)}
             own_key = "server_decode_tps" if decode else "server_prompt_ms"
             for k in (own_key, "outside_ms"):
-                m = _median(r[s].get(k) for r in rs)
+                m = bc.percentile((r[s].get(k) for r in rs), 50)  # the median of those reported
                 entry[s][k] = round(m, 2) if m is not None else None
         if not decode and entry["ratio_median"]:
             entry["speed_ratio_median"] = round(1 / entry["ratio_median"], 3)

@@ -116,13 +116,13 @@ def _offloads(cfg: EngineConfig) -> bool:
 
 
 # On the CPU, llama.cpp's flash attention decodes several times slower once the context is
-# deep, and a batch of a few tokens (a verified draft) slower still; it prefills a little
-# faster. On 2 cores (SmolLM2 135M, llama-bench): one token at depth 4096, 36.7 tokens/s
+# deep, and a batch of a few tokens (a verified draft) slower still; at prefill it is within
+# about a third either way. On 2 cores (SmolLM2 135M, llama-bench): one token at depth 4096, 36.7 tokens/s
 # without it against 12.0 with it, at 8192 18.0 against 5.8; 512 tokens at depth 4096, 96.7
 # against 116.9. On a 0.6B attention-only model (the Qwen3 0.6B shape, 2 cores,
 # scripts/bench_flash_attn_cpu.py) it decodes faster only near the start of a context: 0.79x
 # the time per token at 256 tokens of depth, 1.11x at 1K, 1.97x at 4K, and 256 tokens
-# prefilled at 4K take 1.34x. An agent's turn decodes far more than it prefills once its prefix is reused,
+# prefilled at 4K take 1.34x (SmolLM2 the same way: 0.95x, 1.50x, 1.58x; prefill 1.28x). An agent's turn decodes far more than it prefills once its prefix is reused,
 # so "auto" on the CPU is off, while the attention scores it then keeps for a micro-batch
 # (n_ubatch x n_ctx x n_head floats) stay within an eighth of the RAM. A quantized V cache
 # needs flash attention.
@@ -195,13 +195,13 @@ def _load(
     )
     # auto on the CPU: the spare streams are RAM taken from the prompt cache's budget
     spares_ram = ram_spares_bytes(model, kind, layout, cfg.type_k, cfg.type_v) if not on_gpu and cfg.cache_vram is None else 0
+    if spares_ram and cfg.shared_ram is None:
+        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     unified = layout.unified
     per_token = model.kv_bytes_per_token(cfg.type_k, cfg.type_v)
     scratch = _scratch_sequence(cfg, kind, layout)
     # a sequence's whole state, as the pinned arena's chunks hold it (HostBuffers.hold_states)
     whole = stream_state_bytes(model, kind, layout.n_ctx if unified else layout.n_ctx // layout.n_seq, cfg.type_k, cfg.type_v)
-    if spares_ram and cfg.shared_ram is None:
-        cfg = dataclasses.replace(cfg, cache_ram=max(0, cfg.cache_ram - spares_ram))
     # on the CPU, the buffer that whole states pass through on their way to and from segments
     # (Staging) stays between copies, so they write into memory already mapped: up to a whole
     # state, beside the prompt cache's budget as the pinned one is on a GPU (pinned_limit),
