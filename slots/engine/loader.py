@@ -126,24 +126,19 @@ def _offloads(cfg: EngineConfig) -> bool:
 # so "auto" on the CPU is off, while the attention scores it then keeps for a micro-batch
 # (n_ubatch x n_ctx x n_head floats) stay within an eighth of the RAM. A quantized V cache
 # needs flash attention.
-# Sliding-window models are the exception: most of their layers attend to a window of a few
-# hundred cells at any depth, so the deep-context cost falls on their few global layers, and
-# the graph without flash attention costs more at every step. On the embedded default (Gemma 3
-# 270M, 5 of 6 layers in a 512-token window), 2 CPU cores, against llama-server (flash
-# attention on) in the same run: with it off, decode at 0.90-0.91x llama-server's speed and
-# 1.5K tokens prefilled in 1.08x its time; with it on, 0.96-1.08x and 0.92x, and the whole
-# run of phases (decode, cold prefill, prefill and decode at 2K/6K/16K, a partly reused pair)
-# in 0.97x llama-server's time against 1.00x (docs/benchmarks/README.md, "CPU speed per phase").
+# Sliding-window models get no exception, though most of their layers attend to a window of a
+# few hundred cells: on Gemma 3 270M, 2 CPU cores, flash attention on decodes at 0.96-1.08x
+# llama-server's speed against 0.90-0.91x off. But with it the CPU sums one token's V in half
+# precision and a batch's in single precision, tile by tile: on an AVX-512 EPYC, a Gemma 3
+# conversation back from the prompt cache answered otherwise than cold (greedy). Off keeps a
+# cache hit's answer the cold run's.
 FLASH_OFF_RAM_SHARE = 8
 
 
-def flash_attn_setting(cfg: EngineConfig, n_head: int, on_gpu: bool, n_ctx: int, kind: MemoryKind = MemoryKind.ATTENTION) -> str:
+def flash_attn_setting(cfg: EngineConfig, n_head: int, on_gpu: bool, n_ctx: int) -> str:
     """--flash-attn as the context gets it: "auto" resolved on the CPU (see above)."""
     if cfg.flash_attn != "auto" or on_gpu or cfg.type_v not in ("f16", "f32", "bf16"):
         return cfg.flash_attn
-    if kind is MemoryKind.SWA:
-        log.info("flash attention: llama.cpp's choice (a sliding-window model: most layers attend to a window)")
-        return "auto"
     scores = cfg.n_ubatch * n_ctx * max(1, n_head) * 4
     if scores > physical_memory() // FLASH_OFF_RAM_SHARE:
         log.info("flash attention: llama.cpp's choice (without it the attention scores of a batch would take %.1f GiB)", scores / (1 << 30))
@@ -217,7 +212,7 @@ def _load(
         n_seq_max=layout.n_seq + (scratch is not None),
         n_threads=cfg.n_threads,
         n_threads_batch=cfg.n_threads_batch,
-        flash_attn=flash_attn_setting(cfg, model.n_head, on_gpu, layout.n_ctx, kind),
+        flash_attn=flash_attn_setting(cfg, model.n_head, on_gpu, layout.n_ctx),
         type_k=cfg.type_k,
         type_v=cfg.type_v,
         swa_full=cfg.swa_full,
