@@ -202,8 +202,8 @@ ROWS: list[tuple[str, str]] = [
      'holds recurrent states, at most 16 per slot and 64 in all). Attention models in one pool '
      '(`--kv-unified on`, or one slot) get spares only with a SIZE: idle conversations then keep up to SIZE '
      'of cells in the pool beyond the running ones\', and conversations that share a prefix share its '
-     'cells, but every step\'s attention spans them (on the CPU, 1.7x slower decode next to 20K cells of '
-     'others: see [State held once](state-segments.md#one-pool-or-a-stream-per-slot-what-each-costs)). A '
+     'cells, but every step\'s attention spans them (on the CPU, decode next to 20K cells of others is 1.7x '
+     'slower with `-fa on` and 6.6x with flash attention off, the CPU default: see [State held once](state-segments.md#one-pool-or-a-stream-per-slot-what-each-costs)). A '
      'conversation that comes back to a stream apart from the busy ones is copied on the device next to '
      'them, so the busy streams stay one run. See [Benchmarks](benchmarks/README.md#at-a-glance) for what it '
      'wins and costs'),
