@@ -82,7 +82,7 @@ ROWS: list[tuple[str, str]] = [
      "flash attention: on, off, auto. `auto` is llama.cpp's choice on a GPU, and off on the CPU (with an "
      'f16/f32/bf16 V cache, while the attention scores of a batch, `--ubatch-size` x context x heads floats, '
      "take at most an eighth of the RAM): llama.cpp's CPU flash attention decodes up to 3x slower at depth, "
-     'and its sums make a cache hit answer otherwise than cold ([CPU flash attention](../README.md#cpu-flash-attention))'),
+     'and its sums move a cache hit several times further from a cold run ([CPU flash attention](../README.md#cpu-flash-attention))'),
     ('--cache-type-k / --cache-type-v',
      'KV cache types (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)'),
     ('--batch-size / --ubatch-size',

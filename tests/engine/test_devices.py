@@ -195,7 +195,7 @@ def _wait_listening(endpoint: str, timeout: float = 30.0) -> None:
 
 def test_auto_flash_attention_is_off_on_the_cpu(tiny_models, monkeypatch):
     """On the CPU, "auto" turns flash attention off (it decodes slower there at depth, and its
-    sums make a cache hit answer otherwise than cold), sliding-window models included, unless
+    sums move a cache hit further from a cold run), sliding-window models included, unless
     the V cache is quantized (which needs it) or the attention scores would take too much RAM;
     a setting given is kept, and a GPU leaves "auto" to llama.cpp. The state fingerprint names
     the choice: without it llama.cpp stores V transposed, so saved states differ."""
