@@ -117,15 +117,15 @@ def _offloads(cfg: EngineConfig) -> bool:
 
 # On the CPU, llama.cpp's flash attention decodes several times slower once the context is
 # deep, and a batch of a few tokens (a verified draft) slower still; at prefill it is within
-# about a third either way. On 2 cores (SmolLM2 135M, llama-bench): one token at depth 4096, 36.7 tokens/s
-# without it against 12.0 with it, at 8192 18.0 against 5.8; 512 tokens at depth 4096, 96.7
-# against 116.9. On a 0.6B attention-only model (the Qwen3 0.6B shape, 2 cores,
+# about a third either way. On 2 cores (SmolLM2 135M, llama-bench): one token at depth 4096,
+# 36.7 tokens/s without it against 12.0 with it, at 8192 18.0 against 5.8; 512 tokens at depth
+# 4096, 96.7 against 116.9. On a 0.6B attention-only model (the Qwen3 0.6B shape, 2 cores,
 # scripts/bench_flash_attn_cpu.py) it decodes faster only near the start of a context: 0.79x
 # the time per token at 256 tokens of depth, 1.11x at 1K, 1.97x at 4K, and 256 tokens
-# prefilled at 4K take 1.34x (SmolLM2 the same way: 0.95x, 1.50x, 1.58x; prefill 1.28x). An agent's turn decodes far more than it prefills once its prefix is reused,
-# so "auto" on the CPU is off, while the attention scores it then keeps for a micro-batch
-# (n_ubatch x n_ctx x n_head floats) stay within an eighth of the RAM. A quantized V cache
-# needs flash attention.
+# prefilled at 4K take 1.34x (SmolLM2 the same way: 0.95x, 1.50x, 1.58x; prefill 1.28x). An
+# agent's turn decodes far more than it prefills once its prefix is reused, so "auto" on the
+# CPU is off, while the attention scores it then keeps for a micro-batch (n_ubatch x n_ctx x
+# n_head floats) stay within an eighth of the RAM. A quantized V cache needs flash attention.
 # Sliding-window models get no exception, though most of their layers attend to a window of a
 # few hundred cells: on Gemma 3 270M, 2 CPU cores, flash attention on decodes at 0.96-1.08x
 # llama-server's speed against 0.90-0.91x off. But with it the CPU sums one token's V in half
