@@ -130,7 +130,7 @@ def _offloads(cfg: EngineConfig) -> bool:
 # few hundred cells: on Gemma 3 270M, 2 CPU cores, flash attention on decodes at 0.96-1.08x
 # llama-server's speed against 0.90-0.91x off. But with it the CPU sums one token's V in half
 # precision and a batch's in single precision, tile by tile: a Gemma 3 conversation back from
-# the prompt cache had logits up to 3.6 from a cold run's (0.5-0.7 off, where the matrix
+# the prompt cache had logits up to 3.6 from a cold run's (0.54-0.74 off, where the matrix
 # kernels' own batch-shape differences remain), and on an AVX-512 EPYC it answered otherwise
 # than cold (greedy). Off, its greedy answer was the cold run's in every trial.
 FLASH_OFF_RAM_SHARE = 8
