@@ -220,6 +220,12 @@ def _load(
         kv_unified=unified,
         n_rs_seq=cfg.spec.snapshots_for(kind),
     )
+    if not on_gpu and unified and kind is MemoryKind.ATTENTION and layout.n_spare and params.flash_attn == "off":
+        log.warning(
+            "one KV pool that keeps idle conversations (--kv-unified with --cache-vram), on the CPU "
+            "without flash attention: every step's attention multiplies the idle conversations' cells. "
+            "16 agents on -np 4 took 1.40-1.79x the time of a stream per slot this way, 0.78-1.07x with "
+            "-fa on (docs/state-segments.md, one pool or a stream per slot)")
     started = time.monotonic()
     ctx = Context(model, params, host=host_buffers.HostBuffers(cuda_host_allocator() if on_gpu else None, limit=pinned_limit))
     phases["context"] = time.monotonic() - started

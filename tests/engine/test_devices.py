@@ -218,3 +218,28 @@ def test_auto_flash_attention_is_off_on_the_cpu(tiny_models, monkeypatch):
             assert len(generate(engine, prompt, max_tokens=4).tokens) == 4
         finally:
             engine.stop()
+
+
+def test_one_pool_that_keeps_idle_conversations_warns_on_the_cpu_without_flash_attention(tiny_models, caplog):
+    """One pool with --cache-vram keeps idle conversations' cells where every step's attention
+    spans them; without flash attention the CPU multiplies each of those cells, and the server
+    says so at load. With flash attention, or with a stream per slot, it does not."""
+    import logging
+
+    warning = "one KV pool that keeps idle conversations"
+    cases = (
+        (dict(kv_unified="on", cache_vram=1 << 20, flash_attn="off"), True),
+        (dict(kv_unified="on", cache_vram=1 << 20, flash_attn="on"), False),
+        (dict(kv_unified="off", flash_attn="off"), False),
+    )
+    for overrides, warns in cases:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            engine = tiny_engine(tiny_models["attention"], n_parallel=2, **overrides)
+            try:
+                n_spare = engine.call(lambda e: e.loaded.layout.n_spare).result()
+                assert len(generate(engine, random_tokens(4, 20), max_tokens=2).tokens) == 2
+            finally:
+                engine.stop()
+        assert (n_spare > 0) is (overrides["kv_unified"] == "on")
+        assert (warning in caplog.text) is warns, overrides
