@@ -41,8 +41,12 @@ def copies_line(servers: dict[str, Any]) -> str:
     copies = (s.get("state_copy_bytes") or {}).get("total")
     if copies is None:
         return ""
-    return (f"warmslot's state copies: {copies / 1e9:,.2f} GB = {fmt(s.get('copy_bytes_over_computed_kv'), 3)}x the "
+    line = (f"warmslot's state copies: {copies / 1e9:,.2f} GB = {fmt(s.get('copy_bytes_over_computed_kv'), 3)}x the "
             f"KV bytes of the tokens it computed ({s.get('kv_bytes_per_token') or '-'} bytes per token).")
+    if s.get("checkpoint_bytes"):
+        line += (f" Checkpoints saved and restored: {s['checkpoint_bytes'] / 1e9:,.2f} GB more "
+                 f"({fmt(s.get('copy_and_checkpoint_bytes_over_computed_kv'), 3)}x with the copies).")
+    return line
 
 
 def multiagent_section(w: dict[str, Any]) -> str:

@@ -163,6 +163,9 @@ def arithmetic_line(s: dict[str, Any]) -> str:
     if "state_copy_bytes" in s:
         line += (f"; copied {s['state_copy_bytes']['total'] / 1e9:.2f} GB = {times(s['copy_bytes_over_computed_kv'])} "
                  "the KV bytes computed")
+        if s.get("checkpoint_bytes"):
+            line += (f", and {s['checkpoint_bytes'] / 1e9:.2f} GB of checkpoints saved and restored "
+                     f"({times(s['copy_and_checkpoint_bytes_over_computed_kv'])} with them)")
     return line
 
 

@@ -208,14 +208,26 @@ def computed_over_ideal(computed: int | None, ideal: int | None) -> float | None
     return round(computed / ideal, 4) if computed is not None and ideal else None
 
 
+CHECKPOINT_COUNTERS = ("warmslot_checkpoint_saved_bytes_total", "warmslot_checkpoint_restored_bytes_total")
+
+
 def copy_arithmetic(counters: dict[str, float], computed: int | None,
                     kv_bytes_per_token: int | None) -> dict[str, Any]:
     """warmslot's state copy bytes (copy_bytes) and those bytes over the KV bytes of the
-    `computed` tokens: the bytes moved between the device and RAM per KV byte computed."""
+    `computed` tokens: the bytes moved between the device and RAM per KV byte computed.
+    Checkpoints (the partial states of sliding-window, recurrent and hybrid memory, read at
+    chosen positions and written back on a restore) cross between them too: their bytes,
+    saved and restored, are counted apart and then with the copies."""
     copies = copy_bytes(counters)
+    checkpoints = sum(counters.get(name, 0.0) for name in CHECKPOINT_COUNTERS)
     computed_kv = (computed or 0) * (kv_bytes_per_token or 0)
+
+    def per_kv(n: float) -> float | None:
+        return round(n / computed_kv, 4) if computed_kv else None
+
     return {"state_copy_bytes": copies, "kv_bytes_per_token": kv_bytes_per_token,
-            "copy_bytes_over_computed_kv": round(copies["total"] / computed_kv, 4) if computed_kv else None}
+            "copy_bytes_over_computed_kv": per_kv(copies["total"]), "checkpoint_bytes": checkpoints,
+            "copy_and_checkpoint_bytes_over_computed_kv": per_kv(copies["total"] + checkpoints)}
 
 
 def summarise(rows: list[dict], shared: dict[str, int | None], counters: dict[str, float],

@@ -12,7 +12,7 @@ from scripts.gpu_bench import LLAMA_SERVER, WARMSLOT
 from scripts.gpu_bench.cli import parse_args
 from scripts.gpu_bench.plot import nice_ticks, svg_chart
 from scripts.gpu_bench.profiling import parse_collapsed, summarise_profile
-from scripts.gpu_bench.report_multiagent import multiagent_section
+from scripts.gpu_bench.report_multiagent import copies_line, multiagent_section
 from scripts.gpu_bench.report_throughput import plot_throughput, throughput_section
 from scripts.gpu_bench.servers import Run, counters_delta, state_counters
 from scripts.gpu_bench.workload_multiagent import arithmetic_line, multiagent_ctx, summarise_agents, unique_tokens
@@ -117,6 +117,15 @@ def test_multiagent_unique_tokens_count_each_conversation_and_the_shared_prefix_
     assert s["copy_bytes_over_computed_kv"] == round(7e6 / 3.51e6, 4)
     assert arithmetic_line(s) == ("computed 3510 vs ideal (unique tokens) 2500 (1.404x); copied 0.01 GB = "
                                   "1.9943x the KV bytes computed")
+    assert s["checkpoint_bytes"] == 0 and s["copy_and_checkpoint_bytes_over_computed_kv"] == s["copy_bytes_over_computed_kv"]
+    # the partial states of hybrid memory cross the bus too: counted apart, then with the copies
+    counters["warmslot_checkpoint_saved_bytes_total"] = 2e6
+    counters["warmslot_checkpoint_restored_bytes_total"] = 0.5e6
+    s = summarise_agents(rows, 800, counters, kv_bytes_per_token=1000)
+    assert s["checkpoint_bytes"] == 2.5e6 and s["copy_and_checkpoint_bytes_over_computed_kv"] == round(9.5e6 / 3.51e6, 4)
+    assert arithmetic_line(s).endswith("the KV bytes computed, and 0.00 GB of checkpoints saved and restored "
+                                       "(2.7066x with them)")
+    assert copies_line({"warmslot": {"summary": s}}).endswith("Checkpoints saved and restored: 0.00 GB more (2.707x with the copies).")
     assert "state_copy_bytes" not in summarise_agents(rows, 800)  # llama-server: no copy counters
 
 
