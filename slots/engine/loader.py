@@ -224,7 +224,7 @@ def _load(
         log.warning(
             "one KV pool that keeps idle conversations (--kv-unified with --cache-vram), on the CPU "
             "without flash attention: every step's attention multiplies the idle conversations' cells. "
-            "16 agents on -np 4 took 1.40-1.79x the time of a stream per slot this way, 0.78-1.07x with "
+            "16 agents on -np 4 took 1.40-1.79x the time of a stream per slot this way, 0.73-0.93x with "
             "-fa on (docs/state-segments.md, one pool or a stream per slot)")
     started = time.monotonic()
     ctx = Context(model, params, host=host_buffers.HostBuffers(cuda_host_allocator() if on_gpu else None, limit=pinned_limit))
