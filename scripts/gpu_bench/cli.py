@@ -155,6 +155,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--servers", default=",".join(SERVERS), help="comma-separated, run in this order")
     p.add_argument("--llama-server", default=None, help="llama-server binary (default: PATH, then build/llama.cpp/bin)")
     p.add_argument("--python", default=sys.executable, help="interpreter that runs warmslot")
+    p.add_argument("--warmslot-src", default=None,
+                   help="run warmslot from this folder holding a `warmslot` package, ahead of the installed one")
     # server flags, the same for both
     p.add_argument("-c", "--ctx-size", type=int, default=65536, help="context for agent and alternating")
     p.add_argument("-fa", "--flash-attn", default="on", choices=("on", "off", "auto"))

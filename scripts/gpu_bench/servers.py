@@ -148,7 +148,8 @@ class Served:
         log_path = run.log_dir / f"{self.label}-{self.server}.log" if run.log_dir else None
         run.log(f"starting {self.server} ({self.label}): {shlex.join(self.cmd)}")
         try:
-            self.proc = sp.ServerProcess(self.server, self.cmd, log_path=log_path,
+            env = sp.source_env(run.a.warmslot_src) if self.server == WARMSLOT else None
+            self.proc = sp.ServerProcess(self.server, self.cmd, env=env, log_path=log_path,
                                          ready_timeout=min(run.a.ready_timeout, max(30.0, run.budget.left())))
             self.info["load_s"] = round(self.proc.load_s or 0, 2)
             run.log(f"{self.server} ready in {self.proc.load_s:.1f}s on {self.proc.url}")

@@ -195,7 +195,8 @@ def one_server(run: Run, server: str, folder: Path, ctx: int) -> dict[str, Any]:
     run.log(f"starting {server} (models): {' '.join(cmd)}")
     t = time.perf_counter()
     try:
-        proc = sp.ServerProcess(server, cmd, log_path=log_path, ready_timeout=a.ready_timeout)
+        env = sp.source_env(a.warmslot_src) if server == WARMSLOT else None
+        proc = sp.ServerProcess(server, cmd, env=env, log_path=log_path, ready_timeout=a.ready_timeout)
     except Exception as exc:  # noqa: BLE001 - recorded
         entry["error"] = f"{type(exc).__name__}: {exc}"[:4000]
         return entry
